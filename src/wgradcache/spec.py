@@ -1,0 +1,303 @@
+"""KernelSpec: what one cached kernel is, its identity, its label, and the rules it must obey.
+
+Every rule about what a target admits lives here as a small predicate returning
+``(ok, reason)``. The walk (``jobs.walk``), the closed-form ``jobs.count``, the validator
+below and ``select`` call the same predicates, so they can never disagree about a job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+
+from .targets import Target, get_target
+
+__all__ = [
+    "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
+    "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "DEFAULT_WS_REPLICAS",
+    "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
+    "elem_bytes", "lds_bytes", "accumulators_per_lane",
+    "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
+    "validate", "from_label",
+]
+
+AB_DTYPES = ("fp16", "bf16")
+DW_DTYPES = ("fp16", "bf16", "fp32")
+# A dtype key names the A/B dtype and, when it differs, the dW dtype: "fp16", "fp16_f32".
+DTYPE_KEYS = ("fp16", "bf16", "fp16_f32", "bf16_f32")
+K_LOOPS = ("sync", "async")
+EPILOGUES = ("default", "cshuffle")
+REDUCTIONS = ("none", "atomic", "two_stage")
+VARIANT_KEYS = tuple(f"{k}.{e}.{r}" for k in K_LOOPS for e in EPILOGUES for r in REDUCTIONS)
+ASYNC_CHUNK_BYTES = (4, 8, 16)
+VEC_WIDTHS = (1, 2, 4, 8)
+LDS_ROW_PAD = 8  # elements added to each K-outer LDS row (bank spread; upstream's pad)
+DEFAULT_WS_REPLICAS = 8
+_SCHEMA = 1  # bump when the meaning of a field changes: every identity key changes with it
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Ladder budgets shared by the walk and the validator (from geometries.yaml)."""
+
+    max_acc_per_lane: int = 64
+    max_block_size: int = 256
+    min_block_size: int = 32
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, order=True)
+class KernelSpec:
+    """One kernel (DESIGN §4). vec_a/vec_b are 0 on the async loop (left to the copy),
+    whose chunk widths in bytes are chunk_a/chunk_b (0 on the sync loop)."""
+
+    target: str
+    dtype: str  # A and B
+    dw_dtype: str
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    warp_m: int
+    warp_n: int
+    vec_a: int = 0
+    vec_b: int = 0
+    chunk_a: int = 0
+    chunk_b: int = 0
+    k_loop: str = "sync"
+    epilogue: str = "default"
+    reduction: str = "none"
+    ws_replicas: int = 0
+
+    @property
+    def geometry(self) -> tuple[int, int, int, int, int]:
+        return (self.tile_m, self.tile_n, self.tile_k, self.warp_m, self.warp_n)
+
+    @property
+    def variant(self) -> str:
+        return f"{self.k_loop}.{self.epilogue}.{self.reduction}"
+
+    @property
+    def dtype_key(self) -> str:
+        return dtype_key(self.dtype, self.dw_dtype)
+
+    @property
+    def block_size(self) -> int:
+        return self.warp_m * self.warp_n * get_target(self.target).wave_size
+
+    @property
+    def load_vec_a(self) -> int:
+        """Elements per global load of A (the copy's chunk on the async loop)."""
+        return self.vec_a or self.chunk_a // elem_bytes(self.dtype)
+
+    @property
+    def load_vec_b(self) -> int:
+        return self.vec_b or self.chunk_b // elem_bytes(self.dtype)
+
+    @property
+    def store_vec(self) -> int:
+        """dW store vector along cpg (cshuffle epilogue); follows the B run."""
+        return self.load_vec_b
+
+    def canonical(self) -> dict:
+        return {"schema": _SCHEMA, **asdict(self)}
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+
+    def identity_key(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def label(self) -> str:
+        dw = "" if self.dw_dtype == self.dtype else f"-dw{self.dw_dtype}"
+        vec = (f"v{self.vec_a}x{self.vec_b}" if self.k_loop == "sync"
+               else f"c{self.chunk_a}x{self.chunk_b}")
+        if self.k_loop == "sync" and (self.chunk_a or self.chunk_b):
+            vec += f"c{self.chunk_a}x{self.chunk_b}"
+        wsr = f"-wsr{self.ws_replicas}" if self.ws_replicas else ""
+        return (f"{self.target}-{self.dtype}{dw}-t{self.tile_m}x{self.tile_n}x{self.tile_k}"
+                f"-w{self.warp_m}x{self.warp_n}-{vec}-{self.k_loop}-{self.epilogue}"
+                f"-{self.reduction}{wsr}")
+
+    @staticmethod
+    def from_dict(d: dict) -> KernelSpec:
+        names = {f.name for f in fields(KernelSpec)}
+        return KernelSpec(**{k: v for k, v in d.items() if k in names})
+
+
+_LABEL = re.compile(
+    r"^(?P<target>gfx[0-9a-z]+)-(?P<dtype>[a-z0-9]+)(?:-dw(?P<dw>[a-z0-9]+))?"
+    r"-t(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)-w(?P<wm>\d+)x(?P<wn>\d+)"
+    r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
+    r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?$"
+)
+
+
+def from_label(label: str) -> KernelSpec:
+    """Inverse of ``KernelSpec.label`` (lossless). Raises ValueError naming the label."""
+    m = _LABEL.match(label.strip())
+    if not m:
+        raise ValueError(f"not a kernel label: {label!r} "
+                         "(expected e.g. gfx1250-fp16-t64x64x32-w2x2-v8x8-sync-default-none)")
+    g = m.groupdict()
+
+    def num(key: str) -> int:
+        return int(g[key]) if g[key] is not None else 0
+
+    return KernelSpec(
+        target=g["target"], dtype=g["dtype"], dw_dtype=g["dw"] or g["dtype"],
+        tile_m=num("tm"), tile_n=num("tn"), tile_k=num("tk"), warp_m=num("wm"), warp_n=num("wn"),
+        vec_a=num("va"), vec_b=num("vb"), chunk_a=num("ca"), chunk_b=num("cb"),
+        k_loop=g["k_loop"], epilogue=g["epilogue"], reduction=g["reduction"],
+        ws_replicas=num("wsr"),
+    )
+
+
+def parse_dtype_key(key: str) -> tuple[str, str]:
+    """'fp16' -> ('fp16', 'fp16'); 'bf16_f32' -> ('bf16', 'fp32')."""
+    if key not in DTYPE_KEYS:
+        raise ValueError(f"unknown dtype {key!r}; valid: {', '.join(DTYPE_KEYS)}")
+    ab, _, dw = key.partition("_")
+    return ab, ("fp32" if dw == "f32" else ab)
+
+
+def dtype_key(dtype: str, dw_dtype: str) -> str:
+    return dtype if dw_dtype == dtype else f"{dtype}_f32"
+
+
+def elem_bytes(dtype: str) -> int:
+    return 4 if dtype == "fp32" else 2
+
+
+def accumulators_per_lane(tile_m: int, tile_n: int, warp_m: int, warp_n: int, wave: int) -> int:
+    return (tile_m // warp_m) * (tile_n // warp_n) // wave
+
+
+def lds_bytes(spec: KernelSpec) -> int:
+    """LDS the generator allocates (the generator calls this; the validator bounds it).
+
+    K-outer operand tiles, rows of tile_mn + LDS_ROW_PAD elements, two stages on the async
+    loop; the cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the
+    K loop's last barrier, so the allocation is the larger of the two.
+    """
+    stages = 2 if spec.k_loop == "async" else 1
+    eb = elem_bytes(spec.dtype)
+    operands = stages * spec.tile_k * (spec.tile_m + spec.tile_n + 2 * LDS_ROW_PAD) * eb
+    staging = spec.tile_m * spec.tile_n * 4 if spec.epilogue == "cshuffle" else 0
+    return max(operands, staging)
+
+
+# ---- the predicates: each returns (ok, reason) ---------------------------------------
+
+def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int, int],
+                  limits: Limits = DEFAULT_LIMITS) -> tuple[bool, str]:
+    """Ladder filter, in fixed order: atom, divisibility, block size, accumulators."""
+    tm, tn, tk, wm, wn = geometry
+    atom = target.atom(dtype)
+    if atom is None:
+        return False, f"{target.name} has no MMA atom for {dtype}"
+    if min(geometry) <= 0:
+        return False, f"geometry {geometry} has a non-positive extent"
+    if tm % wm or (tm // wm) % atom.m:
+        return False, f"tile_m {tm} / warp_m {wm} is not a multiple of the atom's m {atom.m}"
+    if tn % wn or (tn // wn) % atom.n:
+        return False, f"tile_n {tn} / warp_n {wn} is not a multiple of the atom's n {atom.n}"
+    if tk % atom.k:
+        return False, f"tile_k {tk} is not a multiple of the atom's k {atom.k} ({atom.shape})"
+    block = wm * wn * target.wave_size
+    hi = min(limits.max_block_size, target.max_block_size)
+    if not limits.min_block_size <= block <= hi:
+        return False, f"block size {block} outside [{limits.min_block_size}, {hi}]"
+    acc = accumulators_per_lane(tm, tn, wm, wn, target.wave_size)
+    if acc > limits.max_acc_per_lane:
+        return False, (f"{acc} accumulator registers per lane exceed the budget "
+                       f"{limits.max_acc_per_lane}")
+    return True, ""
+
+
+def k_loop_admitted(target: Target, k_loop: str) -> tuple[bool, str]:
+    if k_loop == "async" and not target.async_lds_copy:
+        return False, f"{target.name} has no async global->LDS copy (global_load_async_to_lds)"
+    return True, ""
+
+
+def reduction_admitted(target: Target, dw_dtype: str, reduction: str,
+                       epilogue: str = "default") -> tuple[bool, str]:
+    if reduction == "atomic" and dw_dtype != "fp32" and not target.packed_atomics_native:
+        return False, (f"{target.name} lowers <2 x {dw_dtype}> atomics to a compare-and-swap "
+                       "loop: no 16-bit atomic split-K")
+    if reduction == "two_stage":
+        if not target.float_atomics_validated:
+            return False, f"{target.name}: float atomics not validated for two-stage split-K"
+        if epilogue != "default":
+            return False, "two-stage split-K writes its f32 workspace from the default epilogue"
+    return True, ""
+
+
+def store_vector_ok(epilogue: str, reduction: str, store_vec: int) -> tuple[bool, str]:
+    if epilogue == "cshuffle" and reduction == "atomic" and store_vec % 2:
+        return False, f"cshuffle split-K pairs dW elements: store vector {store_vec} is odd"
+    return True, ""
+
+
+def validate(spec: KernelSpec, target: Target | None = None,
+             limits: Limits = DEFAULT_LIMITS) -> tuple[bool, str]:
+    """Every rule a spec must obey on its target, in a fixed order; first failure wins."""
+    try:
+        target = target or get_target(spec.target)
+    except KeyError as e:
+        return False, str(e.args[0])
+    if not target.has_kernels:
+        return False, f"{target.name}: no kernel generator for {target.family} targets yet"
+    if spec.dtype not in AB_DTYPES:
+        return False, f"dtype {spec.dtype!r} not one of {AB_DTYPES}"
+    if spec.dw_dtype not in (spec.dtype, "fp32"):
+        return False, f"dW dtype {spec.dw_dtype!r} must be {spec.dtype} or fp32"
+    for name, value, allowed in (("k_loop", spec.k_loop, K_LOOPS),
+                                 ("epilogue", spec.epilogue, EPILOGUES),
+                                 ("reduction", spec.reduction, REDUCTIONS)):
+        if value not in allowed:
+            return False, f"{name} {value!r} not one of {allowed}"
+    ok, why = geometry_fits(target, spec.dtype, spec.geometry, limits)
+    if not ok:
+        return ok, why
+    ok, why = k_loop_admitted(target, spec.k_loop)
+    if not ok:
+        return ok, why
+    eb = elem_bytes(spec.dtype)
+    if spec.k_loop == "async":
+        if spec.vec_a or spec.vec_b:
+            return False, ("the async loop takes its widths from the copy: vec_a/vec_b "
+                           "must be left unset")
+        for name, c, tile in (("chunk_a", spec.chunk_a, spec.tile_m),
+                              ("chunk_b", spec.chunk_b, spec.tile_n)):
+            if c not in ASYNC_CHUNK_BYTES:
+                return False, f"{name} {c} B is not an async copy width {ASYNC_CHUNK_BYTES}"
+            if tile % (c // eb):
+                return False, f"{name} {c} B does not divide the tile row of {tile}"
+    else:
+        if spec.chunk_a or spec.chunk_b:
+            return False, "chunk_a/chunk_b belong to the async loop"
+        for name, v, tile in (("vec_a", spec.vec_a, spec.tile_m),
+                              ("vec_b", spec.vec_b, spec.tile_n)):
+            if v not in VEC_WIDTHS:
+                return False, f"{name} {v} not one of {VEC_WIDTHS}"
+            if tile % v:
+                return False, f"{name} {v} does not divide the tile extent {tile}"
+    ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction, spec.epilogue)
+    if not ok:
+        return ok, why
+    ok, why = store_vector_ok(spec.epilogue, spec.reduction, spec.store_vec)
+    if not ok:
+        return ok, why
+    if spec.reduction == "two_stage" and spec.ws_replicas < 1:
+        return False, f"ws_replicas {spec.ws_replicas} must be >= 1 for two-stage"
+    if spec.reduction != "two_stage" and spec.ws_replicas:
+        return False, "ws_replicas belongs to two-stage split-K"
+    need = lds_bytes(spec)
+    if need > target.lds_bytes:
+        return False, f"LDS {need} B exceeds {target.name}'s {target.lds_bytes} B"
+    return True, ""

@@ -1,0 +1,157 @@
+"""The target catalog: what each AMD GPU admits, with where each fact comes from.
+
+Every capability question (does gfx1151 have native packed fp16 atomics? how much LDS may a
+kernel allocate on gfx1201?) is answered here and nowhere else. The walk, the validator,
+``count`` and ``select`` ask the catalog; none of them hard-codes a target name.
+
+Sources are cited per fact. "probe" means a compile probe through LLVM 22 (llvmlite 0.50 /
+Debian llc-22), recorded in ``shared/reference/llvm22-amdgpu-facts.md`` and re-checked by
+``tests/compile/test_lds_probe.py`` on this machine, which compiles an LDS allocation of
+exactly the limit and of the limit + 4 bytes for each target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["MmaAtom", "Target", "TARGETS", "get_target", "target_names", "kernel_target_names"]
+
+
+@dataclass(frozen=True)
+class MmaAtom:
+    """One matrix instruction shape: D[m,n] += A[m,k] B[k,n] per wave.
+
+    ``form`` names the operand form the lowering and the lane maps key on:
+    ``gfx1250`` (16x16x32, 16 elements per lane, no duplication), ``gfx12`` (16x16x16, 8 per
+    lane), ``gfx11`` (16x16x16, 16 per lane, lanes 16-31 duplicate 0-15), ``mfma`` (wave64).
+    """
+
+    m: int
+    n: int
+    k: int
+    form: str
+    intrinsic: str
+
+    @property
+    def shape(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Capabilities of one target, each with a source (see module docstring)."""
+
+    name: str
+    family: str  # "wmma" or "mfma"
+    wave_size: int
+    atoms: dict[str, MmaAtom]  # A/B dtype -> the atom the kernels use
+    lds_bytes: int
+    async_lds_copy: bool
+    packed_atomics_native: bool  # <2 x half>/<2 x bfloat> atomicrmw fadd selects natively
+    float_atomics_validated: bool  # admits two-stage split-K (f32 workspace atomics)
+    f32_atomic_needs_no_fine_grained: bool  # native f32 atomic only with the metadata
+    cu_count: int
+    xcd_count: int
+    has_kernels: bool  # the generators emit kernels for it today
+    max_block_size: int = 1024
+    e_mach: int = 0  # EF_AMDGPU_MACH of the code object (probe, llvm22 facts §5)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def atom(self, dtype_ab: str) -> MmaAtom | None:
+        return self.atoms.get(dtype_ab)
+
+
+def _wmma1250(dt: str) -> MmaAtom:
+    return MmaAtom(16, 16, 32, "gfx1250", f"llvm.amdgcn.wmma.f32.16x16x32.{dt}")
+
+
+def _wmma16(dt: str, form: str) -> MmaAtom:
+    return MmaAtom(16, 16, 16, form, f"llvm.amdgcn.wmma.f32.16x16x16.{dt}")
+
+
+def _mfma(dt: str) -> MmaAtom:
+    name = "16x16x16f16" if dt == "fp16" else "16x16x16bf16.1k"
+    return MmaAtom(16, 16, 16, "mfma", f"llvm.amdgcn.mfma.f32.{name}")
+
+
+_PROBE = "probe: llvm22-amdgpu-facts.md"
+_COMMON_SOURCES = {
+    "atoms": f"{_PROBE} §1 (intrinsic selection per target)",
+    "lds_bytes": f"{_PROBE} §4 (largest LDS that compiles; +4 B exits); tests/compile",
+    "async_lds_copy": f"{_PROBE} §3 (global.load.async.to.lds selects on gfx1250 only)",
+    "packed_atomics_native": f"{_PROBE} §2 (atomicrmw fadd <2 x half>, monotonic, agent)",
+    "e_mach": f"{_PROBE} §5 (e_flags & 0xff)",
+}
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target(
+            name="gfx1250", family="wmma", wave_size=32,
+            atoms={"fp16": _wmma1250("f16"), "bf16": _wmma1250("bf16")},
+            lds_bytes=327680, async_lds_copy=True, packed_atomics_native=True,
+            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            # No public CU count for gfx1250; rocKE's split-K table defaults unknown
+            # targets to 256 CUs / 1 XCD (rocke-aot-wgrad-facts.md §3). Unsourced.
+            cu_count=256, xcd_count=1, has_kernels=True, e_mach=0x49,
+            sources={**_COMMON_SOURCES,
+                     "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)",
+                     "cu_count": "no source: rocKE default 256 / 1"},
+        ),
+        Target(
+            name="gfx1201", family="wmma", wave_size=32,
+            atoms={"fp16": _wmma16("f16", "gfx12"), "bf16": _wmma16("bf16", "gfx12")},
+            lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
+            float_atomics_validated=False, f32_atomic_needs_no_fine_grained=False,
+            # RX 9070 XT: 64 CUs (AMD product page); not in rocKE's table. No probe can tell.
+            cu_count=64, xcd_count=1, has_kernels=True, e_mach=0x4E,
+            sources={**_COMMON_SOURCES,
+                     "float_atomics_validated": "not validated upstream (PR #14832 gates gfx1250)",
+                     "cu_count": "no source in reference/: RX 9070 XT product figure"},
+        ),
+        Target(
+            name="gfx1151", family="wmma", wave_size=32,
+            atoms={"fp16": _wmma16("f16", "gfx11"), "bf16": _wmma16("bf16", "gfx11")},
+            lds_bytes=65536, async_lds_copy=False,
+            # <2 x half>/<2 x bfloat> atomics become a CAS loop whatever metadata (§2).
+            packed_atomics_native=False,
+            float_atomics_validated=False, f32_atomic_needs_no_fine_grained=True,
+            cu_count=40, xcd_count=1, has_kernels=True, e_mach=0x4A,
+            sources={**_COMMON_SOURCES,
+                     "cu_count": "rocKE split-K table lists 64 (facts §3); Strix Halo has 40. "
+                                 "We use 40, unsourced in reference/"},
+        ),
+        Target(
+            name="gfx950", family="mfma", wave_size=64,
+            atoms={"fp16": _mfma("fp16"), "bf16": _mfma("bf16")},
+            lds_bytes=163840, async_lds_copy=False, packed_atomics_native=True,
+            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            cu_count=256, xcd_count=8, has_kernels=False, e_mach=0x4F,
+            sources={**_COMMON_SOURCES, "cu_count": "rocKE split-K table (facts §3)"},
+        ),
+        Target(
+            name="gfx942", family="mfma", wave_size=64,
+            atoms={"fp16": _mfma("fp16"), "bf16": _mfma("bf16")},
+            lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
+            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            cu_count=304, xcd_count=8, has_kernels=False, e_mach=0x4C,
+            sources={**_COMMON_SOURCES, "cu_count": "rocKE split-K table (facts §3)"},
+        ),
+    )
+}
+
+
+def target_names() -> list[str]:
+    return list(TARGETS)
+
+
+def kernel_target_names() -> list[str]:
+    """Targets the generators emit kernels for (the default of every command)."""
+    return [n for n, t in TARGETS.items() if t.has_kernels]
+
+
+def get_target(name: str) -> Target:
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise KeyError(f"unknown target {name!r}; valid: {', '.join(TARGETS)}") from None
