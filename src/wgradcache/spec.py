@@ -18,7 +18,8 @@ __all__ = [
     "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
     "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
-    "elem_bytes", "lds_bytes", "accumulators_per_lane",
+    "elem_bytes", "lds_bytes", "lds_bytes_for", "accumulators_per_lane", "lds_fits",
+    "load_widths_ok",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label",
 ]
@@ -47,7 +48,7 @@ class Limits:
     min_block_size: int = 32
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS = Limits()  # equal to the shipped geometries.yaml filters (tested)
 
 
 @dataclass(frozen=True, order=True)
@@ -176,18 +177,23 @@ def accumulators_per_lane(tile_m: int, tile_n: int, warp_m: int, warp_n: int, wa
     return (tile_m // warp_m) * (tile_n // warp_n) // wave
 
 
-def lds_bytes(spec: KernelSpec) -> int:
+def lds_bytes_for(dtype: str, k_loop: str, epilogue: str,
+                  tile_m: int, tile_n: int, tile_k: int) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
     K-outer operand tiles, rows of tile_mn + LDS_ROW_PAD elements, two stages on the async
     loop; the cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the
     K loop's last barrier, so the allocation is the larger of the two.
     """
-    stages = 2 if spec.k_loop == "async" else 1
-    eb = elem_bytes(spec.dtype)
-    operands = stages * spec.tile_k * (spec.tile_m + spec.tile_n + 2 * LDS_ROW_PAD) * eb
-    staging = spec.tile_m * spec.tile_n * 4 if spec.epilogue == "cshuffle" else 0
+    stages = 2 if k_loop == "async" else 1
+    operands = stages * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
+    staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
+
+
+def lds_bytes(spec: KernelSpec) -> int:
+    return lds_bytes_for(spec.dtype, spec.k_loop, spec.epilogue,
+                         spec.tile_m, spec.tile_n, spec.tile_k)
 
 
 # ---- the predicates: each returns (ok, reason) ---------------------------------------
@@ -215,6 +221,35 @@ def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int
     if acc > limits.max_acc_per_lane:
         return False, (f"{acc} accumulator registers per lane exceed the budget "
                        f"{limits.max_acc_per_lane}")
+    return lds_fits(target, dtype, "sync", "default", geometry)
+
+
+def lds_fits(target: Target, dtype: str, k_loop: str, epilogue: str,
+             geometry: tuple[int, int, int, int, int]) -> tuple[bool, str]:
+    tm, tn, tk = geometry[:3]
+    need = lds_bytes_for(dtype, k_loop, epilogue, tm, tn, tk)
+    if need > target.lds_bytes:
+        return False, (f"LDS {need} B ({k_loop} loop, {epilogue} epilogue) exceeds "
+                       f"{target.name}'s {target.lds_bytes} B")
+    return True, ""
+
+
+def load_widths_ok(k_loop: str, dtype: str, tile_m: int, tile_n: int,
+                   a: int, b: int) -> tuple[bool, str]:
+    """vec pair (sync, elements) or chunk pair (async, bytes) against the tile."""
+    if k_loop == "async":
+        eb = elem_bytes(dtype)
+        for name, c, tile in (("chunk_a", a, tile_m), ("chunk_b", b, tile_n)):
+            if c not in ASYNC_CHUNK_BYTES:
+                return False, f"{name} {c} B is not an async copy width {ASYNC_CHUNK_BYTES}"
+            if tile % (c // eb):
+                return False, f"{name} {c} B does not divide the tile row of {tile}"
+        return True, ""
+    for name, v, tile in (("vec_a", a, tile_m), ("vec_b", b, tile_n)):
+        if v not in VEC_WIDTHS:
+            return False, f"{name} {v} not one of {VEC_WIDTHS}"
+        if tile % v:
+            return False, f"{name} {v} does not divide the tile extent {tile}"
     return True, ""
 
 
@@ -267,26 +302,15 @@ def validate(spec: KernelSpec, target: Target | None = None,
     ok, why = k_loop_admitted(target, spec.k_loop)
     if not ok:
         return ok, why
-    eb = elem_bytes(spec.dtype)
-    if spec.k_loop == "async":
-        if spec.vec_a or spec.vec_b:
-            return False, ("the async loop takes its widths from the copy: vec_a/vec_b "
-                           "must be left unset")
-        for name, c, tile in (("chunk_a", spec.chunk_a, spec.tile_m),
-                              ("chunk_b", spec.chunk_b, spec.tile_n)):
-            if c not in ASYNC_CHUNK_BYTES:
-                return False, f"{name} {c} B is not an async copy width {ASYNC_CHUNK_BYTES}"
-            if tile % (c // eb):
-                return False, f"{name} {c} B does not divide the tile row of {tile}"
-    else:
-        if spec.chunk_a or spec.chunk_b:
-            return False, "chunk_a/chunk_b belong to the async loop"
-        for name, v, tile in (("vec_a", spec.vec_a, spec.tile_m),
-                              ("vec_b", spec.vec_b, spec.tile_n)):
-            if v not in VEC_WIDTHS:
-                return False, f"{name} {v} not one of {VEC_WIDTHS}"
-            if tile % v:
-                return False, f"{name} {v} does not divide the tile extent {tile}"
+    if spec.k_loop == "async" and (spec.vec_a or spec.vec_b):
+        return False, ("the async loop takes its widths from the copy: vec_a/vec_b "
+                       "must be left unset")
+    if spec.k_loop == "sync" and (spec.chunk_a or spec.chunk_b):
+        return False, "chunk_a/chunk_b belong to the async loop"
+    widths = (spec.chunk_a, spec.chunk_b) if spec.k_loop == "async" else (spec.vec_a, spec.vec_b)
+    ok, why = load_widths_ok(spec.k_loop, spec.dtype, spec.tile_m, spec.tile_n, *widths)
+    if not ok:
+        return ok, why
     ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction, spec.epilogue)
     if not ok:
         return ok, why
@@ -297,7 +321,4 @@ def validate(spec: KernelSpec, target: Target | None = None,
         return False, f"ws_replicas {spec.ws_replicas} must be >= 1 for two-stage"
     if spec.reduction != "two_stage" and spec.ws_replicas:
         return False, "ws_replicas belongs to two-stage split-K"
-    need = lds_bytes(spec)
-    if need > target.lds_bytes:
-        return False, f"LDS {need} B exceeds {target.name}'s {target.lds_bytes} B"
-    return True, ""
+    return lds_fits(target, spec.dtype, spec.k_loop, spec.epilogue, spec.geometry)

@@ -1,0 +1,33 @@
+# The two commands of the README: `make cache` and `make test`. Both install what they need.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+JOBS ?= $(shell nproc)
+CACHE_DIR ?= cache
+DEB_PACKAGES = lld-22 llvm-22
+
+.PHONY: deps cache test lint bench clean
+
+deps: .deps-stamp
+.deps-stamp: pyproject.toml
+	@if ! command -v ld.lld-22 >/dev/null 2>&1 || ! command -v llc-22 >/dev/null 2>&1; then \
+	  echo "installing Debian packages: $(DEB_PACKAGES)"; \
+	  (apt-get install -y -q $(DEB_PACKAGES) >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null && apt-get install -y -q $(DEB_PACKAGES))); \
+	fi
+	$(PIP) install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+cache: deps
+	wgradcache build --target gfx1250 --jobs $(JOBS) --cache-dir $(CACHE_DIR)
+
+test: deps
+	$(PYTHON) -m pytest -n $(JOBS) tests
+
+lint: deps
+	ruff check src tests benchmarks
+
+bench: deps
+	$(PYTHON) benchmarks/build.py
+
+clean:
+	rm -rf .deps-stamp .pytest_cache

@@ -1,0 +1,295 @@
+"""Small hand-written LLVM IR kernels: the LDS probe, compile tests and the codegen benchmark.
+
+The compile layer works on LLVM IR text and must be checkable without our kernel IR (which
+is lowered elsewhere), so these kernels are written here directly. The intrinsic
+declarations are the exact ones that selected in the LLVM 22 probe
+(``llvm22-amdgpu-facts.md`` §1, §3); each kernel is a single ``amdgpu_kernel``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wgradcache.targets import get_target
+
+__all__ = [
+    "MmaForm",
+    "mma_form",
+    "mma_kernel",
+    "lds_kernel",
+    "atomic_kernel",
+    "gemm_kernel",
+    "undefined_intrinsic_kernel",
+]
+
+_ATTRS = 'attributes #0 = {{ "amdgpu-flat-work-group-size"="1,{block}" }}'
+
+
+@dataclass(frozen=True)
+class MmaForm:
+    """One matrix intrinsic as LLVM IR: operand types and the call's argument layout."""
+
+    name: str  # full mangled intrinsic name, without '@'
+    ab_type: str  # e.g. "<16 x half>"
+    c_type: str  # e.g. "<8 x float>"
+    ab_elems: int
+    c_elems: int
+    k: int
+    style: str  # "gfx1250" (8 args with immarg flags), "wmma" (3 args), "mfma" (6 args)
+
+    def declare(self) -> str:
+        ab, c = self.ab_type, self.c_type
+        if self.style == "gfx1250":
+            args = f"i1, {ab}, i1, {ab}, i16, {c}, i1, i1"
+        elif self.style == "wmma":
+            args = f"{ab}, {ab}, {c}"
+        else:
+            args = f"{ab}, {ab}, {c}, i32, i32, i32"
+        return f"declare {c} @{self.name}({args})"
+
+    def call(self, dst: str, a: str, b: str, c: str) -> str:
+        ab, ct = self.ab_type, self.c_type
+        if self.style == "gfx1250":
+            args = f"i1 0, {ab} {a}, i1 0, {ab} {b}, i16 0, {ct} {c}, i1 0, i1 0"
+        elif self.style == "wmma":
+            args = f"{ab} {a}, {ab} {b}, {ct} {c}"
+        else:
+            args = f"{ab} {a}, {ab} {b}, {ct} {c}, i32 0, i32 0, i32 0"
+        return f"  {dst} = call {ct} @{self.name}({args})"
+
+
+def mma_form(target: str, dtype: str = "fp16") -> MmaForm:
+    """The intrinsic the target's atom uses, with the operand types that select (facts §1)."""
+    atom = get_target(target).atom(dtype)
+    if atom is None:
+        raise ValueError(f"{target} has no MMA atom for {dtype}")
+    elem = "half" if dtype == "fp16" else "bfloat"
+    short = "f16" if dtype == "fp16" else "bf16"
+    if atom.form == "gfx1250":
+        ab = f"<16 x {elem}>"
+        return MmaForm(f"{atom.intrinsic}.v8f32.v16{short}", ab, "<8 x float>", 16, 8, 32,
+                       "gfx1250")
+    if atom.form in ("gfx12", "gfx11"):
+        n = 8 if atom.form == "gfx12" else 16
+        # 16x16x16 bf16 WMMA takes integer vectors (facts §1).
+        el, suffix = ("half", f"v{n}f16") if dtype == "fp16" else ("i16", f"v{n}i16")
+        return MmaForm(f"{atom.intrinsic}.v8f32.{suffix}", f"<{n} x {el}>", "<8 x float>",
+                       n, 8, 16, "wmma")
+    el = "half" if dtype == "fp16" else "i16"
+    return MmaForm(atom.intrinsic, f"<4 x {el}>", "<4 x float>", 4, 4, 16, "mfma")
+
+
+def mma_kernel(target: str, dtype: str = "fp16", count: int = 1, name: str = "mma") -> str:
+    """A kernel that loads A/B fragments per lane, chains ``count`` MMAs and stores D."""
+    f = mma_form(target, dtype)
+    block = get_target(target).wave_size
+    lines = [
+        f"define amdgpu_kernel void @{name}(ptr addrspace(1) noalias %a, "
+        "ptr addrspace(1) noalias %b, ptr addrspace(1) noalias %d) #0 {",
+        "entry:",
+        "  %tid = call i32 @llvm.amdgcn.workitem.id.x()",
+        f"  %pa = getelementptr {f.ab_type}, ptr addrspace(1) %a, i32 %tid",
+        f"  %pb = getelementptr {f.ab_type}, ptr addrspace(1) %b, i32 %tid",
+        f"  %pd = getelementptr {f.c_type}, ptr addrspace(1) %d, i32 %tid",
+        f"  %va = load {f.ab_type}, ptr addrspace(1) %pa, align 16",
+        f"  %vb = load {f.ab_type}, ptr addrspace(1) %pb, align 16",
+    ]
+    acc = "zeroinitializer"
+    for i in range(count):
+        lines.append(f.call(f"%c{i}", "%va", "%vb", acc))
+        acc = f"%c{i}"
+    lines += [f"  store {f.c_type} {acc}, ptr addrspace(1) %pd, align 16", "  ret void", "}",
+              f.declare(), "declare i32 @llvm.amdgcn.workitem.id.x()", _ATTRS.format(block=block)]
+    return "\n".join(lines) + "\n"
+
+
+def lds_kernel(lds_bytes: int, name: str = "k") -> str:
+    """A kernel whose one LDS array is ``lds_bytes`` long; each lane writes a byte of it.
+
+    The store index depends on the lane, so codegen cannot drop the array: the code object's
+    group segment then equals ``lds_bytes`` exactly (facts §4).
+    """
+    return f"""@lds = internal addrspace(3) global [{lds_bytes} x i8] poison, align 4
+
+define amdgpu_kernel void @{name}(ptr addrspace(1) %out) #0 {{
+entry:
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %p = getelementptr i8, ptr addrspace(3) @lds, i32 %tid
+  %v = trunc i32 %tid to i8
+  store i8 %v, ptr addrspace(3) %p, align 1
+  call void @llvm.amdgcn.s.barrier()
+  %q = getelementptr i8, ptr addrspace(3) @lds, i32 {max(lds_bytes - 1, 0)}
+  %r = load i8, ptr addrspace(3) %q, align 1
+  %po = getelementptr i8, ptr addrspace(1) %out, i32 %tid
+  store i8 %r, ptr addrspace(1) %po, align 1
+  ret void
+}}
+
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare void @llvm.amdgcn.s.barrier()
+{_ATTRS.format(block=256)}
+"""
+
+
+def atomic_kernel(value_type: str = "<2 x half>", ordering: str = "monotonic",
+                  name: str = "k") -> str:
+    """``atomicrmw fadd`` at agent scope with a per-lane pointer and value (facts §2).
+
+    The value and pointer are divergent, so the atomic optimizer cannot reduce it to one lane.
+    """
+    return f"""define amdgpu_kernel void @{name}(ptr addrspace(1) %p, ptr addrspace(1) %v) #0 {{
+entry:
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %pv = getelementptr {value_type}, ptr addrspace(1) %v, i32 %tid
+  %x = load {value_type}, ptr addrspace(1) %pv, align 4
+  %pp = getelementptr {value_type}, ptr addrspace(1) %p, i32 %tid
+  %old = atomicrmw fadd ptr addrspace(1) %pp, {value_type} %x syncscope("agent") {ordering}, align 4
+  ret void
+}}
+
+declare i32 @llvm.amdgcn.workitem.id.x()
+{_ATTRS.format(block=256)}
+"""
+
+
+def undefined_intrinsic_kernel(compile_for: str, dtype: str = "fp16") -> str:
+    """An MMA kernel written for one target, meant to be compiled for another (Cannot select)."""
+    return mma_kernel(compile_for, dtype)
+
+
+class _Ssa:
+    """Fresh SSA names and collected lines for the generated GEMM body."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._n = 0
+
+    def __call__(self, text: str) -> str:
+        self._n += 1
+        name = f"%t{self._n}"
+        self.lines.append(f"  {name} = {text}")
+        return name
+
+    def emit(self, text: str) -> None:
+        self.lines.append(f"  {text}")
+
+
+def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int = 128,
+                tile_k: int = 64, warps_m: int = 2, warps_n: int = 2, async_copy: bool = False,
+                atomic: bool = False, name: str = "gemm") -> str:
+    """A GEMM main loop of realistic size for timing codegen: global -> LDS -> MMA.
+
+    Each K step copies an A and a B tile into LDS with 16-byte accesses (a register round
+    trip, or ``global.load.async.to.lds.b128`` + ``s.wait.asynccnt`` with ``async_copy``),
+    waits at a barrier, loads fragments from LDS and issues every MMA of the wave's sub-tile,
+    then barriers again. The epilogue stores D as 16-bit values, or adds it with packed
+    ``atomicrmw fadd <2 x half>`` (agent, monotonic). Lane maps are not meant to be right;
+    only the instruction mix and register pressure are.
+    """
+    t = get_target(target)
+    f = mma_form(target, dtype)
+    wave = t.wave_size
+    block = wave * warps_m * warps_n
+    wm, wn = tile_m // warps_m, tile_n // warps_n
+    am, an, ksub = wm // 16, wn // 16, tile_k // f.k
+    elem = "half" if dtype == "fp16" else "bfloat"
+    bytes_a, bytes_b = tile_m * tile_k * 2, tile_n * tile_k * 2
+    loads_a, loads_b = bytes_a // 16 // block, bytes_b // 16 // block
+    if min(am, an, ksub, loads_a, loads_b) < 1:
+        raise ValueError("tile too small for this block")
+    s = _Ssa()
+    tid = s("call i32 @llvm.amdgcn.workitem.id.x()")
+    bid = s("call i32 @llvm.amdgcn.workgroup.id.x()")
+    lane = s(f"and i32 {tid}, {wave - 1}")
+    warp = s(f"lshr i32 {tid}, {wave.bit_length() - 1}")
+    wrow = s(f"and i32 {warp}, {warps_m - 1}")
+    wcol = s(f"lshr i32 {warp}, {(warps_m - 1).bit_length()}")
+    row0 = s(f"mul i32 {bid}, {tile_m}")
+    entry = list(s.lines)
+    s.lines.clear()
+
+    accs = [(i, j) for i in range(am) for j in range(an)]
+    phis = [f"  %acc{i}_{j} = phi {f.c_type} [zeroinitializer, %entry], [%acc{i}_{j}.n, %loop]"
+            for i, j in accs]
+    kk = "%k"
+    for op, nloads, lds, base_bytes in (("a", loads_a, "@lds_a", 0), ("b", loads_b, "@lds_b", 0)):
+        del base_bytes
+        for i in range(nloads):
+            lin = s(f"add i32 {tid}, {i * block}")
+            off = s(f"mul i32 {lin}, 8")
+            goff = s(f"add i32 {off}, {kk}")
+            goff2 = s(f"add i32 {goff}, {row0}")
+            src = s(f"getelementptr {elem}, ptr addrspace(1) %{op}, i32 {goff2}")
+            dst = s(f"getelementptr {elem}, ptr addrspace(3) {lds}, i32 {off}")
+            if async_copy:
+                s.emit("call void @llvm.amdgcn.global.load.async.to.lds.b128("
+                       f"ptr addrspace(1) {src}, ptr addrspace(3) {dst}, i32 0, i32 0)")
+            else:
+                v = s(f"load <8 x {elem}>, ptr addrspace(1) {src}, align 16")
+                s.emit(f"store <8 x {elem}> {v}, ptr addrspace(3) {dst}, align 16")
+    if async_copy:
+        s.emit("call void @llvm.amdgcn.s.wait.asynccnt(i16 0)")
+    s.emit("call void @llvm.amdgcn.s.barrier()")
+    cur = {ij: f"%acc{ij[0]}_{ij[1]}" for ij in accs}
+    frag_bytes = f.ab_elems * 2
+    for kstep in range(ksub):
+        frags_a, frags_b = [], []
+        for op, count, sub, lds, out in (("a", am, wrow, "@lds_a", frags_a),
+                                         ("b", an, wcol, "@lds_b", frags_b)):
+            del op
+            for i in range(count):
+                base = s(f"mul i32 {sub}, {count * 16 * tile_k * 2}")
+                lo = s(f"mul i32 {lane}, {frag_bytes}")
+                o1 = s(f"add i32 {base}, {lo}")
+                o2 = s(f"add i32 {o1}, {(i * 16 * tile_k + kstep * f.k) * 2}")
+                p = s(f"getelementptr i8, ptr addrspace(3) {lds}, i32 {o2}")
+                out.append(s(f"load {f.ab_type}, ptr addrspace(3) {p}, align 16"))
+        for i, j in accs:
+            dst = f"%acc{i}_{j}.n" if kstep == ksub - 1 else f"%m{kstep}_{i}_{j}"
+            s.lines.append(f.call(dst, frags_a[i], frags_b[j], cur[(i, j)]))
+            cur[(i, j)] = dst
+    s.emit("call void @llvm.amdgcn.s.barrier()")
+    body = s.lines
+    s.lines = []
+
+    epi = _Ssa()
+    epi._n = 100000
+    half_c = f.c_elems // 2
+    for idx, (i, j) in enumerate(accs):
+        acc = f"%acc{i}_{j}.n"
+        base = epi(f"mul i32 {tid}, {f.c_elems}")
+        off = epi(f"add i32 {base}, {idx * block * f.c_elems}")
+        off = epi(f"add i32 {off}, {row0}")
+        cvt = epi(f"fptrunc {f.c_type} {acc} to <{f.c_elems} x {elem}>")
+        if atomic:
+            for pair in range(half_c):
+                v = epi(f"shufflevector <{f.c_elems} x {elem}> {cvt}, <{f.c_elems} x {elem}> "
+                        f"poison, <2 x i32> <i32 {2 * pair}, i32 {2 * pair + 1}>")
+                o = epi(f"add i32 {off}, {2 * pair}")
+                p = epi(f"getelementptr {elem}, ptr addrspace(1) %d, i32 {o}")
+                epi(f"atomicrmw fadd ptr addrspace(1) {p}, <2 x {elem}> {v} "
+                    'syncscope("agent") monotonic, align 4')
+        else:
+            p = epi(f"getelementptr {elem}, ptr addrspace(1) %d, i32 {off}")
+            epi.emit(f"store <{f.c_elems} x {elem}> {cvt}, ptr addrspace(1) {p}, align 16")
+
+    decls = [f.declare(), "declare i32 @llvm.amdgcn.workitem.id.x()",
+             "declare i32 @llvm.amdgcn.workgroup.id.x()", "declare void @llvm.amdgcn.s.barrier()"]
+    if async_copy:
+        decls += ["declare void @llvm.amdgcn.global.load.async.to.lds.b128(ptr addrspace(1), "
+                  "ptr addrspace(3), i32 immarg, i32 immarg)",
+                  "declare void @llvm.amdgcn.s.wait.asynccnt(i16 immarg)"]
+    out = [
+        f"@lds_a = internal addrspace(3) global [{bytes_a} x i8] poison, align 16",
+        f"@lds_b = internal addrspace(3) global [{bytes_b} x i8] poison, align 16",
+        "",
+        f"define amdgpu_kernel void @{name}(ptr addrspace(1) noalias %a, "
+        "ptr addrspace(1) noalias %b, ptr addrspace(1) noalias %d, i32 %K) #0 {",
+        "entry:", *entry, "  br label %loop", "loop:",
+        "  %k = phi i32 [0, %entry], [%k.n, %loop]", *phis, *body,
+        f"  %k.n = add i32 %k, {tile_k}",
+        "  %more = icmp ult i32 %k.n, %K",
+        "  br i1 %more, label %loop, label %exit",
+        "exit:", *epi.lines, "  ret void", "}", "", *decls, _ATTRS.format(block=block),
+    ]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,99 @@
+"""The one console wrapper every command renders through: rich tables for people, JSON for
+machines, one-line errors for both.
+
+Kept apart from ``cli.py`` so commands stay a parse, one library call and one render.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import click
+
+__all__ = ["UserError", "RunFailed", "emit_json", "table", "console", "progress", "debug"]
+
+
+class UserError(click.ClickException):
+    """Bad input: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:  # noqa: D102 - click API
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class RunFailed(click.ClickException):
+    """The run itself failed (a job, a check): one line, exit code 1."""
+
+    exit_code = 1
+
+    def show(self, file=None) -> None:  # noqa: D102 - click API
+        click.echo(f"failed: {self.format_message()}", err=True)
+
+
+def debug() -> bool:
+    return bool(os.environ.get("WGRADCACHE_DEBUG"))
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+          numeric_from: int = 1) -> None:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i >= numeric_from else "left")
+    for r in rows:
+        t.add_row(*(str(x) for x in r))
+    console().print(t)
+
+
+class progress:  # noqa: N801 - used as a context manager like rich's
+    """A rich progress bar (done/total, rate, ETA) on stderr; off when not a terminal.
+
+    ``with progress(total, "build") as advance: advance(1)``.
+    """
+
+    def __init__(self, total: int, description: str, enabled: bool = True):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._p = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console(stderr=True),
+            disable=not enabled or not sys.stderr.isatty(), transient=False)
+        self._total, self._description = total, description
+
+    def __enter__(self):
+        self._p.start()
+        self._task = self._p.add_task(self._description, total=self._total, rate="")
+        return self.advance
+
+    def advance(self, n: int = 1) -> None:
+        self._p.advance(self._task, n)
+        task = self._p.tasks[0]
+        if task.speed:
+            self._p.update(self._task, rate=f"{task.speed:.1f}/s")
+
+    def __exit__(self, *exc) -> None:
+        self._p.stop()

@@ -1,0 +1,168 @@
+"""The walk (geometries.yaml -> KernelSpecs) and its closed-form count.
+
+Per target and dtype (DESIGN §6): every ladder geometry the target keeps gets
+sync x default x {none, atomic}; every cover geometry also gets sync x cshuffle x
+{none, atomic}, two-stage where admitted, and the async loop next to every non-two-stage
+configuration where the target has async copies. Each configuration ("slot") is crossed
+with the width pairs its loop takes.
+
+``walk`` and ``count`` share the slot list and the predicates of ``spec.py`` and nothing
+else: ``count`` multiplies, ``walk`` builds specs. No hidden pruning, so the two agree by
+construction and by test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from ..spec import (
+    DTYPE_KEYS,
+    VARIANT_KEYS,
+    KernelSpec,
+    elem_bytes,
+    geometry_fits,
+    k_loop_admitted,
+    lds_fits,
+    load_widths_ok,
+    parse_dtype_key,
+    reduction_admitted,
+    store_vector_ok,
+)
+from ..targets import Target, get_target, kernel_target_names
+from .geometries import Geometry, JobData, default_jobdata
+
+__all__ = ["walk", "count", "count_table", "resolve_selection", "Selection", "SelectionError"]
+
+_LADDER_SLOTS = (("sync", "default", "none"), ("sync", "default", "atomic"))
+_COVER_SLOTS = (("sync", "cshuffle", "none"), ("sync", "cshuffle", "atomic"),
+                ("sync", "default", "two_stage"))
+_ASYNC_SLOTS = tuple(("async", e, r) for e in ("default", "cshuffle") for r in ("none", "atomic"))
+
+
+class SelectionError(ValueError):
+    """Unknown target, dtype or variant: one line listing the valid ones."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    targets: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    variants: tuple[str, ...]
+
+
+def resolve_selection(targets: Iterable[str] = (), dtypes: Iterable[str] = (),
+                      variants: Iterable[str] = (), data: JobData | None = None) -> Selection:
+    """Defaults: every target with kernels, the file's default dtypes, every variant."""
+    from ..targets import target_names
+
+    data = data or default_jobdata()
+    targets, dtypes, variants = tuple(targets), tuple(dtypes), tuple(variants)
+    for kind, given, valid in (("target", targets, tuple(target_names())),
+                               ("dtype", dtypes, DTYPE_KEYS),
+                               ("variant", variants, VARIANT_KEYS)):
+        bad = [g for g in given if g not in valid]
+        if bad:
+            raise SelectionError(f"unknown {kind} {bad[0]!r}; valid: {', '.join(valid)}")
+    return Selection(targets=targets or tuple(kernel_target_names()),
+                     dtypes=dtypes or data.default_dtypes,
+                     variants=variants or VARIANT_KEYS)
+
+
+def _slots(target: Target, dtype: str, dw_dtype: str, geometry: Geometry, in_cover: bool,
+           variants: tuple[str, ...]) -> Iterator[tuple[str, str, str]]:
+    slots = _LADDER_SLOTS + (_COVER_SLOTS + _ASYNC_SLOTS if in_cover else ())
+    for k_loop, epilogue, reduction in slots:
+        if f"{k_loop}.{epilogue}.{reduction}" not in variants:
+            continue
+        if not (k_loop_admitted(target, k_loop)[0]
+                and reduction_admitted(target, dw_dtype, reduction, epilogue)[0]
+                and lds_fits(target, dtype, k_loop, epilogue, geometry)[0]):
+            continue
+        yield k_loop, epilogue, reduction
+
+
+def _pairs(data: JobData, dtype: str, geometry: Geometry, k_loop: str, epilogue: str,
+           reduction: str) -> list[tuple[int, int]]:
+    pairs = data.vec_pairs if k_loop == "sync" else data.async_chunk_pairs
+    per_b = 1 if k_loop == "sync" else elem_bytes(dtype)  # store vector in elements
+    return [(a, b) for a, b in pairs
+            if load_widths_ok(k_loop, dtype, geometry[0], geometry[1], a, b)[0]
+            and store_vector_ok(epilogue, reduction, b // per_b)[0]]
+
+
+def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Geometry, bool]]:
+    cover = data.cover_for(target.name)
+    for g in data.ladder_geometries():
+        if geometry_fits(target, dtype, g, data.limits)[0]:
+            yield g, g in cover
+
+
+def walk(target: str, dtypes: Iterable[str] | None = None,
+         variants: Iterable[str] | None = None, data: JobData | None = None
+         ) -> Iterator[KernelSpec]:
+    """Every job of one target, in a fixed order (geometry, then slot, then widths)."""
+    data = data or default_jobdata()
+    t = get_target(target)
+    if not t.has_kernels:
+        return
+    variants = tuple(variants) if variants else VARIANT_KEYS
+    for key in (tuple(dtypes) if dtypes else data.default_dtypes):
+        dtype, dw = parse_dtype_key(key)
+        for g, in_cover in _geometries(data, t, dtype):
+            tm, tn, tk, wm, wn = g
+            for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
+                for a, b in _pairs(data, dtype, g, k_loop, epi, red):
+                    widths = (dict(vec_a=a, vec_b=b) if k_loop == "sync"
+                              else dict(chunk_a=a, chunk_b=b))
+                    yield KernelSpec(
+                        target=target, dtype=dtype, dw_dtype=dw, tile_m=tm, tile_n=tn,
+                        tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop, epilogue=epi,
+                        reduction=red, ws_replicas=data.ws_replicas if red == "two_stage" else 0,
+                        **widths)
+
+
+def count(target: str, dtypes: Iterable[str] | None = None,
+          variants: Iterable[str] | None = None, data: JobData | None = None
+          ) -> dict[str, dict[str, int]]:
+    """Jobs per dtype per variant key, computed per geometry without building specs."""
+    data = data or default_jobdata()
+    t = get_target(target)
+    variants = tuple(variants) if variants else VARIANT_KEYS
+    out: dict[str, dict[str, int]] = {}
+    for key in (tuple(dtypes) if dtypes else data.default_dtypes):
+        per_variant: dict[str, int] = {}
+        if t.has_kernels:
+            dtype, dw = parse_dtype_key(key)
+            for g, in_cover in _geometries(data, t, dtype):
+                for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
+                    n = len(_pairs(data, dtype, g, k_loop, epi, red))
+                    if n:
+                        v = f"{k_loop}.{epi}.{red}"
+                        per_variant[v] = per_variant.get(v, 0) + n
+        out[key] = {v: per_variant[v] for v in VARIANT_KEYS if v in per_variant}
+    return out
+
+
+def count_table(selection: Selection, data: JobData | None = None,
+                by_walk: bool = False) -> dict:
+    """The ``count --json`` document: totals per target, dtype and variant."""
+    data = data or default_jobdata()
+    doc: dict = {"total": 0, "targets": {}}
+    for target in selection.targets:
+        if by_walk:
+            per: dict[str, dict[str, int]] = {d: {} for d in selection.dtypes}
+            for s in walk(target, selection.dtypes, selection.variants, data):
+                bucket = per[s.dtype_key]
+                bucket[s.variant] = bucket.get(s.variant, 0) + 1
+            per = {d: {v: n[v] for v in VARIANT_KEYS if v in n} for d, n in per.items()}
+        else:
+            per = count(target, selection.dtypes, selection.variants, data)
+        tdoc = {"total": 0, "dtypes": {}}
+        for d, variants in per.items():
+            dtotal = sum(variants.values())
+            tdoc["dtypes"][d] = {"total": dtotal, "variants": variants}
+            tdoc["total"] += dtotal
+        doc["targets"][target] = tdoc
+        doc["total"] += tdoc["total"]
+    return doc
