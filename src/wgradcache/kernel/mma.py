@@ -1,0 +1,138 @@
+"""Per-lane register layouts of the matrix atoms (WMMA / MFMA), shared by every consumer.
+
+One ``MmaLayout`` per operand form says which matrix element each lane holds in each
+vector slot of the A, B and C/D operands of one instruction. The generator reads it to
+load fragments from LDS, the emulator to gather lanes into matrices and scatter D back,
+the lowering for operand vector lengths. Sources and confidence are in
+``shared/reference/mma-lane-maps.md``; each layout below cites them.
+
+Every layout has the same shape, with ``g = lane // 16`` (the lane group) and ``c = lane % 16``:
+
+* A (M x K): lane holds row ``c`` and, in slot i, ``k = g * k_group_stride + k_offsets[i]``;
+* B (K x N): lane holds column ``c``, same k in slot i as A (one k-map for both: required);
+* C/D (M x N): lane holds column ``c`` and, in slot r, ``row = g * c_row_group_stride + c_row_offsets[r]``.
+
+Row (A), column (B) and the whole C/D map must match hardware; the in-lane k order is free
+as long as A and B share it, since D = C + sum_k A[m,k] B[k,n] is invariant under one
+permutation of k applied to both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["MmaLayout", "LAYOUTS", "layout", "k_runs"]
+
+
+@dataclass(frozen=True)
+class MmaLayout:
+    """Lane maps of one atom form (see module docstring for the formulas)."""
+
+    form: str
+    m: int
+    n: int
+    k: int
+    wave_size: int
+    k_group_stride: int  # 0: lane groups duplicate each other (gfx11)
+    k_offsets: tuple[int, ...]  # per A/B slot
+    c_row_group_stride: int
+    c_row_offsets: tuple[int, ...]  # per C/D slot
+    source: str
+
+    @property
+    def ab_elems(self) -> int:
+        return len(self.k_offsets)
+
+    @property
+    def c_elems(self) -> int:
+        return len(self.c_row_offsets)
+
+    @property
+    def ab_copies(self) -> int:
+        """How many lanes hold each A/B element (2 on gfx11, 1 elsewhere)."""
+        return self.wave_size * self.ab_elems // (self.m * self.k)
+
+    def a_map(self, lane, i):
+        """(row, k) of A held by ``lane`` in slot ``i`` (ints or numpy arrays)."""
+        return lane % 16, (lane // 16) * self.k_group_stride + np.asarray(self.k_offsets)[i]
+
+    def b_map(self, lane, i):
+        """(k, col) of B held by ``lane`` in slot ``i``."""
+        row, k = self.a_map(lane, i)
+        return k, row
+
+    def c_map(self, lane, r):
+        """(row, col) of C/D held by ``lane`` in slot ``r``."""
+        rows = (lane // 16) * self.c_row_group_stride + np.asarray(self.c_row_offsets)[r]
+        return rows, lane % 16
+
+    def tables(self):
+        """Index tables [wave_size, slots]: (a_row, a_k), (c_row, c_col)."""
+        lane = np.arange(self.wave_size)[:, None]
+        a_row, a_k = self.a_map(lane, np.arange(self.ab_elems)[None, :])
+        c_row, c_col = self.c_map(lane, np.arange(self.c_elems)[None, :])
+        a_row = np.broadcast_to(a_row, a_k.shape)
+        c_col = np.broadcast_to(c_col, c_row.shape)
+        return (a_row, a_k), (c_row, c_col)
+
+
+def k_runs(lay: MmaLayout) -> list[tuple[int, int, int]]:
+    """Runs of consecutive k in the A/B slots: (first slot, k offset, length).
+
+    A generator loads each run with one vector LDS read when the LDS layout is k-contiguous.
+    """
+    runs: list[tuple[int, int, int]] = []
+    for i, off in enumerate(lay.k_offsets):
+        if runs and runs[-1][1] + runs[-1][2] == off and runs[-1][0] + runs[-1][2] == i:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((i, off, 1))
+    return runs
+
+
+LAYOUTS: dict[str, MmaLayout] = {
+    # gfx1250 v_wmma_f32_16x16x32_{f16,bf16}. A/B k-map is UNRESOLVED across sources; we pick
+    # K-ck: k = 16*(i//8) + 8*(l//16) + i%8 (CK ck_tile gfx12 traits with K=32; Triton wmma v3
+    # kWidth=8), used for both A and B. Rows/cols: lane%16 (high confidence). C/D:
+    # row = 8*(l//16) + r, col = l%16 (CK WmmaTraitsBase<gfx12_t>, IREE gfx12WmmaAcc16x16,
+    # Triton wmma v2/v3). mma-lane-maps.md §1.
+    "gfx1250": MmaLayout(
+        "gfx1250", 16, 16, 32, 32, k_group_stride=8,
+        k_offsets=tuple(16 * (i // 8) + i % 8 for i in range(16)),
+        c_row_group_stride=8, c_row_offsets=tuple(range(8)),
+        source="mma-lane-maps.md §1: K-ck k-map (CK, Triton kWidth=8); C/D CK/IREE/Triton"),
+    # gfx12 (gfx1201) v_wmma_f32_16x16x16_{f16,bf16}: the ISA (hardware) k-map
+    # k = 8*(i//4) + 4*(l//16) + i%4 (AMD matrix calculator InstCalcGfx12, iree-org/wave PR #306
+    # quoting the ISA). C/D row = 8*(l//16) + r (calculator, CK, IREE, ROCm issue #6025,
+    # hipfire PR #140 hardware probe). mma-lane-maps.md §2.
+    "gfx12": MmaLayout(
+        "gfx12", 16, 16, 16, 32, k_group_stride=4,
+        k_offsets=tuple(8 * (i // 4) + i % 4 for i in range(8)),
+        c_row_group_stride=8, c_row_offsets=tuple(range(8)),
+        source="mma-lane-maps.md §2: ISA k-map (AMD calculator, wave PR #306); C/D 6 sources"),
+    # gfx11 (gfx1100/gfx1151) v_wmma_f32_16x16x16_{f16,bf16}: k = i; lanes 16-31 duplicate
+    # lanes 0-15 (calculator, IREE WMMAR3, Modular docs, FlyDSL PR #544). C/D row interleave:
+    # row = 2*r + l//16 (calculator, IREE, Triton wmma v1, Modular). mma-lane-maps.md §3.
+    "gfx11": MmaLayout(
+        "gfx11", 16, 16, 16, 32, k_group_stride=0,
+        k_offsets=tuple(range(16)),
+        c_row_group_stride=1, c_row_offsets=tuple(2 * r for r in range(8)),
+        source="mma-lane-maps.md §3: AMD calculator InstCalcGfx11, IREE WMMAR3, Modular"),
+    # CDNA3 v_mfma_f32_16x16x16_f16 / 16x16x16bf16_1k (wave64): k = 4*(l//16) + i,
+    # C/D row = 4*(l//16) + r (calculator InstCalcGfx9, IREE mfmaLhs16xK, Triton, CK).
+    # mma-lane-maps.md §4a.
+    "mfma": MmaLayout(
+        "mfma", 16, 16, 16, 64, k_group_stride=4,
+        k_offsets=tuple(range(4)),
+        c_row_group_stride=4, c_row_offsets=tuple(range(4)),
+        source="mma-lane-maps.md §4a: AMD calculator InstCalcGfx9, IREE, Triton, CK"),
+}
+
+
+def layout(form: str) -> MmaLayout:
+    try:
+        return LAYOUTS[form]
+    except KeyError:
+        raise KeyError(f"unknown MMA form {form!r}; valid: {', '.join(LAYOUTS)}") from None

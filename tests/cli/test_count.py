@@ -1,0 +1,60 @@
+"""`wgradcache count`: exact output shapes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from wgradcache.cli import main
+from wgradcache.jobs import count_table, resolve_selection
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["count", *args])
+
+
+def test_json_shape_and_totals():
+    r = _run("--json", "--target", "gfx1250", "--dtype", "fp16",
+             "--variant", "async.cshuffle.atomic", "--variant", "sync.default.none")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == {"total": 578, "targets": {"gfx1250": {"total": 578, "dtypes": {
+        "fp16": {"total": 578, "variants": {"sync.default.none": 540,
+                                            "async.cshuffle.atomic": 38}}}}}}
+
+
+def test_walk_flag_gives_the_same_document():
+    a = json.loads(_run("--json").output)
+    b = json.loads(_run("--json", "--walk").output)
+    assert a == b
+    assert set(a["targets"]) == {"gfx1250", "gfx1201", "gfx1151"}
+
+
+def test_list_prints_every_label_once():
+    r = _run("--list", "--target", "gfx1201", "--dtype", "bf16", "--variant",
+             "sync.cshuffle.atomic")
+    labels = r.output.splitlines()
+    doc = count_table(resolve_selection(["gfx1201"], ["bf16"], ["sync.cshuffle.atomic"]))
+    assert len(labels) == len(set(labels)) == doc["total"] == 76
+    assert all(lab.endswith("-sync-cshuffle-atomic") for lab in labels)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (("--target", "gfx900"), "error: unknown target 'gfx900'; valid: gfx1250, gfx1201, "
+                             "gfx1151, gfx950, gfx942\n"),
+    (("--dtype", "fp8"), "error: unknown dtype 'fp8'; valid: fp16, bf16, fp16_f32, bf16_f32\n"),
+    (("--variant", "async"), "error: unknown variant 'async'; valid: " + ", ".join(
+        f"{k}.{e}.{r}" for k in ("sync", "async") for e in ("default", "cshuffle")
+        for r in ("none", "atomic", "two_stage")) + "\n"),
+])
+def test_unknown_names_are_one_line_exit_2(args, msg):
+    r = _run(*args)
+    assert r.exit_code == 2
+    assert r.output == msg
+
+
+def test_table_lists_totals():
+    r = _run("--target", "gfx1151")
+    assert r.exit_code == 0
+    assert "jobs (closed form): 1308 in all" in r.output

@@ -1,0 +1,68 @@
+"""A bad geometries file is one error naming the file, the line and the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from wgradcache.cli import main
+from wgradcache.jobs import GeometryFileError, load
+from wgradcache.jobs.geometries import default_path
+
+SHIPPED = default_path().read_text()
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "g.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_shipped_file_loads_with_19_cover_entries_each_with_a_reason():
+    d = load()
+    assert len(d.cover) == 19
+    assert all(c.reason for c in d.cover)
+
+
+@pytest.mark.parametrize("old, new, at, field, problem", [
+    ("  tile_k: [32, 64]", "  tile_k: [32, sixty]", "tile_k: [32, sixty]", "ladder.tile_k[1]", "expected an integer"),
+    ("  max_acc_per_lane: 64", "  max_acc_per_lane: 0", "max_acc_per_lane: 0", "filters.max_acc_per_lane",
+     "must be >= 1"),
+    ("  - [8, 1]", "  - [8, 3]", "- [8, 3]", "vec_pairs[4]", "vec_b 3 not one of"),
+    ("  - [4, 4]\n\nws", "  - [4, 2]\n\nws", "- [4, 2]", "async_chunk_pairs[1]", "not an async copy width"),
+    ("  default: [fp16, bf16]", "  default: [fp16, fp8]", "default: [fp16, fp8]", "dtypes.default[1]",
+     "unknown 'fp8'"),
+    ("  - geometry: [32, 32, 32, 1, 1]", "  - geometry: [32, 32, 16, 1, 1]", "geometry: [32, 32, 16, 1, 1]",
+     "cover[0].geometry", "tile_k 16 is not on the ladder"),
+    ("  - geometry: [32, 32, 32, 1, 1]", "  - geometry: [128, 128, 32, 2, 2]", "geometry: [128, 128, 32, 2, 2]",
+     "cover[0].geometry", "128 accumulator registers"),
+    ("    reason: depthwise and small grouped layers (kpg, cpg <= 32), one wave\n", "", "geometry: [32, 32, 32, 1, 1]",
+     "cover[0]", "missing key 'reason'"),
+    ("ws_replicas: 8", "ws_replicas: 8\nextra: 1", "extra: 1", "extra", "unknown key"),
+])
+def test_schema_errors_name_file_line_and_field(tmp_path, old, new, at, field, problem):
+    assert old in SHIPPED
+    text = SHIPPED.replace(old, new, 1)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if at in ln)
+    p = _write(tmp_path, text)
+    with pytest.raises(GeometryFileError) as e:
+        load(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:{line}: {field}: "), msg
+    assert problem in msg
+    assert "\n" not in msg
+
+
+def test_cli_reports_a_bad_file_in_one_line_with_exit_2(tmp_path):
+    p = _write(tmp_path, SHIPPED.replace("schema: 1", "schema: 7"))
+    r = CliRunner().invoke(main, ["count", "--geometries", str(p)])
+    assert r.exit_code == 2
+    assert r.output == f"error: {p}:3: schema: unsupported schema 7 (this tool reads 1)\n"
+
+
+def test_not_yaml(tmp_path):
+    p = _write(tmp_path, "ladder: [1, 2\n")
+    with pytest.raises(GeometryFileError, match=r":2: not valid YAML"):
+        load(p)

@@ -1,0 +1,112 @@
+"""count == walk, zero rejects on the shipped file, per-target variant availability."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from wgradcache.jobs import count, default_jobdata, walk
+from wgradcache.jobs.geometries import CoverEntry
+from wgradcache.spec import DTYPE_KEYS, VARIANT_KEYS, Limits, from_label, validate
+from wgradcache.targets import TARGETS, kernel_target_names
+
+
+def _walk_counts(target, dtypes, variants, data=None):
+    out = {d: {} for d in dtypes}
+    for s in walk(target, dtypes, variants, data):
+        out[s.dtype_key][s.variant] = out[s.dtype_key].get(s.variant, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+@pytest.mark.parametrize("dtype", DTYPE_KEYS)
+def test_count_equals_walk_per_variant(target, dtype):
+    for variant in VARIANT_KEYS:
+        n = count(target, [dtype], [variant])[dtype].get(variant, 0)
+        assert n == len(list(walk(target, [dtype], [variant]))), (target, dtype, variant)
+
+
+@pytest.mark.parametrize("target", kernel_target_names())
+def test_shipped_walk_has_no_rejects_and_labels_round_trip(target):
+    specs = list(walk(target, DTYPE_KEYS))
+    assert specs
+    assert len({s.identity_key() for s in specs}) == len(specs)  # no two jobs alike
+    for s in specs:
+        ok, why = validate(s)
+        assert ok, (s.label(), why)
+        assert from_label(s.label()) == s
+
+
+def test_async_and_two_stage_only_where_admitted():
+    c = {t: count(t, ["fp16", "bf16"]) for t in kernel_target_names()}
+    for d in ("fp16", "bf16"):
+        assert c["gfx1250"][d]["async.cshuffle.atomic"] > 0
+        assert c["gfx1250"][d]["sync.default.two_stage"] > 0
+        for t in ("gfx1201", "gfx1151"):
+            assert not any(v.startswith("async") or v.endswith("two_stage") for v in c[t][d])
+    # gfx1151 lowers 16-bit packed atomics to a CAS loop: no 16-bit atomic split-K...
+    assert not any(v.endswith(".atomic") for v in c["gfx1151"]["fp16"])
+    # ...but its f32 atomic is native with the metadata: fp32 dW keeps atomic split-K.
+    assert count("gfx1151", ["fp16_f32"])["fp16_f32"]["sync.default.atomic"] > 0
+
+
+def test_mfma_targets_have_no_jobs_yet():
+    assert count("gfx950", ["fp16"]) == {"fp16": {}}
+    assert list(walk("gfx942", ["fp16"])) == []
+
+
+def test_shipped_counts_are_pinned():
+    # 90 ladder geometries x 6 vec pairs x {none, atomic} plus the cover's variants.
+    c = count("gfx1250", ["fp16"])["fp16"]
+    assert c["sync.default.none"] == 90 * 6
+    assert c["sync.cshuffle.none"] == 19 * 6
+    assert c["sync.cshuffle.atomic"] == 19 * 4  # pairs with an even vec_b
+    assert c["async.default.none"] == 19 * 2
+    assert sum(c.values()) == 1536
+
+
+def test_cshuffle_atomic_never_has_odd_store_vector():
+    for s in walk("gfx1250", ["fp16"], ["sync.cshuffle.atomic", "async.cshuffle.atomic"]):
+        assert s.store_vec % 2 == 0
+
+
+def test_default_limits_match_the_shipped_filters():
+    from wgradcache.spec import DEFAULT_LIMITS
+
+    assert default_jobdata().limits == DEFAULT_LIMITS
+
+
+axis = st.lists(st.sampled_from([16, 32, 48, 64, 96, 128, 256]), min_size=1, max_size=3,
+                unique=True)
+warps = st.lists(st.sampled_from([1, 2, 3, 4, 8]), min_size=1, max_size=3, unique=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tm=axis, tn=axis, tk=st.lists(st.sampled_from([16, 32, 48, 64]), min_size=1,
+                                     max_size=2, unique=True),
+       wm=warps, wn=warps, acc=st.sampled_from([8, 32, 64, 128]),
+       vec_pairs=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8])),
+                          min_size=1, max_size=4, unique=True),
+       cover_pick=st.lists(st.integers(0, 10_000), max_size=5), data=st.data())
+def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs, cover_pick,
+                                              data):
+    base = default_jobdata()
+    ladder = {"tile_m": tuple(tm), "tile_n": tuple(tn), "tile_k": tuple(tk),
+              "warp_m": tuple(wm), "warp_n": tuple(wn)}
+    geoms = list(itertools.product(tm, tn, tk, wm, wn))
+    # Random covers may name geometries some targets do not keep: the walk must skip them
+    # on those targets exactly as count does.
+    cover = tuple(CoverEntry(geoms[i % len(geoms)], "random", tuple(kernel_target_names()))
+                  for i in sorted(set(cover_pick)))
+    cover = tuple({c.geometry: c for c in cover}.values())
+    jd = dataclasses.replace(base, ladder=ladder, cover=cover, vec_pairs=tuple(vec_pairs),
+                             limits=Limits(max_acc_per_lane=acc, max_block_size=256,
+                                           min_block_size=32))
+    target = data.draw(st.sampled_from(kernel_target_names()))
+    dtype = data.draw(st.sampled_from(DTYPE_KEYS))
+    assert count(target, [dtype], None, jd) == {
+        dtype: {v: n for v, n in _walk_counts(target, [dtype], None, jd)[dtype].items()}}

@@ -1,0 +1,74 @@
+"""KernelSpec identity, labels and the validator's reasons."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from wgradcache.spec import KernelSpec, from_label, lds_bytes, validate
+
+BASE = KernelSpec(target="gfx1250", dtype="fp16", dw_dtype="fp16", tile_m=64, tile_n=64,
+                  tile_k=32, warp_m=2, warp_n=2, vec_a=8, vec_b=8)
+
+
+def test_identity_key_is_pinned():
+    # Golden: changing the canonical form changes every cache entry's identity.
+    assert BASE.canonical_json() == (
+        '{"chunk_a":0,"chunk_b":0,"dtype":"fp16","dw_dtype":"fp16","epilogue":"default",'
+        '"k_loop":"sync","reduction":"none","schema":1,"target":"gfx1250","tile_k":32,'
+        '"tile_m":64,"tile_n":64,"vec_a":8,"vec_b":8,"warp_m":2,"warp_n":2,"ws_replicas":0}')
+    assert BASE.identity_key() == (
+        "0df76eae2ee2e560841d00fb3c05f0b057a277c8a8a7882e9a55480326ca1f9d")
+
+
+def test_label_round_trip_of_every_kind():
+    specs = [BASE,
+             dataclasses.replace(BASE, dw_dtype="fp32", reduction="atomic"),
+             dataclasses.replace(BASE, vec_a=0, vec_b=0, chunk_a=16, chunk_b=4, k_loop="async",
+                                 epilogue="cshuffle", reduction="atomic"),
+             dataclasses.replace(BASE, dtype="bf16", dw_dtype="bf16", reduction="two_stage",
+                                 ws_replicas=8)]
+    for s in specs:
+        assert from_label(s.label()) == s
+    assert specs[1].label() == "gfx1250-fp16-dwfp32-t64x64x32-w2x2-v8x8-sync-default-atomic"
+
+
+def test_bad_label_is_a_clear_error():
+    with pytest.raises(ValueError, match="not a kernel label"):
+        from_label("gfx1250-fp16-nonsense")
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(target="gfx1151", reduction="atomic"), "compare-and-swap loop"),
+    (dict(target="gfx1201", k_loop="async", vec_a=0, vec_b=0, chunk_a=16, chunk_b=16),
+     "no async global->LDS copy"),
+    (dict(k_loop="async", chunk_a=16, chunk_b=16), "vec_a/vec_b must be left unset"),
+    (dict(k_loop="async", vec_a=0, vec_b=0, chunk_a=2, chunk_b=16), "not an async copy width"),
+    (dict(epilogue="cshuffle", reduction="atomic", vec_b=1), "store vector 1 is odd"),
+    (dict(target="gfx1201", reduction="two_stage", ws_replicas=8), "not validated"),
+    (dict(reduction="two_stage", ws_replicas=0), "ws_replicas 0 must be >= 1"),
+    (dict(reduction="two_stage", ws_replicas=8, epilogue="cshuffle"), "default epilogue"),
+    (dict(ws_replicas=8), "belongs to two-stage"),
+    (dict(tile_m=48), "not a multiple of the atom's m"),
+    (dict(tile_k=16), "not a multiple of the atom's k 32"),
+    (dict(tile_m=128, tile_n=128, warp_m=2, warp_n=2), "128 accumulator registers"),
+    (dict(warp_m=4, warp_n=4, tile_m=128, tile_n=128), "block size 512"),
+    (dict(vec_a=3), "vec_a 3 not one of"),
+    (dict(dw_dtype="bf16"), "dW dtype 'bf16' must be fp16 or fp32"),
+    (dict(target="gfx950"), "no kernel generator for mfma"),
+    (dict(target="gfx1300"), "unknown target 'gfx1300'"),
+])
+def test_rejects_come_with_their_reason(change, reason):
+    ok, why = validate(dataclasses.replace(BASE, **change))
+    assert not ok
+    assert reason in why
+
+
+def test_lds_budget_is_the_targets():
+    big = dataclasses.replace(BASE, target="gfx1201", tile_m=128, tile_n=128, tile_k=64,
+                              warp_m=2, warp_n=4, epilogue="cshuffle")
+    assert lds_bytes(big) == 65536 and validate(big) == (True, "")
+    huge = dataclasses.replace(big, tile_k=128, epilogue="default")
+    assert validate(huge) == (
+        False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
