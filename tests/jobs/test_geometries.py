@@ -26,22 +26,62 @@ def test_shipped_file_loads_with_19_cover_entries_each_with_a_reason():
     assert all(c.reason for c in d.cover)
 
 
-@pytest.mark.parametrize("old, new, at, field, problem", [
-    ("  tile_k: [32, 64]", "  tile_k: [32, sixty]", "tile_k: [32, sixty]", "ladder.tile_k[1]", "expected an integer"),
-    ("  max_acc_per_lane: 64", "  max_acc_per_lane: 0", "max_acc_per_lane: 0", "filters.max_acc_per_lane",
-     "must be >= 1"),
-    ("  - [8, 1]", "  - [8, 3]", "- [8, 3]", "vec_pairs[4]", "vec_b 3 not one of"),
-    ("  - [4, 4]\n\nws", "  - [4, 2]\n\nws", "- [4, 2]", "async_chunk_pairs[1]", "not an async copy width"),
-    ("  default: [fp16, bf16]", "  default: [fp16, fp8]", "default: [fp16, fp8]", "dtypes.default[1]",
-     "unknown 'fp8'"),
-    ("  - geometry: [32, 32, 32, 1, 1]", "  - geometry: [32, 32, 16, 1, 1]", "geometry: [32, 32, 16, 1, 1]",
-     "cover[0].geometry", "tile_k 16 is not on the ladder"),
-    ("  - geometry: [32, 32, 32, 1, 1]", "  - geometry: [128, 128, 32, 2, 2]", "geometry: [128, 128, 32, 2, 2]",
-     "cover[0].geometry", "128 accumulator registers"),
-    ("    reason: depthwise and small grouped layers (kpg, cpg <= 32), one wave\n", "", "geometry: [32, 32, 32, 1, 1]",
-     "cover[0]", "missing key 'reason'"),
-    ("ws_replicas: 8", "ws_replicas: 8\nextra: 1", "extra: 1", "extra", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "old, new, at, field, problem",
+    [
+        (
+            "  tile_k: [32, 64]",
+            "  tile_k: [32, sixty]",
+            "tile_k: [32, sixty]",
+            "ladder.tile_k[1]",
+            "expected an integer",
+        ),
+        (
+            "  max_acc_per_lane: 64",
+            "  max_acc_per_lane: 0",
+            "max_acc_per_lane: 0",
+            "filters.max_acc_per_lane",
+            "must be >= 1",
+        ),
+        ("  - [8, 1]", "  - [8, 3]", "- [8, 3]", "vec_pairs[4]", "vec_b 3 not one of"),
+        (
+            "  - [4, 4]\n\nws",
+            "  - [4, 2]\n\nws",
+            "- [4, 2]",
+            "async_chunk_pairs[1]",
+            "not an async copy width",
+        ),
+        (
+            "  default: [fp16, bf16]",
+            "  default: [fp16, fp8]",
+            "default: [fp16, fp8]",
+            "dtypes.default[1]",
+            "unknown 'fp8'",
+        ),
+        (
+            "  - geometry: [32, 32, 32, 1, 1]",
+            "  - geometry: [32, 32, 16, 1, 1]",
+            "geometry: [32, 32, 16, 1, 1]",
+            "cover[0].geometry",
+            "tile_k 16 is not on the ladder",
+        ),
+        (
+            "  - geometry: [32, 32, 32, 1, 1]",
+            "  - geometry: [128, 128, 32, 2, 2]",
+            "geometry: [128, 128, 32, 2, 2]",
+            "cover[0].geometry",
+            "128 accumulator registers",
+        ),
+        (
+            "    reason: depthwise and small grouped layers (kpg, cpg <= 32), one wave\n",
+            "",
+            "geometry: [32, 32, 32, 1, 1]",
+            "cover[0]",
+            "missing key 'reason'",
+        ),
+        ("ws_replicas: 8", "ws_replicas: 8\nextra: 1", "extra: 1", "extra", "unknown key"),
+    ],
+)
 def test_schema_errors_name_file_line_and_field(tmp_path, old, new, at, field, problem):
     assert old in SHIPPED
     text = SHIPPED.replace(old, new, 1)

@@ -103,7 +103,8 @@ class _Reader:
     def int_(self, node: yaml.Node, field: str, lo: int = 1) -> int:
         value = yaml.safe_load(yaml.serialize(node)) if isinstance(node, yaml.ScalarNode) else None
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(node, field, f"expected an integer, got {getattr(node, 'value', node)!r}")
+            got = getattr(node, "value", node)
+            raise self.fail(node, field, f"expected an integer, got {got!r}")
         if value < lo:
             raise self.fail(node, field, f"must be >= {lo}, got {value}")
         return value
