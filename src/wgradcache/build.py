@@ -1,0 +1,361 @@
+"""Build: walk -> plan -> compile -> publish (DESIGN §7, §8).
+
+* Plan: an entry with this generator digest and toolchain is up to date without emitting
+  anything. Otherwise the IR is emitted (cheap, in the workers) and keyed; an existing blob
+  with that content key is relinked without codegen; only new content keys are compiled.
+* Compile: joblib (loky) workers are pure, job -> bytes; only this process publishes.
+  LLVM can kill a worker (``Cannot select`` aborts, an LDS overflow exits): the chunk's
+  unfinished jobs are retried one at a time in an isolated child with the job timeout, and
+  a job that fails again is recorded with LLVM's message while the build goes on.
+* Publish: blob, then its metadata sidecar, then the entry (the commit marker), each by
+  temp file + ``os.replace`` under the target's writer lock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .cache.store import CorruptEntry, TargetCache, atomic_write, content_key
+from .jobs import default_jobdata, resolve_selection, walk
+from .spec import KernelSpec, validate
+
+__all__ = ["BuildRequest", "BuildSummary", "select_jobs", "build", "parse_shard",
+           "job_cost", "codegen_context"]
+
+SIDE_SUFFIX = ".json"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    target: str
+    dtypes: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+    geometries: tuple[str, ...] = ()  # label fragments, e.g. "t64x64x32-w2x2"
+    limit: int | None = None
+    shard: tuple[int, int] | None = None  # (i, n)
+    jobs: int = 0  # 0: all cores
+    job_timeout: float = 300.0
+    retry_failed: bool = False
+    backend: str = "loky"
+    scheduler: str | None = None
+    geometries_file: str | None = None
+    cache_dir: str = "cache"
+
+
+@dataclass
+class BuildSummary:
+    target: str
+    jobs: int = 0
+    built: int = 0
+    relinked: int = 0
+    up_to_date: int = 0
+    rejected: int = 0
+    failed: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    failures: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "jobs": self.jobs, "built": self.built,
+                "relinked": self.relinked, "up_to_date": self.up_to_date,
+                "rejected": self.rejected, "failed": self.failed, "bytes": self.bytes,
+                "seconds": round(self.seconds, 3)}
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' with 0 <= i < n; ValueError with the reason otherwise."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard {text!r} is not i/n (e.g. 0/3)") from None
+    if not 0 <= i < n:
+        raise ValueError(f"shard {text!r}: need 0 <= i < n")
+    return i, n
+
+
+def job_cost(spec: KernelSpec) -> float:
+    """Expected relative compile cost: unrolled MMAs plus per-element load code."""
+    mma = spec.tile_m * spec.tile_n * spec.tile_k / (16 * 16 * 32)
+    va, vb = spec.load_vec_a, spec.load_vec_b
+    loads = spec.tile_k * (spec.tile_m / va + spec.tile_n / vb) / spec.block_size
+    return 1.0 + mma / (spec.warp_m * spec.warp_n) + loads + (spec.k_loop == "async")
+
+
+def _shard(specs: list[KernelSpec], i: int, n: int) -> list[KernelSpec]:
+    """Deterministic, cost-balanced: longest job first to the least-loaded shard."""
+    ordered = sorted(specs, key=lambda s: (-job_cost(s), s.identity_key()))
+    loads = [0.0] * n
+    mine = []
+    for s in ordered:
+        j = min(range(n), key=lambda k: (loads[k], k))
+        loads[j] += job_cost(s)
+        if j == i:
+            mine.append(s)
+    return sorted(mine, key=lambda s: s.identity_key())
+
+
+def select_jobs(req: BuildRequest) -> list[KernelSpec]:
+    """The walk, filtered by geometry fragments, sharded, then limited (in walk order)."""
+    data = default_jobdata(req.geometries_file)
+    sel = resolve_selection([req.target], req.dtypes, req.variants, data)
+    specs = list(walk(req.target, sel.dtypes, sel.variants, data))
+    if req.geometries:
+        specs = [s for s in specs if any(f"-{g}-" in f"-{s.label()}-" for g in req.geometries)]
+    if req.shard:
+        keep = {s.identity_key() for s in _shard(specs, *req.shard)}
+        specs = [s for s in specs if s.identity_key() in keep]
+    if req.limit is not None:
+        specs = specs[: req.limit]
+    return specs
+
+
+# ---- worker side (pure: job -> data) ------------------------------------------------
+
+def codegen_context() -> tuple[dict, dict, str]:
+    """(codegen options, toolchain identity, toolchain digest) of this process."""
+    from .compile.codegen import CodegenOptions
+    from .compile.toolchain import toolchain_identity
+
+    tc = toolchain_identity()
+    return CodegenOptions().to_dict(), tc.to_dict(), tc.digest()
+
+
+def _emit_task(spec: KernelSpec, options: dict, toolchain: dict) -> dict:
+    from .emit import emit_ir
+
+    try:
+        k = emit_ir(spec)
+    except Exception as e:  # a generator bug is this job's failure, not the build's
+        return {"ik": spec.identity_key(), "error": f"emit: {type(e).__name__}: {e}"}
+    return {"ik": spec.identity_key(), "symbol": k.symbol, "ir": k.ir_text,
+            "ckey": content_key(k.ir_text, k.symbol, spec.target, options, toolchain)}
+
+
+def _metadata(hsaco: bytes, asm: str) -> dict:
+    from .compile.codeobject import isa_stats, read_code_object
+
+    return {"code_object": read_code_object(hsaco).to_dict(), "isa": isa_stats(asm)}
+
+
+def _compile_task(target: str, ckey: str, ir_text: str) -> dict:
+    from .compile.codegen import CodegenOptions, compile_ir
+
+    t0 = time.perf_counter()
+    try:
+        obj = compile_ir(ir_text, target, CodegenOptions())
+        meta = _metadata(obj.hsaco, obj.asm)
+    except Exception as e:  # parse/verify errors come back as Python exceptions
+        return {"ckey": ckey, "error": f"{type(e).__name__}: {e}"}
+    return {"ckey": ckey, "hsaco": obj.hsaco, "meta": meta,
+            "seconds": time.perf_counter() - t0}
+
+
+def _compile_alone(target: str, ckey: str, ir_text: str, timeout: float) -> dict:
+    """The retry: one job in its own child process, so LLVM's exit is only its own."""
+    from .compile.codegen import CodegenOptions, compile_isolated
+
+    t0 = time.perf_counter()
+    out = compile_isolated(ir_text, target, CodegenOptions(), timeout=timeout)
+    if not out.ok:
+        return {"ckey": ckey, "error": out.error}
+    try:
+        meta = _metadata(out.obj.hsaco, out.obj.asm)
+    except Exception as e:
+        return {"ckey": ckey, "error": f"{type(e).__name__}: {e}"}
+    return {"ckey": ckey, "hsaco": out.obj.hsaco, "meta": meta,
+            "seconds": time.perf_counter() - t0}
+
+
+# ---- coordinator --------------------------------------------------------------------
+
+def _run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int,
+                 on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
+                 retry: Callable[[tuple], dict]) -> None:
+    """Run tasks in chunks through joblib; on a dead worker or a timeout, retry the chunk's
+    unfinished tasks alone."""
+    import joblib
+
+    chunk = max(n_jobs * 8, 16)
+    ctx = (joblib.parallel_config(backend="dask") if req.backend == "dask"
+           else joblib.parallel_config(backend="loky"))
+    with ctx:
+        for start in range(0, len(tasks), chunk):
+            part = tasks[start:start + chunk]
+            done: set[str] = set()
+            try:
+                par = joblib.Parallel(n_jobs=n_jobs, timeout=req.job_timeout,
+                                      return_as="generator_unordered",
+                                      batch_size=1, pre_dispatch="2*n_jobs")
+                for res in par(joblib.delayed(fn)(*t) for t in part):
+                    done.add(res.get("ckey") or res.get("ik"))
+                    on_result(res)
+            except Exception:  # TerminatedWorkerError, TimeoutError, a dead dask worker
+                for t in part:
+                    if key_of(t) not in done:
+                        res = retry(t)
+                        done.add(key_of(t))
+                        on_result(res)
+
+
+def build(req: BuildRequest, progress: Callable[[int], None] | None = None,
+          on_total: Callable[[int], None] | None = None) -> BuildSummary:
+    """Bring the cache up to date for the requested jobs; see the module docstring."""
+    from .emit import generator_digest
+
+    t0 = time.monotonic()
+    return _build(req, TargetCache(req.cache_dir, req.target), generator_digest(), t0,
+                  progress or (lambda n: None), on_total)
+
+
+def _entry(spec: KernelSpec, ik: str, ckey: str, symbol: str, cache: TargetCache, meta: dict,
+           gen: str, toolchain: dict, tdigest: str, options: dict) -> dict:
+    ref = cache.blob_ref(ckey)
+    co = meta["code_object"]
+    return {
+        "identity_key": ik, "identity": spec.canonical(), "label": spec.label(),
+        "target": spec.target, "variant": spec.variant, "dtype": spec.dtype_key,
+        "blob": ckey, "blob_size": ref.size, "blob_sha256": ref.sha256,
+        "symbol": co.get("symbol", symbol), "emitted_symbol": symbol,
+        "block_size": spec.block_size, "code_object": co, "isa": meta["isa"],
+        "generator_digest": gen, "toolchain": toolchain, "toolchain_digest": tdigest,
+        "codegen_options": options, "published": time.time(),
+    }
+
+
+def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
+           progress: Callable[[int], None], on_total) -> BuildSummary:
+    import json
+
+    options, toolchain, tdigest = codegen_context()
+    specs = select_jobs(req)
+    summary = BuildSummary(target=req.target, jobs=len(specs))
+    if on_total:
+        on_total(len(specs))
+    n_jobs = req.jobs or os.cpu_count() or 1
+    by_ik: dict[str, KernelSpec] = {}
+    pending: list[KernelSpec] = []
+    for spec in specs:
+        ik = spec.identity_key()
+        ok, why = validate(spec)
+        if not ok:
+            summary.rejected += 1
+            with cache.lock():
+                cache.append_reject({"identity_key": ik, "label": spec.label(), "reason": why,
+                                     "toolchain": tdigest})
+            progress(1)
+            continue
+        try:
+            entry = cache.read_entry(ik)
+        except CorruptEntry:
+            entry = None
+        if (entry and entry.get("generator_digest") == gen
+                and entry.get("toolchain_digest") == tdigest
+                and cache.has_blob(entry.get("blob", ""))):
+            summary.up_to_date += 1
+            progress(1)
+            continue
+        fail = cache.read_failure(ik)
+        if (fail and not req.retry_failed and fail.get("generator_digest") == gen
+                and fail.get("toolchain_digest") == tdigest):
+            summary.failed += 1
+            summary.failures.append({"label": spec.label(), "reason": fail.get("reason", ""),
+                                     "previous": True})
+            progress(1)
+            continue
+        by_ik[ik] = spec
+        pending.append(spec)
+
+    def record_failure(spec: KernelSpec, reason: str) -> None:
+        ik = spec.identity_key()
+        summary.failed += 1
+        summary.failures.append({"label": spec.label(), "reason": reason})
+        with cache.lock():
+            cache.write_failure(ik, {"identity_key": ik, "label": spec.label(),
+                                     "reason": reason, "generator_digest": gen,
+                                     "toolchain_digest": tdigest, "when": time.time()})
+
+    # Emit every pending job's IR in the workers.
+    emitted: dict[str, dict] = {}
+
+    def on_emit(res: dict) -> None:
+        if "error" in res:
+            record_failure(by_ik[res["ik"]], res["error"])
+            progress(1)
+        else:
+            emitted[res["ik"]] = res
+
+    _run_chunked(_emit_task, [(s, options, toolchain) for s in pending], req, n_jobs, on_emit,
+                 key_of=lambda t: t[0].identity_key(),
+                 retry=lambda t: _emit_task(*t))
+
+    # Group identities by content key; relink to existing blobs.
+    by_ckey: dict[str, list[str]] = {}
+    for ik, res in emitted.items():
+        by_ckey.setdefault(res["ckey"], []).append(ik)
+
+    def publish(ckey: str, iks: list[str], meta: dict, relinked: bool) -> None:
+        with cache.lock():
+            for ik in iks:
+                res = emitted[ik]
+                cache.write_entry(ik, _entry(by_ik[ik], ik, ckey, res["symbol"], cache, meta,
+                                             gen, toolchain, tdigest, options))
+                cache.clear_failure(ik)
+            cache.stamp_used(ckey)
+        if relinked:
+            summary.relinked += len(iks)
+        else:
+            summary.built += 1
+            summary.relinked += len(iks) - 1
+        progress(len(iks))
+
+    to_compile: list[tuple[str, str, str]] = []
+    for ckey, iks in by_ckey.items():
+        side = cache.blobs / f"{ckey}{SIDE_SUFFIX}"
+        meta = None
+        if cache.has_blob(ckey) and side.is_file():
+            try:
+                meta = json.loads(side.read_text())
+            except json.JSONDecodeError:
+                meta = None
+        if meta is not None:
+            publish(ckey, iks, meta, relinked=True)
+        else:
+            to_compile.append((req.target, ckey, emitted[iks[0]]["ir"]))
+
+    def on_compiled(res: dict) -> None:
+        ckey = res["ckey"]
+        iks = by_ckey[ckey]
+        if "error" in res:
+            for ik in iks:
+                record_failure(by_ik[ik], res["error"])
+            progress(len(iks))
+            return
+        with cache.lock():
+            ref = cache.write_blob(ckey, res["hsaco"])
+            atomic_write(cache.blobs / f"{ckey}{SIDE_SUFFIX}",
+                         json.dumps(res["meta"], sort_keys=True).encode())
+        summary.bytes += ref.size
+        publish(ckey, iks, res["meta"], relinked=False)
+
+    _run_chunked(_compile_task, to_compile, req, n_jobs, on_compiled,
+                 key_of=lambda t: t[1],
+                 retry=lambda t: _compile_alone(*t, timeout=req.job_timeout))
+
+    summary.seconds = time.monotonic() - t0
+    with cache.lock():
+        cache.append_stats({**summary.to_json(), "when": time.time(), "generator": gen,
+                            "toolchain": tdigest, "request": _request_doc(req)})
+    return summary
+
+
+def _request_doc(req: BuildRequest) -> dict:
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(req).items() if v not in (None, (), 0, False)}
+
+
+def summarize(summaries: Iterable[BuildSummary]) -> list[dict]:
+    return [s.to_json() for s in summaries]
