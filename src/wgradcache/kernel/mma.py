@@ -10,7 +10,8 @@ Every layout has the same shape, with ``g = lane // 16`` (the lane group) and ``
 
 * A (M x K): lane holds row ``c`` and, in slot i, ``k = g * k_group_stride + k_offsets[i]``;
 * B (K x N): lane holds column ``c``, same k in slot i as A (one k-map for both: required);
-* C/D (M x N): lane holds column ``c`` and, in slot r, ``row = g * c_row_group_stride + c_row_offsets[r]``.
+* C/D (M x N): lane holds column ``c`` and, in slot r,
+  ``row = g * c_row_group_stride + c_row_offsets[r]``.
 
 Row (A), column (B) and the whole C/D map must match hardware; the in-lane k order is free
 as long as A and B share it, since D = C + sum_k A[m,k] B[k,n] is invariant under one

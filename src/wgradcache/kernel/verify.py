@@ -1,0 +1,248 @@
+"""verify(kernel): the IR's validity rules, checked once, apart from the builder.
+
+The builder already refuses most mistakes as they are made; this pass re-checks a finished
+``KernelDef`` from scratch (types, address spaces, dominance of values in structured
+regions), so a kernel built or transformed by other means is held to the same rules before
+it reaches the lowering or the emulator.
+"""
+
+from __future__ import annotations
+
+from . import mma as _mma
+from .ir import (
+    FCMP_PREDICATES,
+    GLOBAL,
+    ICMP_PREDICATES,
+    LDS,
+    GroupOp,
+    KernelDef,
+    Ops,
+    Value,
+    bf16,
+    f16,
+    f32,
+    i1,
+    i32,
+    i64,
+    void,
+)
+
+__all__ = ["VerifyError", "verify"]
+
+
+class VerifyError(ValueError):
+    """The kernel breaks an IR rule; the message names the value and the rule."""
+
+
+def verify(kd: KernelDef) -> None:
+    """Raise ``VerifyError`` on the first broken rule; return None when the kernel is valid."""
+    if not 1 <= kd.block_size <= 1024:
+        raise VerifyError(f"{kd.name}: block_size {kd.block_size}")
+    if len({a.name for a in kd.args}) != len(kd.args):
+        raise VerifyError(f"{kd.name}: duplicate argument names")
+    if len({a.name for a in kd.lds}) != len(kd.lds):
+        raise VerifyError(f"{kd.name}: duplicate LDS allocation names")
+    if len(kd.arg_values) != len(kd.args):
+        raise VerifyError(f"{kd.name}: {len(kd.arg_values)} ARG values for {len(kd.args)} args")
+    for i, (a, v) in enumerate(zip(kd.args, kd.arg_values, strict=False)):
+        if v.op is not Ops.ARG or v.arg != i or v.dtype != a.dtype:
+            raise VerifyError(f"{kd.name}: ARG value {v!r} does not match argument {a.name}")
+    _Verifier(kd).block(kd.body, frozenset())
+
+
+class _Verifier:
+    def __init__(self, kd: KernelDef):
+        self.kd = kd
+        self.seen: set[int] = set()
+        self.lds_names = {a.name for a in kd.lds}
+
+    def fail(self, v: Value, msg: str):
+        raise VerifyError(f"{self.kd.name}: {v.op.name} %{v.id} ({v.dtype!r}): {msg}")
+
+    def use(self, v: Value, s: Value, scope: frozenset[int]):
+        if s.op in GroupOp.GlobalDefs:
+            self.global_def(s)
+        elif s.id not in scope:
+            self.fail(v, f"uses %{s.id} ({s.op.name}) which does not dominate it")
+
+    def global_def(self, s: Value):
+        if s.op is Ops.ARG and (not 0 <= s.arg < len(self.kd.args)
+                                or self.kd.arg_values[s.arg] is not s):
+            self.fail(s, "is not an argument of this kernel")
+        if s.op is Ops.LDS_ALLOC and (s.arg not in self.lds_names or s.dtype.addrspace != LDS):
+            self.fail(s, f"no LDS allocation {s.arg!r}")
+        if s.op is Ops.WORKGROUP_ID and s.arg not in (0, 1, 2):
+            self.fail(s, f"axis {s.arg}")
+
+    def block(self, stmts: tuple[Value, ...], scope: frozenset[int]) -> frozenset[int]:
+        for v in stmts:
+            if v.op in GroupOp.GlobalDefs or v.op in GroupOp.RegionDefs:
+                self.fail(v, "is not a statement")
+            if v.id in self.seen:
+                self.fail(v, "appears twice")
+            self.seen.add(v.id)
+            for s in v.src:
+                self.use(v, s, scope)
+            self.check(v)
+            if v.op is Ops.FOR:
+                r = v.arg
+                inner = scope | {r.index.id} | {c.id for c in r.carried}
+                inner = self.block(r.body, inner)
+                for y in r.yields:
+                    self.use(v, y, inner)
+            elif v.op is Ops.IF:
+                r = v.arg
+                inner = self.block(r.then, scope)
+                for y in r.then_yields:
+                    self.use(v, y, inner)
+                inner = self.block(r.else_, scope)
+                for y in r.else_yields:
+                    self.use(v, y, inner)
+            scope = scope | {v.id}
+        return scope
+
+    def check(self, v: Value):  # noqa: C901 - one rule per op group, read top to bottom
+        op, dt, src = v.op, v.dtype, v.src
+        if op in GroupOp.Binary or op in GroupOp.Unary:
+            if any(s.dtype != dt for s in src) or len(src) != (2 if op in GroupOp.Binary else 1):
+                self.fail(v, f"operands {[s.dtype for s in src]}")
+            want_int = op in GroupOp.IntBinary or op is Ops.NOT
+            if (dt.is_int if want_int else dt.is_float) is False:
+                self.fail(v, "wrong operand kind")
+        elif op in GroupOp.Comparison:
+            preds = ICMP_PREDICATES if op is Ops.ICMP else FCMP_PREDICATES
+            a, b = src
+            if v.arg not in preds or a.dtype != b.dtype or dt != i1.vec(a.dtype.count):
+                self.fail(v, f"bad compare {v.arg!r} of {a.dtype!r}, {b.dtype!r}")
+            if not (a.dtype.is_int if op is Ops.ICMP else a.dtype.is_float):
+                self.fail(v, "wrong operand kind")
+        elif op is Ops.SELECT:
+            c, a, b = src
+            if a.dtype != dt or b.dtype != dt or c.dtype.scalar != "i1" or \
+                    c.dtype.count not in (1, dt.count):
+                self.fail(v, "bad select operands")
+        elif op is Ops.FMA:
+            if not dt.is_float or any(s.dtype != dt for s in src) or len(src) != 3:
+                self.fail(v, "bad fma operands")
+        elif op in GroupOp.Cast:
+            self.check_cast(v)
+        elif op in GroupOp.Vector:
+            self.check_vector(v)
+        elif op is Ops.GEP:
+            p, idx = src
+            if not p.dtype.is_ptr or dt != p.dtype or idx.dtype not in (i32, i64):
+                self.fail(v, f"gep of {p.dtype!r} by {idx.dtype!r}")
+        elif op in GroupOp.Memory:
+            self.check_memory(v)
+        elif op in GroupOp.Sync:
+            if src or dt != void:
+                self.fail(v, "takes no operands")
+            if op is Ops.ASYNC_WAIT and not (isinstance(v.arg, int) and 0 <= v.arg < 64):
+                self.fail(v, f"count {v.arg!r}")
+        elif op is Ops.MMA:
+            lay = _mma.LAYOUTS.get(v.arg)
+            if lay is None:
+                self.fail(v, f"unknown form {v.arg!r}")
+            a, b, c = src
+            if (a.dtype.base not in (f16, bf16) or a.dtype != a.dtype.base.vec(lay.ab_elems)
+                    or b.dtype != a.dtype or c.dtype != f32.vec(lay.c_elems) or dt != c.dtype):
+                self.fail(v, f"operands {a.dtype!r}, {b.dtype!r}, {c.dtype!r} for {v.arg}")
+            if self.kd.block_size % lay.wave_size:
+                self.fail(v, f"block_size {self.kd.block_size} not a multiple of the wave")
+        elif op is Ops.FOR:
+            start, stop, step, *inits = src
+            r = v.arg
+            if start.dtype not in (i32, i64) or stop.dtype != start.dtype or \
+                    step.dtype != start.dtype or r.index.dtype != start.dtype:
+                self.fail(v, "loop bounds must be one of i32/i64")
+            if len(inits) != len(r.carried) or len(r.yields) != len(r.carried) or any(
+                    i.dtype != c.dtype or y.dtype != c.dtype
+                    for i, c, y in zip(inits, r.carried, r.yields, strict=False)):
+                self.fail(v, "carried values, inits and yields disagree")
+        elif op is Ops.IF:
+            r = v.arg
+            if src[0].dtype != i1 or len(r.then_yields) != len(r.else_yields) or any(
+                    a.dtype != b.dtype for a, b in zip(r.then_yields, r.else_yields, strict=False)):
+                self.fail(v, "bad predicate or yields")
+        elif op in (Ops.LOOP_RESULT, Ops.IF_RESULT):
+            (node,) = src
+            want = Ops.FOR if op is Ops.LOOP_RESULT else Ops.IF
+            slots = node.arg.carried if want is Ops.FOR else node.arg.then_yields
+            if node.op is not want or not 0 <= v.arg < len(slots) or slots[v.arg].dtype != dt:
+                self.fail(v, "does not project a slot of its region")
+        else:
+            self.fail(v, "unknown op")
+
+    def check_cast(self, v: Value):
+        (s,) = v.src
+        a, b = s.dtype, v.dtype
+        op = v.op
+        if op is Ops.PTR_CAST:
+            if not (a.is_ptr and b.is_ptr and a.addrspace == b.addrspace):
+                self.fail(v, f"ptr_cast {a!r} -> {b!r}")
+            return
+        if op is Ops.BITCAST:
+            if a.is_ptr or b.is_ptr or a.bits * a.count != b.bits * b.count:
+                self.fail(v, f"bitcast {a!r} -> {b!r}")
+            return
+        if a.count != b.count:
+            self.fail(v, f"cast changes the lane count {a!r} -> {b!r}")
+        ok = {
+            Ops.FPCAST: a.is_float and b.is_float and a != b,
+            Ops.SITOFP: a.is_int and b.is_float, Ops.UITOFP: a.is_int and b.is_float,
+            Ops.FPTOSI: a.is_float and b.is_int, Ops.FPTOUI: a.is_float and b.is_int,
+            Ops.TRUNC: a.is_int and b.is_int and b.bits < a.bits,
+            Ops.ZEXT: a.is_int and b.is_int and b.bits > a.bits,
+            Ops.SEXT: a.is_int and b.is_int and b.bits > a.bits,
+        }[op]
+        if not ok:
+            self.fail(v, f"{op.name} {a!r} -> {b!r}")
+
+    def check_vector(self, v: Value):
+        op, dt, src = v.op, v.dtype, v.src
+        if op is Ops.VBUILD:
+            if dt.count != len(src) or any(s.dtype != dt.base for s in src):
+                self.fail(v, "elements do not match the vector type")
+        elif op is Ops.VEXTRACT:
+            if not (src[0].dtype.is_vector and dt == src[0].dtype.base
+                    and 0 <= v.arg < src[0].dtype.count):
+                self.fail(v, f"extract {v.arg}")
+        elif op is Ops.VINSERT:
+            if not (src[0].dtype == dt and src[1].dtype == dt.base and 0 <= v.arg < dt.count):
+                self.fail(v, f"insert {v.arg}")
+        else:
+            a, b = src
+            n = a.dtype.count
+            if a.dtype != b.dtype or dt != a.dtype.base.vec(len(v.arg)) or any(
+                    not 0 <= m < 2 * n for m in v.arg):
+                self.fail(v, f"shuffle {v.arg}")
+
+    def check_memory(self, v: Value):
+        op, dt, src = v.op, v.dtype, v.src
+        n_fixed = 1 if op is Ops.LOAD else 2
+        if len(src) not in (n_fixed, n_fixed + 1):
+            self.fail(v, f"{len(src)} operands")
+        if len(src) == n_fixed + 1 and src[-1].dtype != i1:
+            self.fail(v, f"predicate {src[-1].dtype!r}")
+        p = src[0]
+        if not p.dtype.is_ptr:
+            self.fail(v, f"address {p.dtype!r} is not a pointer")
+        if op is Ops.LOAD:
+            if dt.base != p.dtype.elem or _bad_align(v.arg):
+                self.fail(v, f"load of {dt!r} through {p.dtype!r}, align {v.arg}")
+        elif op is Ops.STORE:
+            if src[1].dtype.base != p.dtype.elem or dt != void or _bad_align(v.arg):
+                self.fail(v, f"store of {src[1].dtype!r} through {p.dtype!r}")
+        elif op is Ops.ATOMIC_ADD:
+            val = src[1].dtype
+            if p.dtype.addrspace != GLOBAL or val not in (f32, f16.vec(2), bf16.vec(2)) or \
+                    val.base != p.dtype.elem:
+                self.fail(v, f"atomic add of {val!r} through {p.dtype!r}")
+        else:  # ASYNC_COPY
+            if p.dtype.addrspace != GLOBAL or not src[1].dtype.is_ptr or \
+                    src[1].dtype.addrspace != LDS or v.arg not in (4, 8, 16):
+                self.fail(v, f"async copy {p.dtype!r} -> {src[1].dtype!r}, {v.arg} bytes")
+
+
+def _bad_align(a) -> bool:
+    return not isinstance(a, int) or a < 1 or a & (a - 1) != 0
