@@ -18,7 +18,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .cache.store import CorruptEntry, TargetCache, atomic_write, content_key
+from .cache.store import (
+    CorruptEntry,
+    TargetCache,
+    atomic_write,
+    blank_symbol,
+    content_key,
+    sha256_bytes,
+)
 from .jobs import default_jobdata, resolve_selection, walk
 from .spec import KernelSpec, validate
 
@@ -131,6 +138,7 @@ def _emit_task(spec: KernelSpec, options: dict, toolchain: dict) -> dict:
     except Exception as e:  # a generator bug is this job's failure, not the build's
         return {"ik": spec.identity_key(), "error": f"emit: {type(e).__name__}: {e}"}
     return {"ik": spec.identity_key(), "symbol": k.symbol, "ir": k.ir_text,
+            "ir_sha256": sha256_bytes(blank_symbol(k.ir_text, k.symbol).encode()),
             "ckey": content_key(k.ir_text, k.symbol, spec.target, options, toolchain)}
 
 
@@ -210,7 +218,7 @@ def build(req: BuildRequest, progress: Callable[[int], None] | None = None,
                   progress or (lambda n: None), on_total)
 
 
-def _entry(spec: KernelSpec, ik: str, ckey: str, symbol: str, cache: TargetCache, meta: dict,
+def _entry(spec: KernelSpec, ik: str, ckey: str, emitted: dict, cache: TargetCache, meta: dict,
            gen: str, toolchain: dict, tdigest: str, options: dict) -> dict:
     ref = cache.blob_ref(ckey)
     co = meta["code_object"]
@@ -218,7 +226,8 @@ def _entry(spec: KernelSpec, ik: str, ckey: str, symbol: str, cache: TargetCache
         "identity_key": ik, "identity": spec.canonical(), "label": spec.label(),
         "target": spec.target, "variant": spec.variant, "dtype": spec.dtype_key,
         "blob": ckey, "blob_size": ref.size, "blob_sha256": ref.sha256,
-        "symbol": co.get("symbol", symbol), "emitted_symbol": symbol,
+        "symbol": co.get("symbol", emitted["symbol"]), "emitted_symbol": emitted["symbol"],
+        "ir_sha256": emitted["ir_sha256"],
         "block_size": spec.block_size, "code_object": co, "isa": meta["isa"],
         "generator_digest": gen, "toolchain": toolchain, "toolchain_digest": tdigest,
         "codegen_options": options, "published": time.time(),
@@ -299,8 +308,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
     def publish(ckey: str, iks: list[str], meta: dict, relinked: bool) -> None:
         with cache.lock():
             for ik in iks:
-                res = emitted[ik]
-                cache.write_entry(ik, _entry(by_ik[ik], ik, ckey, res["symbol"], cache, meta,
+                cache.write_entry(ik, _entry(by_ik[ik], ik, ckey, emitted[ik], cache, meta,
                                              gen, toolchain, tdigest, options))
                 cache.clear_failure(ik)
             cache.stamp_used(ckey)

@@ -44,7 +44,7 @@ def main() -> None:
 
 
 def _geometries_option(f):
-    return click.option("--geometries", "geometries", type=click.Path(dir_okay=False),
+    return click.option("--geometries", "geometries_file", type=click.Path(dir_okay=False),
                         default=None, envvar="WGRADCACHE_GEOMETRIES",
                         help="job data file (default: the repository's geometries.yaml)")(f)
 
@@ -66,11 +66,11 @@ def _selection_options(f):
 @click.option("--walk", "by_walk", is_flag=True,
               help="enumerate the walk instead of the closed form (the cross-check)")
 @click.option("--list", "as_list", is_flag=True, help="print every walked job's label")
-def count(targets, dtypes, variants, geometries, as_json, by_walk, as_list) -> None:
+def count(targets, dtypes, variants, geometries_file, as_json, by_walk, as_list) -> None:
     """Jobs per target x dtype x variant, computed without building the walk."""
     from .jobs import count_table, default_jobdata, resolve_selection, walk
 
-    data = default_jobdata(geometries)
+    data = default_jobdata(geometries_file)
     sel = resolve_selection(targets, dtypes, variants, data)
     if as_list:
         for t in sel.targets:
@@ -86,6 +86,108 @@ def count(targets, dtypes, variants, geometries, as_json, by_walk, as_list) -> N
     rows += [(t, "", "total", td["total"]) for t, td in doc["targets"].items()]
     table(f"jobs ({'walk' if by_walk else 'closed form'}): {doc['total']} in all",
           ("target", "dtype", "variant", "jobs"), rows, numeric_from=3)
+
+
+def _cache_dir_option(f):
+    return click.option("--cache-dir", type=click.Path(file_okay=False),
+                        default=_default_cache_dir, show_default="./cache or $WGRADCACHE_DIR",
+                        help=CACHE_DIR_HELP)(f)
+
+
+@main.command()
+@click.option("--target", "targets", multiple=True, metavar="T", help="target (repeatable)")
+@click.option("--dtype", "dtypes", multiple=True, metavar="D", help="restrict to dtypes")
+@click.option("--variant", "variants", multiple=True, metavar="V", help="restrict to variants")
+@click.option("--geometry", "geometries", multiple=True, metavar="G",
+              help="restrict to a geometry, as in labels: t64x64x32-w2x2 (repeatable)")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="first N jobs only")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="parallel workers (default: all cores)")
+@click.option("--job-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="seconds before a compile is killed and retried alone")
+@click.option("--retry-failed", is_flag=True, help="compile jobs that failed before again")
+@click.option("--shard", default=None, metavar="i/n", help="build shard i of n of the job list")
+@click.option("--backend", type=click.Choice(["loky", "dask"]), default="loky",
+              show_default=True, help="joblib backend")
+@click.option("--scheduler", default=None, metavar="ADDR",
+              help="dask scheduler, tcp://HOST:PORT (with --backend dask)")
+@_geometries_option
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per target")
+def build(targets, dtypes, variants, geometries, limit, jobs, job_timeout, retry_failed, shard,
+          backend, scheduler, geometries_file, cache_dir, as_json) -> None:
+    """Walk, plan, compile and publish the jobs of each target into the cache.
+
+    Exit 0 when nothing failed, 1 when a job failed, 2 for bad input.
+    """
+    from .buildrun import run_builds
+
+    failed = run_builds(targets or ("gfx1250",), dtypes, variants, geometries, limit, jobs,
+                        job_timeout, retry_failed, shard, backend, scheduler, geometries_file,
+                        cache_dir, as_json)
+    if failed:
+        raise RunFailed(f"{failed} job(s) failed; see the failures above")
+
+
+@main.command(name="ls")
+@click.option("--target", default=None, help="only this target")
+@click.option("--variant", default=None, help="only this variant (k_loop.epilogue.reduction)")
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def ls_(target, variant, cache_dir, as_json) -> None:
+    """List the cache's entries."""
+    from .catalog import list_entries
+
+    rows = list_entries(cache_dir, target, variant)
+    if as_json:
+        emit_json(rows)
+        return
+    table(f"{len(rows)} entries in {cache_dir}", ("target", "key", "label", "bytes"),
+          [(r["target"], r["identity_key"][:12], r["label"], r["blob_size"]) for r in rows],
+          numeric_from=3)
+
+
+@main.command()
+@click.argument("key_or_label")
+@_cache_dir_option
+def show(key_or_label, cache_dir) -> None:
+    """One entry: identity, code-object metadata, ISA statistics (JSON)."""
+    from .catalog import EntryNotFound, find_entry
+
+    try:
+        emit_json(find_entry(cache_dir, key_or_label).entry)
+    except (EntryNotFound, ValueError) as e:
+        raise UserError(str(e)) from None
+
+
+@main.command()
+@click.argument("key_or_label")
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def explain(key_or_label, cache_dir, as_json) -> None:
+    """Every input of an entry's content key, stored vs now: why it was (re)built."""
+    from .catalog import EntryNotFound
+    from .catalog import explain as explain_entry
+
+    try:
+        doc = explain_entry(cache_dir, key_or_label)
+    except (EntryNotFound, ValueError) as e:
+        raise UserError(str(e)) from None
+    if as_json:
+        emit_json(doc)
+        return
+    table(f"{doc['label']}: content key {doc['content_key'][:16]} "
+          f"({'unchanged' if doc['up_to_date'] else 'now ' + doc['content_key_now'][:16]})",
+          ("input", "same", "stored", "now"),
+          [(r["input"], "yes" if r["same"] else "CHANGED", _short(r["stored"]),
+            _short(r["now"])) for r in doc["inputs"]], numeric_from=9)
+
+
+def _short(v) -> str:
+    import json
+
+    s = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    return s if len(s) <= 60 else s[:57] + "..."
 
 
 def run() -> None:  # pragma: no cover - console-script shim
