@@ -25,7 +25,7 @@ from ..spec import KernelSpec, elem_bytes
 __all__ = [
     "AbiArg", "WGRAD_ARGS", "STAGE2_ARGS", "STAGE2_BLOCK", "MAX_BUFFER_BYTES",
     "arg_names", "kernarg_layout", "kernarg_size", "pack", "check_values",
-    "buffer_bytes", "wgrad_values", "stage2_values", "pointer_dtypes", "ir_args",
+    "buffer_bytes", "wgrad_values", "stage2_values", "pointer_dtypes", "ir_args", "declare",
 ]
 
 MAX_BUFFER_BYTES = 2 ** 31 - 1
@@ -220,5 +220,12 @@ def ir_args(args: tuple[AbiArg, ...], dtype: str, dw_dtype: str) -> tuple:
             out.append(ir.KernelArg(a.name, ir.ptr(ir.DType(elems[a.buffer]), ir.GLOBAL),
                                     noalias=True, readonly=a.readonly, align=16))
         else:
-            out.append(ir.KernelArg(a.name, ir.i32, noalias=False, readonly=False, align=4))
+            out.append(ir.KernelArg(a.name, ir.i32, noalias=False, readonly=False, align=0))
     return tuple(out)
+
+
+def declare(kb, args: tuple[AbiArg, ...], dtype: str, dw_dtype: str) -> dict:
+    """Declare ``args`` on a KernelBuilder, in ABI order; returns name -> argument Value."""
+    return {a.name: kb.arg(a.name, ka.dtype, noalias=ka.noalias, readonly=ka.readonly,
+                           align=ka.align or 16)
+            for a, ka in zip(args, ir_args(args, dtype, dw_dtype), strict=True)}

@@ -1,0 +1,62 @@
+"""Can a cached kernel compute a given problem? ``serves(spec, problem) -> (ok, reason)``.
+
+A kernel is generic over extents (every size is a kernel argument), but some of its choices
+bind the problem: the global load widths must divide the channel runs they load along (a
+vector never crosses a (y, x) boundary of X nor a group of dY), a packed 16-bit atomic
+writes dword pairs (wg_N even), the dispatch packet's grid fields are 16 bits on y and z,
+and offsets are 31-bit. One predicate answers for ``select``, ``emulate`` and the HIP
+launcher alike, so no caller can hand a kernel a problem it then computes wrong.
+"""
+
+from __future__ import annotations
+
+from .problem import ConvProblem
+from .runtime.abi import MAX_BUFFER_BYTES, buffer_bytes
+from .spec import KernelSpec, elem_bytes, validate
+
+__all__ = ["serves", "MAX_GRID_Y", "MAX_GRID_Z"]
+
+MAX_GRID_Y = 65535
+MAX_GRID_Z = 65535  # gridDim.z = groups * split degree (a 16-bit dispatch-packet field)
+
+
+def serves(spec: KernelSpec, problem: ConvProblem, degree: int | None = None
+           ) -> tuple[bool, str]:
+    """(True, "") when ``spec``'s kernel computes ``problem`` exactly; else the first reason.
+
+    ``degree``, when given, is the split degree of the launch (checked against gridDim.z).
+    """
+    ok, why = validate(spec)
+    if not ok:
+        return False, f"invalid kernel spec: {why}"
+    p = problem
+    if spec.k_loop == "async":
+        eb = elem_bytes(spec.dtype)
+        for name, chunk, run, what in (("chunk_a", spec.chunk_a, p.kpg, "kpg"),
+                                       ("chunk_b", spec.chunk_b, p.cpg, "cpg")):
+            if run % (chunk // eb):
+                return False, (f"async {name} of {chunk} B ({chunk // eb} elements) does not "
+                               f"divide {what}={run}")
+    else:
+        if p.kpg % spec.vec_a:
+            return False, f"vec_a {spec.vec_a} does not divide kpg={p.kpg}"
+        if p.cpg % spec.vec_b:
+            return False, f"vec_b {spec.vec_b} does not divide cpg={p.cpg}"
+    if spec.reduction == "atomic" and spec.dw_dtype != "fp32" and p.wg_N % 2:
+        return False, (f"packed {spec.dw_dtype} atomics write dword pairs: wg_N=Y*X*cpg="
+                       f"{p.wg_N} is odd (use a two-stage kernel)")
+    m_tiles = -(-p.wg_M // spec.tile_m)
+    if m_tiles > MAX_GRID_Y:
+        return False, f"{m_tiles} M tiles exceed gridDim.y {MAX_GRID_Y}"
+    z = p.groups * (degree or 1)
+    if z > MAX_GRID_Z:
+        return False, (f"gridDim.z = groups {p.groups} x split {degree or 1} = {z} exceeds "
+                       f"{MAX_GRID_Z}")
+    if degree is not None and degree > 1 and spec.reduction == "none":
+        return False, f"split degree {degree} needs a split-K kernel (reduction is none)"
+    replicas = spec.ws_replicas if spec.reduction == "two_stage" else 0
+    for buf, nbytes in buffer_bytes(p, spec.dtype, spec.dw_dtype, replicas).items():
+        if nbytes > MAX_BUFFER_BYTES:
+            return False, (f"{buf} is {nbytes} B: offsets are 31-bit (at most "
+                           f"{MAX_BUFFER_BYTES} B per buffer)")
+    return True, ""

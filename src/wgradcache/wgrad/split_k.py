@@ -1,0 +1,139 @@
+"""Split-K policy (host side): which degree, slice width, reduction and grid a launch uses.
+
+The degree is a kernel argument, so this policy runs per launch and never changes a binary.
+
+* Automatic: fill the GPU to ``FILL_CTAS`` CTAs (``FILL_CTAS_GROUPED`` when grouped) with K
+  slices no shorter than ``MIN_SLICE_K``, capped per reduction by its rounding bound: a packed
+  16-bit atomic rounds the running dW sum after every add, so its degree is capped by
+  ``atomic_rounding_degree_cap`` (97 for fp16, 12 for bf16); float atomics (fp32 dW, the
+  two-stage f32 workspace) use ``MAX_DEGREE`` (128). Upstream fitted the fill and slice
+  terms on a degree sweep of gfx1250 split-K binaries (PR #14832).
+* Override (the resolver's override of the automatic degree): kept, but held to
+  ``MAX_DEGREE`` on the packed atomic; when a free reduction is allowed it moves to the
+  two-stage workspace above that instead.
+* Explicit: kept as given; only gridDim.z = groups · degree ≤ 65535 bounds it (a ValueError
+  beyond). Slices past the end of K are empty: those CTAs add zeros.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..capability import MAX_GRID_Z
+from ..problem import ConvProblem
+from ..spec import DEFAULT_WS_REPLICAS, KernelSpec
+
+__all__ = [
+    "ATOMIC_TOLERANCE", "MAX_DEGREE", "FILL_CTAS", "FILL_CTAS_GROUPED", "MIN_SLICE_K",
+    "FRACTION_BITS", "atomic_rounding_degree_cap", "degree_cap", "slice_width",
+    "SplitPlan", "plan_split_k",
+]
+
+ATOMIC_TOLERANCE = 5e-2  # upstream's verification tolerance the cap is derived from
+MAX_DEGREE = 128  # top of upstream's degree ladder; the f32 and override cap
+FILL_CTAS = 1024
+FILL_CTAS_GROUPED = 2048
+MIN_SLICE_K = 512
+FRACTION_BITS = {"fp16": 10, "bf16": 7}
+
+
+def atomic_rounding_degree_cap(fraction_bits: int, tol: float = ATOMIC_TOLERANCE) -> int:
+    """floor(tol·(1−tol)·2^(bits+1)): the deepest packed-atomic split whose worst case (one
+    1.0 partial, then partials of half an ulp that each round away) stays within ``tol``."""
+    return math.floor(tol * (1 - tol) * 2 ** (fraction_bits + 1))
+
+
+def degree_cap(dw_dtype: str, reduction: str) -> int:
+    """The automatic degree's cap for a reduction into ``dw_dtype``."""
+    if reduction == "none":
+        return 1
+    if reduction == "atomic" and dw_dtype in FRACTION_BITS:
+        return atomic_rounding_degree_cap(FRACTION_BITS[dw_dtype])
+    return MAX_DEGREE  # fp32 atomics and the f32 workspace
+
+
+def slice_width(wg_k: int, tile_k: int, degree: int) -> int:
+    """K elements per slice: ceil(wg_K / (tile_k·degree)) whole tiles, at least one tile."""
+    return max(1, -(-wg_k // (tile_k * degree))) * tile_k
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How one launch splits K. ``grid`` = (N tiles, M tiles, groups · degree)."""
+
+    degree: int
+    slice_k: int
+    reduction: str
+    grid: tuple[int, int, int]
+    workspace_bytes: int
+    ws_replicas: int
+    source: str  # "auto" | "override" | "explicit" | "fixed" (no split-K reduction)
+
+    @property
+    def ctas(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    def describe(self) -> str:
+        return (f"split {self.degree} ({self.source}) x {self.slice_k} K, {self.reduction}, "
+                f"grid {self.grid[0]}x{self.grid[1]}x{self.grid[2]}")
+
+
+def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None = None,
+                 override: int | None = None, free_reduction: bool = False) -> SplitPlan:
+    """Resolve the split of ``problem`` on ``spec``'s kernel.
+
+    ``split_k``: an explicit degree (kept). ``override``: the resolver's override of the
+    automatic degree. ``free_reduction``: the caller may switch a packed-atomic launch to the
+    two-stage workspace (it has a two-stage kernel of the same geometry). A kernel without a
+    split-K reduction always runs degree 1; asking it for more is a ValueError.
+    """
+    p, red = problem, spec.reduction
+    if (split_k is not None and split_k < 1) or (override is not None and override < 1):
+        raise ValueError(f"split degree must be >= 1, got {split_k or override}")
+    if red == "none":
+        if split_k is not None and split_k > 1:
+            raise ValueError(f"{spec.label()} has no split-K reduction: degree {split_k} "
+                             "needs an atomic or two-stage kernel")
+        return _plan(spec, p, 1, "none", "fixed")
+    k_tiles = -(-p.wg_K // spec.tile_k)
+    if split_k is not None:
+        if p.groups * split_k > MAX_GRID_Z:
+            raise ValueError(f"gridDim.z = groups {p.groups} x split {split_k} exceeds "
+                             f"{MAX_GRID_Z}")
+        return _plan(spec, p, split_k, red, "explicit")
+    z_cap = max(1, MAX_GRID_Z // p.groups)
+    if override is not None:
+        degree = override
+        packed = red == "atomic" and spec.dw_dtype != "fp32"
+        if packed and degree > MAX_DEGREE:
+            if free_reduction:
+                red = "two_stage"
+            else:
+                degree = MAX_DEGREE
+        return _plan(spec, p, min(degree, z_cap), red, "override")
+    base = _tiles(spec, p)[0] * _tiles(spec, p)[1] * p.groups
+    fill = FILL_CTAS_GROUPED if p.groups > 1 else FILL_CTAS
+    degree = min(max(1, fill // base), max(1, p.wg_K // MIN_SLICE_K),
+                 degree_cap(spec.dw_dtype, red), k_tiles, z_cap)
+    # no empty slices on an automatic split: the same slice width with fewer CTAs
+    width = slice_width(p.wg_K, spec.tile_k, degree)
+    degree = max(1, -(-p.wg_K // width))
+    return _plan(spec, p, degree, red, "auto")
+
+
+def _tiles(spec: KernelSpec, p: ConvProblem) -> tuple[int, int]:
+    return -(-p.wg_N // spec.tile_n), -(-p.wg_M // spec.tile_m)
+
+
+def _plan(spec: KernelSpec, p: ConvProblem, degree: int, reduction: str,
+          source: str) -> SplitPlan:
+    n_tiles, m_tiles = _tiles(spec, p)
+    replicas = 0
+    ws = 0
+    if reduction == "two_stage":
+        replicas = spec.ws_replicas or DEFAULT_WS_REPLICAS
+        ws = p.groups * replicas * p.wg_M * p.wg_N * 4
+    return SplitPlan(degree=degree, slice_k=slice_width(p.wg_K, spec.tile_k, degree),
+                     reduction=reduction, grid=(n_tiles, m_tiles, p.groups * degree),
+                     workspace_bytes=ws, ws_replicas=replicas, source=source)
