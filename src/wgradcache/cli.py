@@ -183,6 +183,38 @@ def explain(key_or_label, cache_dir, as_json) -> None:
             _short(r["now"])) for r in doc["inputs"]], numeric_from=9)
 
 
+@main.command()
+@click.option("--from-cache", "from_cache", is_flag=True, required=True,
+              help="verify what is stored (the only source today)")
+@click.option("--target", "targets", multiple=True, metavar="T", help="target (repeatable)")
+@click.option("--level", type=click.Choice(["integrity", "structure", "numerics"]),
+              default="structure", show_default=True,
+              help="each level includes the ones before it")
+@click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+              show_default=True, help="fraction of entries to run numerics on")
+@click.option("--seed", type=int, default=0, show_default=True, help="sample and input seed")
+@click.option("--problem", "problems", multiple=True, metavar="P",
+              help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
+@click.option("--device", type=click.Choice(["auto", "emulator", "hip"]), default="auto",
+              show_default=True, help="where numerics run")
+@click.option("--junit", type=click.Path(dir_okay=False), default=None,
+              help="write JUnit XML here")
+@_geometries_option
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def verify(from_cache, targets, level, sample, seed, problems, device, junit, geometries_file,
+           cache_dir, as_json) -> None:
+    """Prove the cache whole (integrity), sound (structure) and correct (numerics).
+
+    Exit 0 when every check passed, 1 on any failure, 2 for bad input.
+    """
+    from .verifyrun import run_verify
+
+    if not run_verify(cache_dir, targets, level, sample, seed, problems, device, junit,
+                      geometries_file, as_json):
+        raise RunFailed("verify found failures")
+
+
 def _short(v) -> str:
     import json
 

@@ -1,0 +1,322 @@
+"""Prove a cache whole, sound and correct (DESIGN §7).
+
+Three levels, each including the ones before it:
+
+* integrity: every entry is whole JSON, its blob exists with the recorded size and sha256,
+  no blob is orphaned, no entry is stale (its identity is no longer walked), and the entry
+  count is compared with ``count`` (complete or not, and how much is missing);
+* structure: each code object is an AMDGPU ELF of the target's mach with its symbol and
+  kernel descriptor, LDS equal to what the generator allocates and within the target, no
+  spills, no scratch, and the ISA statistics the variant requires;
+* numerics: the IR is emitted again and must hash to the stored blob's content key (so the
+  stored binary is this IR), then the kernel runs in the emulator (or on a device) against
+  the float64 reference on a problem it serves, at the split degree the policy picks.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cache.store import CorruptEntry, TargetCache, sha256_bytes
+from .spec import DTYPE_KEYS, KernelSpec, lds_bytes
+from .targets import get_target
+
+__all__ = ["LEVELS", "VerifyRequest", "VerifyReport", "Failure", "verify", "isa_problems",
+           "probe_problem", "write_junit"]
+
+LEVELS = ("integrity", "structure", "numerics")
+
+
+@dataclass(frozen=True)
+class Failure:
+    key: str
+    label: str
+    level: str
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "label": self.label, "level": self.level,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    cache_dir: str
+    targets: tuple[str, ...] = ()
+    level: str = "structure"
+    sample: float = 1.0
+    seed: int = 0
+    problems: tuple[str, ...] = ()
+    device: str = "auto"  # auto | emulator | hip
+    geometries_file: str | None = None
+
+
+@dataclass
+class VerifyReport:
+    checked: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    targets: dict[str, dict] = field(default_factory=dict)
+    passed_cases: list[tuple[str, str, str]] = field(default_factory=list)  # key, label, level
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "checked": self.checked, "failed": len(self.failures),
+                "failures": [f.to_json() for f in self.failures], "notes": self.notes,
+                "targets": self.targets}
+
+
+def probe_problem(spec: KernelSpec):
+    """A small problem the spec serves that still hits its edges: a partial M tile
+    (kpg 24 < tile_m), padding, a 3x3 filter and a reduction tail (N·Ho·Wo = 98)."""
+    from .problem import ConvProblem
+
+    cpg = 16
+    return ConvProblem(N=2, C=cpg, H=7, W=7, K=24, Y=3, X=3, stride=1, pad=1, dilation=1,
+                       groups=1)
+
+
+def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
+    """What the variant's ISA must (not) contain; empty when it is as required."""
+    out: list[str] = []
+
+    def need(cond: bool, text: str) -> None:
+        if not cond:
+            out.append(text)
+
+    need(isa.get("mma", 0) > 0, "no MMA instruction")
+    fences = sum(isa.get(k, 0) for k in ("global_wb", "global_inv", "buffer_wbl2",
+                                          "buffer_inv", "buffer_gl0_inv", "buffer_gl1_inv"))
+    if spec.k_loop == "async":
+        need(isa.get("async_copy", 0) > 0, "async loop without global_load_async_to_lds")
+        need(isa.get("async_wait", 0) > 0, "async loop without s_wait_asynccnt")
+    else:
+        need(isa.get("async_copy", 0) == 0, "sync loop issues async copies")
+    if spec.reduction == "atomic":
+        if spec.dw_dtype == "fp32":
+            need(isa.get("atomic_add_f32", 0) > 0, "fp32 split-K without global_atomic_add_f32")
+        else:
+            kind = f"atomic_pk_add_{'f16' if spec.dw_dtype == 'fp16' else 'bf16'}"
+            need(isa.get(kind, 0) > 0, f"16-bit split-K without global_{kind}")
+        need(fences == 0, f"split-K atomics with {fences} fence/cache instruction(s)")
+        need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
+    elif spec.reduction == "two_stage":
+        need(isa.get("atomic_add_f32", 0) > 0, "two-stage stage 1 without f32 workspace atomics")
+        need(fences == 0, f"two-stage atomics with {fences} fence/cache instruction(s)")
+    else:
+        need(sum(isa.get(k, 0) for k in ("atomic_add_f32", "atomic_pk_add_f16",
+                                         "atomic_pk_add_bf16")) == 0,
+             "an unsplit kernel issues atomics")
+    return out
+
+
+def _walk_identities(target: str, geometries_file: str | None) -> set[str]:
+    from .jobs import default_jobdata, walk
+
+    data = default_jobdata(geometries_file)
+    return {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
+
+
+def _expected_count(target: str, entries: list[dict], geometries_file: str | None) -> int:
+    """``count`` for the dtypes the cache holds (an fp32-dW build is opt-in)."""
+    from .jobs import count, default_jobdata
+
+    data = default_jobdata(geometries_file)
+    dtypes = sorted({e.get("dtype") for e in entries if e.get("dtype") in DTYPE_KEYS}
+                    | set(data.default_dtypes))
+    return sum(sum(v.values()) for v in count(target, dtypes, None, data).values())
+
+
+def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> list[tuple]:
+    """Returns the whole, non-stale entries (key, entry, spec, blob bytes)."""
+    walked = _walk_identities(cache.target, req.geometries_file)
+    good: list[tuple] = []
+    referenced: set[str] = set()
+    entries: list[dict] = []
+    for ik, entry in cache.iter_entries():
+        rep.checked += 1
+        if isinstance(entry, CorruptEntry):
+            rep.failures.append(Failure(ik, "?", "integrity", str(entry)))
+            continue
+        label = entry.get("label", "?")
+        blob = entry.get("blob", "")
+        referenced.add(blob)
+        entries.append(entry)
+        try:
+            data = cache.read_blob(blob)
+        except FileNotFoundError:
+            rep.failures.append(Failure(ik, label, "integrity", f"blob {blob[:16]} is missing"))
+            continue
+        if len(data) != entry.get("blob_size") or sha256_bytes(data) != entry.get("blob_sha256"):
+            rep.failures.append(Failure(ik, label, "integrity",
+                                        f"blob {blob[:16]} does not match the size/sha256 "
+                                        "its entry records"))
+            continue
+        if ik not in walked:
+            rep.failures.append(Failure(ik, label, "integrity",
+                                        "stale: the current walk does not yield this identity "
+                                        "(`wgradcache gc --stale` removes it)"))
+            continue
+        try:
+            spec = KernelSpec.from_dict(entry["identity"])
+        except (KeyError, TypeError) as e:
+            rep.failures.append(Failure(ik, label, "integrity", f"bad identity: {e}"))
+            continue
+        if spec.identity_key() != ik:
+            rep.failures.append(Failure(ik, label, "integrity",
+                                        "identity does not hash to the entry's file name"))
+            continue
+        good.append((ik, entry, spec, data))
+        rep.passed_cases.append((ik, label, "integrity"))
+    for key in cache.blob_keys():
+        if key not in referenced:
+            rep.checked += 1
+            rep.failures.append(Failure(key, "", "integrity",
+                                        "orphan blob: no entry names it "
+                                        "(`wgradcache gc --orphans` removes it)"))
+    expected = _expected_count(cache.target, entries, req.geometries_file)
+    n = len(entries)
+    rep.targets[cache.target] = {"entries": n, "expected": expected,
+                                 "missing": max(0, expected - len(good)),
+                                 "complete": len(good) >= expected}
+    return good
+
+
+def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list[tuple]:
+    from .compile.codeobject import read_code_object
+
+    target = get_target(cache.target)
+    ok_rows = []
+    for ik, entry, spec, data in good:
+        label = entry.get("label", "?")
+        problems: list[str] = []
+        try:
+            co = read_code_object(data)
+        except ValueError as e:
+            rep.failures.append(Failure(ik, label, "structure", f"not a code object: {e}"))
+            continue
+        if co.mach != target.e_mach:
+            problems.append(f"mach 0x{co.mach:x}, expected 0x{target.e_mach:x}")
+        if not co.symbol or not co.has_descriptor:
+            problems.append("kernel symbol or descriptor missing")
+        if co.group_segment_fixed_size != lds_bytes(spec):
+            problems.append(f"LDS {co.group_segment_fixed_size} B, generator allocates "
+                            f"{lds_bytes(spec)} B")
+        if co.group_segment_fixed_size > target.lds_bytes:
+            problems.append(f"LDS {co.group_segment_fixed_size} B exceeds the target's")
+        if co.vgpr_spill_count or co.sgpr_spill_count:
+            problems.append(f"spills: {co.vgpr_spill_count} VGPR, {co.sgpr_spill_count} SGPR")
+        if co.private_segment_fixed_size:
+            problems.append(f"scratch {co.private_segment_fixed_size} B")
+        problems += isa_problems(spec, entry.get("isa", {}))
+        if problems:
+            rep.failures.append(Failure(ik, label, "structure", "; ".join(problems)))
+        else:
+            rep.passed_cases.append((ik, label, "structure"))
+            ok_rows.append((ik, entry, spec, data))
+    return ok_rows
+
+
+def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: VerifyReport,
+              advance: Callable[[int], None]) -> None:
+    from .build import codegen_context
+    from .cache.store import content_key
+    from .capability import serves
+    from .emit import emit_ir
+    from .problem import ConvProblem
+    from .runtime.hip import device_for
+    from .wgrad.run import run_emulated
+
+    options, toolchain, _ = codegen_context()
+    problems = [ConvProblem.parse(p) for p in req.problems]
+    dev = None
+    if req.device in ("auto", "hip"):
+        dev, why = device_for(cache.target)
+        if dev is None:
+            note = f"hip: no {cache.target} device ({why}); numerics ran in the emulator"
+            if note not in rep.notes:
+                rep.notes.append(note)
+            if req.device == "hip":
+                rep.failures.append(Failure("-", cache.target, "numerics",
+                                            f"--device hip: no device: {why}"))
+                return
+    for ik, entry, spec, _data in rows:
+        label = entry.get("label", "?")
+        k = emit_ir(spec)
+        if content_key(k.ir_text, k.symbol, spec.target, options, toolchain) != entry["blob"]:
+            rep.failures.append(Failure(ik, label, "numerics",
+                                        "the stored binary is not this IR: re-emitted IR "
+                                        "hashes to another content key"))
+            advance(1)
+            continue
+        cases = [p for p in problems if serves(spec, p)[0]] if problems else [probe_problem(spec)]
+        if not cases:
+            rep.notes.append(f"{label}: serves none of the given problems")
+        bad = []
+        for p in cases:
+            try:
+                r = run_emulated(spec, p, seed=req.seed)
+            except Exception as e:  # a hazard the emulator caught, or a kernel that broke
+                bad.append(f"{p.short() if hasattr(p, 'short') else p}: "
+                           f"{type(e).__name__}: {e}")
+                continue
+            if not r.passed:
+                bad.append(f"{p}: error {r.error:.3g} > bound {r.bound:.3g}")
+        if bad:
+            rep.failures.append(Failure(ik, label, "numerics", "; ".join(bad)))
+        else:
+            rep.passed_cases.append((ik, label, "numerics"))
+        advance(1)
+
+
+def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
+           on_total: Callable[[int], None] | None = None) -> VerifyReport:
+    if req.level not in LEVELS:
+        raise ValueError(f"unknown level {req.level!r}; valid: {', '.join(LEVELS)}")
+    from .catalog import cache_targets
+
+    advance = advance or (lambda n: None)
+    rep = VerifyReport()
+    targets = req.targets or tuple(cache_targets(req.cache_dir))
+    if not targets:
+        rep.failures.append(Failure("-", "-", "integrity",
+                                    f"no cache under {req.cache_dir}: nothing to verify"))
+        return rep
+    for t in targets:
+        get_target(t)
+        cache = TargetCache(req.cache_dir, t)
+        good = _integrity(cache, req, rep)
+        if req.level == "integrity":
+            continue
+        rows = _structure(cache, good, rep)
+        if req.level == "numerics":
+            if req.sample < 1.0:
+                rng = random.Random(req.seed)
+                rows = [r for r in rows if rng.random() < req.sample]
+            if on_total:
+                on_total(len(rows))
+            _numerics(cache, rows, req, rep, advance)
+    return rep
+
+
+def write_junit(rep: VerifyReport, path: str | Path) -> None:
+    """JUnit XML for CI: one testcase per (entry, level) checked, failures with the reason."""
+    import xml.etree.ElementTree as ET
+
+    suite = ET.Element("testsuite", name="wgradcache.verify",
+                       tests=str(len(rep.passed_cases) + len(rep.failures)),
+                       failures=str(len(rep.failures)))
+    for key, label, level in rep.passed_cases:
+        ET.SubElement(suite, "testcase", classname=f"verify.{level}", name=label or key)
+    for f in rep.failures:
+        case = ET.SubElement(suite, "testcase", classname=f"verify.{f.level}",
+                             name=f.label or f.key)
+        ET.SubElement(case, "failure", message=f.reason).text = f"{f.key}: {f.reason}"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
