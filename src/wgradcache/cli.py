@@ -215,6 +215,27 @@ def verify(from_cache, targets, level, sample, seed, problems, device, junit, ge
         raise RunFailed("verify found failures")
 
 
+@main.command(name="select")
+@click.option("--target", required=True, help="the GPU to serve, e.g. gfx1250")
+@click.option("--problem", required=True, metavar="P",
+              help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups]")
+@click.option("--dtype", default="fp16", show_default=True,
+              help="fp16, bf16, fp16_f32 or bf16_f32")
+@click.option("--from-walk", is_flag=True, help="answer from the walk instead of the cache")
+@click.option("--all-widths", is_flag=True, help="keep every vector width (no pruning)")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="show the best N")
+@_geometries_option
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="candidates in rank order")
+def select_(target, problem, dtype, from_walk, all_widths, limit, geometries_file, cache_dir,
+            as_json) -> None:
+    """The cached kernels that serve a problem, ranked, with split degree and launch shape."""
+    from .selectrun import run_select
+
+    run_select(target, problem, dtype, from_walk, all_widths, limit, geometries_file,
+               cache_dir, as_json)
+
+
 def _short(v) -> str:
     import json
 

@@ -42,7 +42,10 @@ def debug() -> bool:
 def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    # Off a terminal (pipes, CI logs, CliRunner) rich would wrap at 80 columns and cut labels.
+    width = None if stream.isatty() else 200
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
 def emit_json(doc: Any) -> None:

@@ -1,0 +1,120 @@
+"""Which cached kernels serve a problem, ranked, with their launch shapes.
+
+The candidates come from a built cache (its entries) or, with ``from_walk``, from the walk
+(what the shipped ladder could serve). One predicate, ``capability.serves``, decides whether
+a kernel computes a problem; this module only chooses among the kernels that do:
+
+* two-stage kernels are offered for an odd wg_N (the packed atomic cannot serve it) and for
+  bf16 on wave32 targets (upstream's ``--two-stage auto``), and not otherwise;
+* widest-vector pruning per kind: among kernels of the same geometry, K loop, epilogue and
+  reduction, only the widest global-load pair survives. Async kernels rank by their
+  recorded chunk widths and form kinds of their own, so a wider sync kernel never prunes
+  them (upstream lost every async kernel of a cover geometry that way);
+* the rank is a model, not a measurement: waves of CTAs over the target's CUs times the
+  work of one CTA, with partial tiles counted as full, discounted for wider loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .capability import serves
+from .problem import ConvProblem
+from .spec import KernelSpec, lds_bytes
+from .targets import get_target
+from .wgrad.split_k import plan_split_k
+
+__all__ = ["Candidate", "select", "candidates_from_cache", "candidates_from_walk"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    spec: KernelSpec
+    key: str
+    degree: int
+    slice_k: int
+    reduction: str
+    grid: tuple[int, int, int]
+    block: int
+    lds_bytes: int
+    workspace_bytes: int
+    score: float
+
+    def to_json(self) -> dict:
+        return {"label": self.spec.label(), "key": self.key, "split_k": self.degree,
+                "slice_k": self.slice_k, "reduction": self.reduction, "grid": list(self.grid),
+                "block": self.block, "lds_bytes": self.lds_bytes,
+                "workspace_bytes": self.workspace_bytes, "score": round(self.score, 6)}
+
+
+def candidates_from_walk(target: str, dtype_key: str,
+                         geometries_file: str | None = None) -> list[KernelSpec]:
+    from .jobs import default_jobdata, walk
+
+    return list(walk(target, [dtype_key], None, default_jobdata(geometries_file)))
+
+
+def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> list[KernelSpec]:
+    from .cache.store import CorruptEntry, TargetCache
+
+    out = []
+    for _ik, entry in TargetCache(cache_dir, target).iter_entries():
+        if isinstance(entry, CorruptEntry) or entry.get("dtype") != dtype_key:
+            continue
+        out.append(KernelSpec.from_dict(entry["identity"]))
+    return out
+
+
+def _two_stage_wanted(spec: KernelSpec, problem: ConvProblem) -> bool:
+    wave32 = get_target(spec.target).wave_size == 32
+    return problem.wg_N % 2 == 1 or (spec.dtype == "bf16" and wave32)
+
+
+def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, int]) -> float:
+    t = get_target(spec.target)
+    ctas = grid[0] * grid[1] * grid[2]
+    waves = -(-ctas // (2 * t.cu_count))
+    work = spec.tile_m * spec.tile_n * slice_k
+    widths = spec.load_vec_a + spec.load_vec_b
+    loop = 0.9 if spec.k_loop == "async" else 1.0
+    stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
+    return waves * work * loop * stage2 / (1.0 + 0.05 * widths)
+
+
+def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
+    best: dict[tuple, tuple[tuple[int, int, int], list[KernelSpec]]] = {}
+    for s in specs:
+        kind = (s.geometry, s.k_loop, s.epilogue, s.reduction)
+        rank = (s.load_vec_a + s.load_vec_b, s.load_vec_a, s.load_vec_b)
+        cur = best.get(kind)
+        if cur is None or rank > cur[0]:
+            best[kind] = (rank, [s])
+        elif rank == cur[0]:
+            cur[1].append(s)
+    return [s for _, group in best.values() for s in group]
+
+
+def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
+           prune: bool = True) -> list[Candidate]:
+    """Rank the kernels among ``specs`` that serve ``problem`` on ``target``."""
+    served = []
+    for s in specs:
+        if s.target != target or not serves(s, problem)[0]:
+            continue
+        if s.reduction == "two_stage" and not _two_stage_wanted(s, problem):
+            continue
+        served.append(s)
+    if prune:
+        served = _prune_widest(served)
+    out = []
+    for s in served:
+        plan = plan_split_k(s, problem)
+        if not serves(s, problem, plan.degree)[0]:
+            continue
+        out.append(Candidate(spec=s, key=s.identity_key(), degree=plan.degree,
+                             slice_k=plan.slice_k, reduction=plan.reduction, grid=plan.grid,
+                             block=s.block_size, lds_bytes=lds_bytes(s),
+                             workspace_bytes=plan.workspace_bytes,
+                             score=_score(s, plan.degree, plan.slice_k, plan.grid)))
+    out.sort(key=lambda c: (c.score, c.spec.label()))
+    return out
