@@ -83,36 +83,41 @@ def probe_problem(spec: KernelSpec):
 
 
 def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
-    """What the variant's ISA must (not) contain; empty when it is as required."""
+    """What the variant's ISA must (not) contain; empty when it is as required.
+
+    ``isa`` is ``compile.isa.isa_stats`` of the kernel's assembly, as stored in its entry.
+    """
     out: list[str] = []
 
     def need(cond: bool, text: str) -> None:
         if not cond:
             out.append(text)
 
+    f32 = isa.get("global_atomic_add_f32", 0)
+    pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
+          "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
     need(isa.get("mma", 0) > 0, "no MMA instruction")
-    fences = sum(isa.get(k, 0) for k in ("global_wb", "global_inv", "buffer_wbl2",
-                                          "buffer_inv", "buffer_gl0_inv", "buffer_gl1_inv"))
     if spec.k_loop == "async":
-        need(isa.get("async_copy", 0) > 0, "async loop without global_load_async_to_lds")
-        need(isa.get("async_wait", 0) > 0, "async loop without s_wait_asynccnt")
+        need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
+        need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
+        need(isa.get("main_loop_barriers", 0) == 1,
+             f"async loop takes {isa.get('main_loop_barriers', 0)} barriers per K step, not 1")
     else:
-        need(isa.get("async_copy", 0) == 0, "sync loop issues async copies")
+        need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
     if spec.reduction == "atomic":
         if spec.dw_dtype == "fp32":
-            need(isa.get("atomic_add_f32", 0) > 0, "fp32 split-K without global_atomic_add_f32")
+            need(f32 > 0, "fp32 split-K without global_atomic_add_f32")
         else:
-            kind = f"atomic_pk_add_{'f16' if spec.dw_dtype == 'fp16' else 'bf16'}"
-            need(isa.get(kind, 0) > 0, f"16-bit split-K without global_{kind}")
-        need(fences == 0, f"split-K atomics with {fences} fence/cache instruction(s)")
-        need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
+            need(pk[spec.dw_dtype] > 0,
+                 f"16-bit split-K without global_atomic_pk_add_{spec.dw_dtype.replace('fp', 'f')}")
     elif spec.reduction == "two_stage":
-        need(isa.get("atomic_add_f32", 0) > 0, "two-stage stage 1 without f32 workspace atomics")
-        need(fences == 0, f"two-stage atomics with {fences} fence/cache instruction(s)")
+        need(f32 > 0, "two-stage stage 1 without f32 workspace atomics")
     else:
-        need(sum(isa.get(k, 0) for k in ("atomic_add_f32", "atomic_pk_add_f16",
-                                         "atomic_pk_add_bf16")) == 0,
-             "an unsplit kernel issues atomics")
+        need(isa.get("global_atomics", 0) == 0, "an unsplit kernel issues atomics")
+    if spec.reduction != "none":
+        need(isa.get("cache_ops", 0) == 0,
+             f"split-K atomics with {isa.get('cache_ops', 0)} fence/cache instruction(s)")
+        need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
     return out
 
 
