@@ -236,6 +236,66 @@ def select_(target, problem, dtype, from_walk, all_widths, limit, geometries_fil
                cache_dir, as_json)
 
 
+def _spec_from_label(label: str):
+    from .spec import from_label
+
+    try:
+        return from_label(label)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+@main.command(name="compile")
+@click.argument("label")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out",
+              show_default=True, help="directory for <label>.ll/.s/.hsaco/.json")
+@click.option("--no-validate", is_flag=True, help="compile even a spec the rules refuse")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the .json document")
+def compile_(label, out_dir, no_validate, timeout, as_json) -> None:
+    """Compile one job outside the cache, to reproduce and inspect it."""
+    from .reproduce import compile_one
+
+    try:
+        rep = compile_one(_spec_from_label(label), out_dir, timeout, check=not no_validate)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if as_json:
+        emit_json(rep.doc)
+    else:
+        for kind, path in rep.files.items():
+            click.echo(f"{kind:6} {path}")
+        if rep.ok:
+            co, isa = rep.doc["code_object"], rep.doc["isa"]
+            click.echo(f"vgpr {co['vgpr_count']} sgpr {co['sgpr_count']} "
+                       f"spills {co['vgpr_spill_count']}/{co['sgpr_spill_count']} "
+                       f"lds {co['group_segment_fixed_size']} B "
+                       f"scratch {co['private_segment_fixed_size']} B; "
+                       f"mma {isa['mma']} barriers {isa['barriers']} "
+                       f"atomics {isa['global_atomics']}")
+    if not rep.ok:
+        raise RunFailed(f"compile failed: {rep.error}")
+
+
+@main.command()
+@click.argument("label")
+@click.option("--problem", required=True, metavar="P",
+              help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups]")
+@click.option("--split-k", type=click.IntRange(min=1), default=None,
+              help="explicit split degree (default: the policy's)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def emulate(label, problem, split_k, seed, as_json) -> None:
+    """Run one kernel in the emulator against the float64 reference.
+
+    Exit 0 on pass, 1 on fail, 2 when the kernel cannot serve the problem.
+    """
+    from .emulaterun import run_emulate
+
+    if not run_emulate(_spec_from_label(label), problem, split_k, seed, as_json):
+        raise RunFailed("error above the bound")
+
+
 def _short(v) -> str:
     import json
 

@@ -1,0 +1,69 @@
+"""One kernel outside the cache: its .ll, .s, .hsaco and a .json of metadata + ISA statistics.
+
+The way to reproduce and inspect any job by its label. The compile runs in an isolated
+child, so a kernel that makes LLVM exit comes back as a failure with LLVM's message.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .spec import KernelSpec, validate
+
+__all__ = ["CompileReport", "compile_one"]
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    ok: bool
+    label: str
+    files: dict[str, str]
+    error: str
+    doc: dict
+
+
+def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
+                check: bool = True) -> CompileReport:
+    """Emit, compile and write the four files; ``check=False`` skips the validator (to
+    reproduce a kernel the rules refuse)."""
+    from .build import codegen_context
+    from .cache.store import content_key
+    from .compile.codegen import CodegenOptions, compile_isolated
+    from .compile.codeobject import read_code_object
+    from .compile.isa import isa_stats
+    from .emit import emit_ir, generator_digest
+
+    if check:
+        ok, why = validate(spec)
+        if not ok:
+            raise ValueError(f"{spec.label()}: {why}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    label = spec.label()
+    k = emit_ir(spec)
+    files = {"ll": str(out / f"{label}.ll")}
+    Path(files["ll"]).write_text(k.ir_text)
+    options, toolchain, _ = codegen_context()
+    res = compile_isolated(k.ir_text, spec.target, CodegenOptions(), timeout=timeout)
+    doc: dict = {"label": label, "identity_key": spec.identity_key(), "symbol": k.symbol,
+                 "content_key": content_key(k.ir_text, k.symbol, spec.target, options,
+                                            toolchain),
+                 "generator_digest": generator_digest(), "toolchain": toolchain,
+                 "codegen_options": options}
+    if not res.ok:
+        doc["error"] = res.error
+        files["json"] = str(out / f"{label}.json")
+        Path(files["json"]).write_text(json.dumps(doc, indent=1, sort_keys=True))
+        return CompileReport(False, label, files, res.error, doc)
+    files["s"] = str(out / f"{label}.s")
+    files["hsaco"] = str(out / f"{label}.hsaco")
+    files["json"] = str(out / f"{label}.json")
+    Path(files["s"]).write_text(res.obj.asm)
+    Path(files["hsaco"]).write_bytes(res.obj.hsaco)
+    doc["code_object"] = read_code_object(res.obj.hsaco).to_dict()
+    doc["isa"] = isa_stats(res.obj.asm)
+    doc["timings"] = dict(res.obj.timings)
+    Path(files["json"]).write_text(json.dumps(doc, indent=1, sort_keys=True))
+    return CompileReport(True, label, files, "", doc)
