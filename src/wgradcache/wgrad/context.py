@@ -1,0 +1,142 @@
+"""What every part of one wgrad kernel shares: the builder, the spec, the arguments, the
+launch coordinates (tile, group, K slice) and the LDS layout.
+
+Grid (DESIGN §4): x = N tile, y = M tile, z = group · ks_count + slice. Each CTA reduces
+[slice·ks, min(slice·ks + ks, wg_K)); an empty slice (an explicit degree above the number
+of K tiles) runs no iteration and adds zeros.
+
+LDS (``spec.lds_bytes``, one allocation): per stage, A as tile_k rows of tile_m + 8
+elements, then B as tile_k rows of tile_n + 8 (K-outer: the global load's free axis is the
+LDS row, so a register vector lands as one wide store); two stages on the async loop; the
+cshuffle staging (f32 tile_m × tile_n) reuses the same bytes after the K loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kernel import mma
+from ..kernel.builder import KernelBuilder
+from ..kernel.ir import DType, Value, bf16, f16, f32
+from ..runtime.abi import WGRAD_ARGS, declare
+from ..spec import LDS_ROW_PAD, KernelSpec, elem_bytes, lds_bytes
+from ..targets import get_target
+
+__all__ = ["WgradContext", "ir_dtype", "udiv_const", "urem_const", "all_of"]
+
+_IR = {"fp16": f16, "bf16": bf16, "fp32": f32}
+
+
+def ir_dtype(name: str) -> DType:
+    return _IR[name]
+
+
+def udiv_const(kb: KernelBuilder, x: Value, c: int) -> Value:
+    """x // c for a non-negative x and a constant c (a shift when c is a power of two)."""
+    if c == 1:
+        return x
+    if c & (c - 1) == 0:
+        return kb.lshr(x, c.bit_length() - 1)
+    return kb.udiv(x, c)
+
+
+def urem_const(kb: KernelBuilder, x: Value, c: int) -> Value:
+    if c == 1:
+        return kb.const(0, x.dtype)
+    if c & (c - 1) == 0:
+        return kb.and_(x, c - 1)
+    return kb.urem(x, c)
+
+
+def all_of(kb: KernelBuilder, *preds: Value | None) -> Value | None:
+    """AND of the given i1 predicates (None entries are 'always true'); None if all are."""
+    out = None
+    for p in preds:
+        if p is None:
+            continue
+        out = p if out is None else kb.and_(out, p)
+    return out
+
+
+@dataclass
+class WgradContext:
+    """Values defined once at the top of a wgrad kernel (see the module docstring)."""
+
+    kb: KernelBuilder
+    spec: KernelSpec
+    a: dict[str, Value]  # kernel arguments by ABI name
+    lay: mma.MmaLayout
+    tid: Value
+    lane: Value
+    lane16: Value  # lane % 16: row of A / column of B and C in every atom form
+    lane_grp: Value  # lane // 16
+    wave_m: Value
+    wave_n: Value
+    m0: Value  # first GEMM row (within the group) of this CTA's tile
+    n0: Value
+    z: Value
+    group: Value
+    slice: Value
+    k_begin: Value
+    k_end: Value
+    smem: Value  # the one LDS allocation (i8)
+
+    @property
+    def eb(self) -> int:
+        return elem_bytes(self.spec.dtype)
+
+    @property
+    def ab(self) -> DType:
+        return ir_dtype(self.spec.dtype)
+
+    @property
+    def row_a(self) -> int:
+        return self.spec.tile_m + LDS_ROW_PAD
+
+    @property
+    def row_b(self) -> int:
+        return self.spec.tile_n + LDS_ROW_PAD
+
+    @property
+    def stage_elems(self) -> int:
+        return self.spec.tile_k * (self.row_a + self.row_b)
+
+    @property
+    def b_offset(self) -> int:
+        """Element offset of the B tile inside a stage."""
+        return self.spec.tile_k * self.row_a
+
+    @property
+    def sub_m(self) -> int:
+        return self.spec.tile_m // self.spec.warp_m
+
+    @property
+    def sub_n(self) -> int:
+        return self.spec.tile_n // self.spec.warp_n
+
+    def lds_ab(self) -> Value:
+        return self.kb.ptr_cast(self.smem, self.ab)
+
+
+def open_wgrad_kernel(spec: KernelSpec, name: str) -> WgradContext:
+    """Builder, ABI arguments and launch coordinates of a wgrad kernel for ``spec``."""
+    target = get_target(spec.target)
+    atom = target.atom(spec.dtype)
+    kb = KernelBuilder(name, spec.block_size)
+    args = declare(kb, WGRAD_ARGS, spec.dtype, spec.dw_dtype)
+    smem = kb.lds("smem", lds_bytes(spec))
+    tid = kb.thread_id()
+    wave = udiv_const(kb, tid, target.wave_size)
+    lane = urem_const(kb, tid, target.wave_size)
+    z = kb.workgroup_id(2)
+    group = kb.udiv(z, args["ks_count"])
+    slc = kb.urem(z, args["ks_count"])
+    k_begin = kb.mul(slc, args["ks"])
+    k_end = kb.smin(kb.add(k_begin, args["ks"]), args["wg_K"])
+    return WgradContext(
+        kb=kb, spec=spec, a=args, lay=mma.layout(atom.form), tid=tid, lane=lane,
+        lane16=kb.and_(lane, 15), lane_grp=kb.lshr(lane, 4),
+        wave_m=urem_const(kb, wave, spec.warp_m), wave_n=udiv_const(kb, wave, spec.warp_m),
+        m0=kb.mul(kb.workgroup_id(1), spec.tile_m), n0=kb.mul(kb.workgroup_id(0), spec.tile_n),
+        z=z, group=group, slice=slc, k_begin=k_begin, k_end=k_end, smem=smem)
+

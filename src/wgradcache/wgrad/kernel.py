@@ -1,0 +1,34 @@
+"""build_kernel(spec) -> KernelDef: one wgrad kernel, every variant of DESIGN §4.
+
+The kernel is generic over the problem: every extent, the split degree and the slice width
+are arguments (``runtime/abi.py``), so one binary serves every problem ``serves`` admits.
+"""
+
+from __future__ import annotations
+
+from ..kernel.ir import KernelDef
+from ..spec import KernelSpec, validate
+from .context import open_wgrad_kernel
+from .epilogue import cshuffle_epilogue, default_epilogue
+from .kloop import async_k_loop, sync_k_loop
+
+__all__ = ["build_kernel", "kernel_symbol"]
+
+
+def kernel_symbol(spec: KernelSpec) -> str:
+    """The code object's symbol: the label as an identifier (the label is lossless)."""
+    return "wgrad_" + spec.label().replace("-", "_")
+
+
+def build_kernel(spec: KernelSpec) -> KernelDef:
+    """The IR of ``spec``'s kernel; ValueError when the spec is invalid (with the reason)."""
+    ok, why = validate(spec)
+    if not ok:
+        raise ValueError(f"cannot build {spec.label()}: {why}")
+    ctx = open_wgrad_kernel(spec, kernel_symbol(spec))
+    accs = async_k_loop(ctx) if spec.k_loop == "async" else sync_k_loop(ctx)
+    if spec.epilogue == "cshuffle":
+        cshuffle_epilogue(ctx, accs)
+    else:
+        default_epilogue(ctx, accs)
+    return ctx.kb.finish()

@@ -1,0 +1,106 @@
+"""The K loops: MMA atoms read from the K-outer LDS tiles, the sync loop and the async
+ping-pong (gfx1250).
+
+Each wave owns a (tile_m/warp_m) × (tile_n/warp_n) sub-tile of 16×16 atoms and keeps one
+``<c_elems x f32>`` accumulator per atom, carried through the loop. Fragments are gathered
+with the lane maps of ``kernel/mma.py`` (the emulator scatters with the same maps). In the
+K-outer layout a lane's k values are a column, so each fragment element is its own LDS read.
+"""
+
+from __future__ import annotations
+
+from ..kernel.ir import Value, f32
+from .context import WgradContext, udiv_const
+from .loaders import a_operand, b_operand, issue_async, load_sync, store_sync
+
+__all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop"]
+
+
+def atoms(ctx: WgradContext) -> tuple[int, int]:
+    """Atoms per wave along M and N."""
+    return ctx.sub_m // ctx.lay.m, ctx.sub_n // ctx.lay.n
+
+
+def zero_accumulators(ctx: WgradContext) -> list[Value]:
+    am, an = atoms(ctx)
+    return [ctx.kb.const(0.0, f32.vec(ctx.lay.c_elems))] * (am * an)
+
+
+def _lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
+    """Per-lane element index of slot 0 of atom (0, 0) at k = 0, in the A and B tiles."""
+    kb, lay = ctx.kb, ctx.lay
+    a = kb.add(kb.mul(ctx.wave_m, ctx.sub_m), ctx.lane16)
+    b = kb.add(kb.mul(ctx.wave_n, ctx.sub_n), ctx.lane16)
+    if lay.k_group_stride:
+        a = kb.add(a, kb.mul(ctx.lane_grp, lay.k_group_stride * ctx.row_a))
+        b = kb.add(b, kb.mul(ctx.lane_grp, lay.k_group_stride * ctx.row_b))
+    return a, kb.add(b, ctx.b_offset)
+
+
+def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value]) -> list[Value]:
+    """One K tile of MMAs from LDS; ``a_base``/``b_base`` point at the lane's slot 0."""
+    kb, lay, sp = ctx.kb, ctx.lay, ctx.spec
+    am, an = atoms(ctx)
+    accs = list(accs)
+    for ks in range(sp.tile_k // lay.k):
+        def frag(base: Value, row: int, atom: int, ks: int = ks) -> Value:
+            return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + 16 * atom))
+                            for k in lay.k_offsets))
+        a_frags = [frag(a_base, ctx.row_a, i) for i in range(am)]
+        b_frags = [frag(b_base, ctx.row_b, j) for j in range(an)]
+        for i in range(am):
+            for j in range(an):
+                accs[i * an + j] = kb.mma(lay.form, a_frags[i], b_frags[j], accs[i * an + j])
+    return accs
+
+
+def sync_k_loop(ctx: WgradContext) -> list[Value]:
+    """global -> registers -> LDS, barrier, MMA from LDS, barrier; per K tile of the slice."""
+    kb, sp = ctx.kb, ctx.spec
+    lds = ctx.lds_ab()
+    a_op, b_op = a_operand(ctx, sp.vec_a), b_operand(ctx, sp.vec_b)
+    a_lane, b_lane = _lane_bases(ctx)
+    a_base, b_base = kb.gep(lds, a_lane), kb.gep(lds, b_lane)
+    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=zero_accumulators(ctx)) as loop:
+        kt = loop.index
+        ra, rb = load_sync(a_op, kt), load_sync(b_op, kt)
+        store_sync(a_op, ra, lds)
+        store_sync(b_op, rb, lds)
+        kb.barrier()
+        accs = mma_tile(ctx, a_base, b_base, list(loop.carried))
+        kb.barrier()
+        loop.yield_(*accs)
+    return list(loop.results)
+
+
+def async_k_loop(ctx: WgradContext) -> list[Value]:
+    """One-barrier ping-pong over async copies into two LDS stages.
+
+    Phase t: wait for this wave's copies of tile t, one barrier (every wave's copies of t
+    have landed and every wave is done reading tile t−1's stage), then issue tile t+1 into
+    the other stage while tile t's MMAs run.
+    """
+    kb, sp = ctx.kb, ctx.spec
+    lds = ctx.lds_ab()
+    a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
+    b_op = b_operand(ctx, sp.chunk_b // ctx.eb)
+    a_lane, b_lane = _lane_bases(ctx)
+    zero = kb.const(0, a_lane.dtype)
+    with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end)):
+        issue_async(a_op, ctx.k_begin, lds, zero)
+        issue_async(b_op, ctx.k_begin, lds, zero)
+    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=zero_accumulators(ctx)) as loop:
+        kt = loop.index
+        parity = kb.and_(udiv_const(kb, kb.sub(kt, ctx.k_begin), sp.tile_k), 1)
+        cur = kb.mul(parity, ctx.stage_elems)
+        nxt = kb.sub(ctx.stage_elems, cur)
+        kb.async_wait(0)
+        kb.barrier()
+        k_next = kb.add(kt, sp.tile_k)
+        with kb.if_(kb.icmp("slt", k_next, ctx.k_end)):
+            issue_async(a_op, k_next, lds, nxt)
+            issue_async(b_op, k_next, lds, nxt)
+        a_base = kb.gep(lds, kb.add(a_lane, cur))
+        b_base = kb.gep(lds, kb.add(b_lane, cur))
+        loop.yield_(*mma_tile(ctx, a_base, b_base, list(loop.carried)))
+    return list(loop.results)

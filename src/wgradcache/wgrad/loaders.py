@@ -1,0 +1,190 @@
+"""Global -> LDS tile loaders of the two operands, sync (through registers) and async.
+
+A = dY: element (k, m) of the tile is dY[k_wg, group·kpg + m]: stride-1 along m, so a
+vector of ``vec_a`` runs along kpg (``serves`` makes vec_a | kpg: a vector never straddles
+the end of a group's channels). B = X gathered implicitly: element (k, n) with
+k_wg -> (n_img, ho, wo) and n_wg -> (y, x, c) reads X[n_img, ho·s − p + y·d, wo·s − p + x·d,
+group·cpg + c]: stride-1 along c, vectors of ``vec_b`` | cpg never cross a (y, x) tap.
+
+Every out-of-range element (reduction tail, padding, stride/dilation holes, partial M/N
+tiles) is a predicated-off access: no memory is touched and the lane gets zero. Offsets of
+valid elements fit 31 bits (``serves`` bounds every buffer), so i32 arithmetic is exact there;
+for invalid ones it may wrap, harmlessly, since nothing is accessed.
+
+Slots: a tile of ``rows × cols`` elements is cut into vectors of ``width`` along the row;
+vector ``idx = slot·block + tid`` covers row idx // (cols/width). Adjacent threads take
+adjacent vectors of one row, so a wave's accesses are contiguous in global memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kernel.builder import KernelBuilder
+from ..kernel.ir import Value, i8
+from .context import WgradContext, all_of, udiv_const, urem_const
+
+__all__ = ["Slot", "tile_slots", "OperandLoad", "a_operand", "b_operand",
+           "load_sync", "store_sync", "issue_async", "async_chunk_predicate",
+           "copy_or_zero_fill"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One vector a thread moves per K tile: its tile row, first column, LDS element offset
+    (within the operand tile) and whether this thread has it at all (None: always)."""
+
+    k_row: Value
+    col: Value
+    lds_off: Value
+    ok: Value | None
+
+
+def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
+               lds_row: int) -> list[Slot]:
+    per_row = cols // width
+    total = rows * per_row
+    out = []
+    for s in range(-(-total // block)):
+        idx = kb.add(tid, s * block) if s else tid
+        ok = kb.icmp("ult", idx, total) if (s + 1) * block > total else None
+        k_row = udiv_const(kb, idx, per_row)
+        col = kb.mul(urem_const(kb, idx, per_row), width) if width > 1 else \
+            urem_const(kb, idx, per_row)
+        lds_off = kb.add(kb.mul(k_row, lds_row), col)
+        out.append(Slot(k_row, col, lds_off, ok))
+    return out
+
+
+@dataclass
+class OperandLoad:
+    """Per-thread, loop-invariant part of one operand's loads; ``at(kt)`` gives, per slot,
+    the (valid predicate, element offset) of K tile ``kt``."""
+
+    ctx: WgradContext
+    name: str  # "dy" | "x"
+    width: int
+    slots: list[Slot]
+    hoisted: list[dict]
+    lds_base: int  # element offset of this operand's tile inside a stage
+
+    @property
+    def buf(self) -> Value:
+        return self.ctx.a[f"{self.name}_ptr"]
+
+    @property
+    def nbytes(self) -> Value:
+        return self.ctx.a[f"{self.name}_bytes"]
+
+    def at(self, kt: Value) -> list[tuple[Value, Value]]:
+        kb, a = self.ctx.kb, self.ctx.a
+        k_left = kb.sub(self.ctx.k_end, kt)  # rows k_row < k_left are inside the slice
+        out = []
+        if self.name == "dy":
+            kt_off = kb.mul(kt, a["K"])
+            for slot, h in zip(self.slots, self.hoisted, strict=True):
+                valid = all_of(kb, slot.ok, h["col_ok"], kb.icmp("slt", slot.k_row, k_left))
+                out.append((valid, kb.add(kt_off, h["off"])))
+            return out
+        for slot, h in zip(self.slots, self.hoisted, strict=True):
+            k = kb.add(kt, slot.k_row)
+            img = kb.udiv(k, a["HoWo"])
+            r = kb.urem(k, a["HoWo"])
+            ho, wo = kb.udiv(r, a["Wo"]), kb.urem(r, a["Wo"])
+            hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
+            wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
+            valid = all_of(kb, slot.ok, h["col_ok"], kb.icmp("slt", slot.k_row, k_left),
+                           kb.icmp("ult", hi, a["H"]), kb.icmp("ult", wi, a["W"]))
+            pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
+            out.append((valid, kb.add(kb.mul(pix, a["C"]), h["chan"])))
+        return out
+
+
+def a_operand(ctx: WgradContext, width: int) -> OperandLoad:
+    """dY tile (tile_k × tile_m), vectors of ``width`` along kpg."""
+    kb, a, sp = ctx.kb, ctx.a, ctx.spec
+    slots = tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_m, width, ctx.row_a)
+    col0 = kb.add(kb.mul(ctx.group, a["kpg"]), ctx.m0)
+    hoisted = []
+    for s in slots:
+        m = kb.add(ctx.m0, s.col)
+        hoisted.append({"col_ok": kb.icmp("slt", m, a["kpg"]),
+                        "off": kb.add(kb.mul(s.k_row, a["K"]), kb.add(col0, s.col))})
+    return OperandLoad(ctx, "dy", width, slots, hoisted, 0)
+
+
+def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
+    """X tile (tile_k × tile_n) gathered through the filter taps, vectors along cpg."""
+    kb, a, sp = ctx.kb, ctx.a, ctx.spec
+    slots = tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width, ctx.row_b)
+    chan0 = kb.mul(ctx.group, a["cpg"])
+    hoisted = []
+    for s in slots:
+        n = kb.add(ctx.n0, s.col)
+        y = kb.udiv(n, a["Xcpg"])
+        r = kb.urem(n, a["Xcpg"])
+        x, c = kb.udiv(r, a["cpg"]), kb.urem(r, a["cpg"])
+        hoisted.append({
+            "col_ok": kb.icmp("slt", n, a["wg_N"]),
+            "h_base": kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
+            "w_base": kb.sub(kb.mul(x, a["dilation"]), a["pad"]),
+            "chan": kb.add(chan0, c)})
+    return OperandLoad(ctx, "x", width, slots, hoisted, ctx.b_offset)
+
+
+# ---- sync: global -> registers -> LDS ------------------------------------------------------
+
+def load_sync(op: OperandLoad, kt: Value) -> list[Value]:
+    """The operand's vectors of K tile ``kt`` in registers (zeros where invalid)."""
+    kb = op.ctx.kb
+    align = op.width * op.ctx.eb
+    return [kb.load(kb.gep(op.buf, off), op.width, pred=valid, align=align)
+            for valid, off in op.at(kt)]
+
+
+def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:
+    """Registers -> the K-outer LDS tile: one wide store per vector."""
+    kb = op.ctx.kb
+    align = op.width * op.ctx.eb
+    for slot, v in zip(op.slots, regs, strict=True):
+        kb.store(kb.gep(lds, kb.add(slot.lds_off, op.lds_base)), v, pred=slot.ok, align=align)
+
+
+# ---- async: global -> LDS copies (gfx1250) ---------------------------------------------------
+
+def async_chunk_predicate(kb: KernelBuilder, valid: Value | None, byte_off: Value,
+                          num_bytes: Value) -> Value:
+    """``valid AND byte_off < num_bytes`` compared UNSIGNED, as a buffer resource checks it.
+
+    The async copy has no hardware range check; a signed compare would let an offset of
+    0x80000000 (negative as i32) through and copy from outside the buffer (upstream's bug).
+    """
+    in_range = kb.icmp("ult", byte_off, num_bytes)
+    return in_range if valid is None else kb.and_(valid, in_range)
+
+
+def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes: Value,
+                      dst: Value, nbytes: int, valid: Value | None = None,
+                      have: Value | None = None) -> None:
+    """One chunk: an async copy of ``nbytes`` when in range, else an LDS store of zeros of
+    the tile's element type (``dst.elem``) over the same bytes. ``have``: the thread owns
+    this chunk at all (a ragged last slot)."""
+    pred = async_chunk_predicate(kb, valid, byte_off, num_bytes)
+    copy_pred = pred if have is None else kb.and_(have, pred)
+    src = kb.gep(kb.ptr_cast(buf, i8), byte_off)
+    kb.async_copy(src, dst, nbytes, pred=copy_pred)
+    elem = dst.dtype.elem
+    n = nbytes // elem.itemsize
+    zero = kb.const(0.0, elem.vec(n) if n > 1 else elem)
+    kb.store(dst, zero, pred=all_of(kb, have, kb.not_(pred)), align=nbytes)
+
+
+def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value) -> None:
+    """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``."""
+    kb, eb = op.ctx.kb, op.ctx.eb
+    shift = eb.bit_length() - 1
+    for slot, (valid, off) in zip(op.slots, op.at(kt), strict=True):
+        dst = kb.gep(lds, kb.add(stage_off, kb.add(slot.lds_off, op.lds_base)))
+        copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, dst, op.width * eb,
+                          valid=valid, have=slot.ok)
+
