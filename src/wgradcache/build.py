@@ -305,14 +305,27 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
     for ik, res in emitted.items():
         by_ckey.setdefault(res["ckey"], []).append(ik)
 
-    def publish(ckey: str, iks: list[str], meta: dict, relinked: bool) -> None:
+    def publish(ckey: str, iks: list[str], meta: dict, hsaco: bytes | None) -> None:
+        """Blob (when new), sidecar, then entries: one lock hold, so gc never sees the
+        blob without its entries. A relink whose blob vanished (a concurrent gc) fails."""
         with cache.lock():
+            if hsaco is not None:
+                ref = cache.write_blob(ckey, hsaco)
+                atomic_write(cache.blobs / f"{ckey}{SIDE_SUFFIX}",
+                             json.dumps(meta, sort_keys=True).encode())
+                summary.bytes += ref.size
+            elif not cache.has_blob(ckey):
+                for ik in iks:
+                    record_failure(by_ik[ik], "blob removed while relinking (concurrent gc); "
+                                              "build again")
+                progress(len(iks))
+                return
             for ik in iks:
                 cache.write_entry(ik, _entry(by_ik[ik], ik, ckey, emitted[ik], cache, meta,
                                              gen, toolchain, tdigest, options))
                 cache.clear_failure(ik)
             cache.stamp_used(ckey)
-        if relinked:
+        if hsaco is None:
             summary.relinked += len(iks)
         else:
             summary.built += 1
@@ -329,7 +342,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
             except json.JSONDecodeError:
                 meta = None
         if meta is not None:
-            publish(ckey, iks, meta, relinked=True)
+            publish(ckey, iks, meta, hsaco=None)
         else:
             to_compile.append((req.target, ckey, emitted[iks[0]]["ir"]))
 
@@ -341,12 +354,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
                 record_failure(by_ik[ik], res["error"])
             progress(len(iks))
             return
-        with cache.lock():
-            ref = cache.write_blob(ckey, res["hsaco"])
-            atomic_write(cache.blobs / f"{ckey}{SIDE_SUFFIX}",
-                         json.dumps(res["meta"], sort_keys=True).encode())
-        summary.bytes += ref.size
-        publish(ckey, iks, res["meta"], relinked=False)
+        publish(ckey, iks, res["meta"], hsaco=res["hsaco"])
 
     _run_chunked(_compile_task, to_compile, req, n_jobs, on_compiled,
                  key_of=lambda t: t[1],

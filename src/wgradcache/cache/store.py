@@ -121,11 +121,16 @@ class TargetCache:
         self.used = self.dir / "used"
         self.rejects_path = self.dir / "rejects.jsonl"
         self.stats_path = self.dir / "stats.jsonl"
+        self._lock: FileLock | None = None
 
     # -- locking --------------------------------------------------------------------
-    def lock(self, timeout: float = -1) -> FileLock:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.dir / ".lock"), timeout=timeout)
+    def lock(self) -> FileLock:
+        """The target's writer lock; one reentrant object per TargetCache (a second
+        FileLock on the same file in this process would wait for the first forever)."""
+        if self._lock is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._lock = FileLock(str(self.dir / ".lock"))
+        return self._lock
 
     # -- blobs ----------------------------------------------------------------------
     def blob_path(self, key: str) -> Path:

@@ -1,0 +1,119 @@
+"""Garbage collection of one target's cache: stale entries, orphan blobs, LRU past a bound.
+
+Runs under the target's writer lock, so a concurrent build never publishes half a job into
+a directory being collected. A build writes a blob and its entries in one lock hold; a blob
+younger than ``grace`` seconds is still never treated as an orphan, in case a writer from
+an older tool version wrote the blob first and the entry in a second hold.
+
+"Least recently used" is the explicit stamp ``used/<content key>`` that builds and
+``select`` write, not atime (often disabled, and touched by backups). A blob an entry still
+needs is only removed together with every entry that needs it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .store import CorruptEntry, TargetCache
+
+__all__ = ["GcReport", "gc", "parse_size"]
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'500M', '2G', '123456' -> bytes; ValueError naming the text otherwise."""
+    t = text.strip().lower()
+    num = t.rstrip("abgikm")
+    unit = t[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"size {text!r} is not a number with an optional unit "
+                         "(K, M, G)") from None
+    if unit not in _UNITS or value < 0:
+        raise ValueError(f"size {text!r}: unknown unit {unit!r} (use K, M or G)")
+    return int(value * _UNITS[unit])
+
+
+@dataclass
+class GcReport:
+    target: str
+    stale_entries: list[str] = field(default_factory=list)
+    corrupt_entries: list[str] = field(default_factory=list)
+    orphan_blobs: list[str] = field(default_factory=list)
+    evicted_blobs: list[str] = field(default_factory=list)
+    evicted_entries: list[str] = field(default_factory=list)
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "stale_entries": len(self.stale_entries),
+                "corrupt_entries": len(self.corrupt_entries),
+                "orphan_blobs": len(self.orphan_blobs),
+                "evicted_blobs": len(self.evicted_blobs),
+                "evicted_entries": len(self.evicted_entries),
+                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
+
+
+def _remove_blob(cache: TargetCache, key: str) -> None:
+    cache.blob_path(key).unlink(missing_ok=True)
+    (cache.blobs / f"{key}.json").unlink(missing_ok=True)
+    (cache.used / key).unlink(missing_ok=True)
+
+
+def _blob_bytes(cache: TargetCache) -> dict[str, int]:
+    return {k: cache.blob_path(k).stat().st_size for k in cache.blob_keys()}
+
+
+def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = True,
+       orphans: bool = True, max_size: int | None = None, grace: float = 600.0,
+       dry_run: bool = False) -> GcReport:
+    """Collect; ``live_identities`` is what the current walk yields (None: skip stale)."""
+    rep = GcReport(cache.target)
+    if not cache.dir.is_dir():
+        return rep
+    with cache.lock():
+        sizes = _blob_bytes(cache)
+        rep.bytes_before = sum(sizes.values())
+        needs: dict[str, list[str]] = {}
+        for ik, entry in cache.iter_entries():
+            if isinstance(entry, CorruptEntry):
+                rep.corrupt_entries.append(ik)
+                if not dry_run:
+                    cache.remove_entry(ik)
+                continue
+            if stale and live_identities is not None and ik not in live_identities:
+                rep.stale_entries.append(ik)
+                if not dry_run:
+                    cache.remove_entry(ik)
+                continue
+            needs.setdefault(entry.get("blob", ""), []).append(ik)
+        now = time.time()
+        if orphans or stale:
+            for key in list(sizes):
+                if key in needs:
+                    continue
+                if now - cache.blob_path(key).stat().st_mtime < grace:
+                    continue
+                rep.orphan_blobs.append(key)
+                if not dry_run:
+                    _remove_blob(cache, key)
+                del sizes[key]
+        if max_size is not None:
+            total = sum(sizes.values())
+            for key in sorted(sizes, key=lambda k: (cache.last_used(k), k)):
+                if total <= max_size:
+                    break
+                rep.evicted_blobs.append(key)
+                for ik in needs.get(key, []):
+                    rep.evicted_entries.append(ik)
+                    if not dry_run:
+                        cache.remove_entry(ik)  # entries first: never an entry without blob
+                if not dry_run:
+                    _remove_blob(cache, key)
+                total -= sizes.pop(key)
+        rep.bytes_after = sum(sizes.values())
+    return rep
