@@ -296,6 +296,59 @@ def emulate(label, problem, split_k, seed, as_json) -> None:
         raise RunFailed("error above the bound")
 
 
+@main.command(name="gc")
+@click.option("--target", "targets", multiple=True, metavar="T", help="target (repeatable)")
+@click.option("--stale", is_flag=True, help="remove entries the current walk no longer yields")
+@click.option("--orphans", is_flag=True, help="remove blobs no entry names")
+@click.option("--max-size", default=None, metavar="SIZE",
+              help="then evict least-recently-used blobs past SIZE (e.g. 2G)")
+@click.option("--dry-run", is_flag=True, help="report, remove nothing")
+@_geometries_option
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def gc_(targets, stale, orphans, max_size, dry_run, geometries_file, cache_dir,
+        as_json) -> None:
+    """Remove stale entries, orphan blobs, then LRU blobs past a size bound.
+
+    With no flag, does --stale --orphans. Safe against a concurrent build.
+    """
+    from .maintenance import run_gc
+
+    run_gc(targets, stale, orphans, max_size, dry_run, geometries_file, cache_dir, as_json)
+
+
+@main.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--into", "dest", required=True, type=click.Path(file_okay=False),
+              help="the cache to merge into")
+@click.option("--json", "as_json", is_flag=True)
+def merge(sources, dest, as_json) -> None:
+    """Union shard caches into one; refuses conflicting entries, writes nothing then."""
+    from .maintenance import run_merge
+
+    if not run_merge(sources, dest, as_json):
+        raise RunFailed("conflicting entries: nothing merged")
+
+
+@main.command()
+@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False),
+              help="the plan, e.g. jobs/nightly.yaml")
+@click.option("--report-dir", default="report", show_default=True,
+              type=click.Path(file_okay=False), help="where report.json and report.md go")
+@click.option("--shard", default=None, metavar="i/n", help="build shard i of n")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None)
+@_geometries_option
+@_cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="print report.json")
+def refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir, as_json) -> None:
+    """The nightly job: build the plan incrementally, gc, verify, write the report."""
+    from .maintenance import run_refresh
+
+    if not run_refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir,
+                       as_json):
+        raise RunFailed(f"refresh failed; see {report_dir}/report.md")
+
+
 def _short(v) -> str:
     import json
 

@@ -1,0 +1,192 @@
+"""The nightly job: build every planned target incrementally, gc, verify, report.
+
+The plan (``jobs/nightly.yaml``) names targets, dtypes, variants, the verify level and
+sample, and the size bound. The report is written twice, as ``report.json`` for machines
+and ``report.md`` for people, and says what changed since the previous report in the same
+directory. Exit status is policy: a failed job or a failed check is non-zero; rejects are
+not (they are the ladder disagreeing with the rules, reported for a person to read).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .build import BuildRequest, BuildSummary, build
+from .cache.gc import gc, parse_size
+from .cache.store import TargetCache
+from .spec import DTYPE_KEYS, VARIANT_KEYS
+from .targets import TARGETS
+from .verify import LEVELS, VerifyRequest, verify
+
+__all__ = ["Plan", "PlanError", "load_plan", "refresh", "render_markdown"]
+
+
+class PlanError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Plan:
+    targets: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    variants: tuple[str, ...]
+    verify_level: str
+    verify_sample: float
+    max_size: int | None
+    job_timeout: float
+
+
+def load_plan(path: str | Path) -> Plan:
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise PlanError(f"{p}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise PlanError(f"{p}: not valid YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise PlanError(f"{p}: expected a mapping")
+    known = {"targets", "dtypes", "variants", "verify", "max_size", "job_timeout"}
+    extra = set(doc) - known
+    if extra:
+        raise PlanError(f"{p}: unknown key {sorted(extra)[0]!r}; valid: {', '.join(sorted(known))}")
+
+    def names(key: str, valid) -> tuple[str, ...]:
+        vals = doc.get(key) or []
+        if not isinstance(vals, list):
+            raise PlanError(f"{p}: {key}: expected a list")
+        for v in vals:
+            if v not in valid:
+                raise PlanError(f"{p}: {key}: unknown {v!r}; valid: {', '.join(valid)}")
+        return tuple(vals)
+
+    targets = names("targets", tuple(TARGETS))
+    if not targets:
+        raise PlanError(f"{p}: targets: name at least one target")
+    v = doc.get("verify") or {}
+    level = v.get("level", "structure")
+    if level not in LEVELS:
+        raise PlanError(f"{p}: verify.level: unknown {level!r}; valid: {', '.join(LEVELS)}")
+    sample = float(v.get("sample", 1.0))
+    if not 0 < sample <= 1:
+        raise PlanError(f"{p}: verify.sample: must be in (0, 1], got {sample}")
+    try:
+        max_size = parse_size(str(doc["max_size"])) if doc.get("max_size") else None
+    except ValueError as e:
+        raise PlanError(f"{p}: max_size: {e}") from None
+    return Plan(targets=targets, dtypes=names("dtypes", DTYPE_KEYS),
+                variants=names("variants", VARIANT_KEYS), verify_level=level,
+                verify_sample=sample, max_size=max_size,
+                job_timeout=float(doc.get("job_timeout", 300)))
+
+
+def _cache_bytes(cache: TargetCache) -> int:
+    return sum(cache.blob_path(k).stat().st_size for k in cache.blob_keys())
+
+
+def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0,
+            shard: tuple[int, int] | None = None, geometries_file: str | None = None,
+            progress=None) -> dict:
+    """Run the plan; write report.json and report.md into ``report_dir``; return the report."""
+    from .build import codegen_context
+    from .emit import generator_digest
+    from .jobs import default_jobdata, walk
+
+    report_dir = Path(report_dir)
+    previous = _previous(report_dir / "report.json")
+    _, toolchain, tdigest = codegen_context()
+    doc: dict = {"when": time.time(), "toolchain": toolchain, "toolchain_digest": tdigest,
+                 "generator_digest": generator_digest(), "targets": {}}
+    ok = True
+    for target in plan.targets:
+        t0 = time.monotonic()
+        req = BuildRequest(target=target, dtypes=plan.dtypes, variants=plan.variants,
+                           shard=shard, jobs=jobs, job_timeout=plan.job_timeout,
+                           geometries_file=geometries_file, cache_dir=cache_dir)
+        summary: BuildSummary = build(req, progress=progress)
+        t_build = time.monotonic() - t0
+        cache = TargetCache(cache_dir, target)
+        data = default_jobdata(geometries_file)
+        live = {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
+        g = gc(cache, live, max_size=plan.max_size)
+        t_gc = time.monotonic() - t0 - t_build
+        vrep = verify(VerifyRequest(cache_dir=cache_dir, targets=(target,),
+                                    level=plan.verify_level, sample=plan.verify_sample,
+                                    device="emulator", geometries_file=geometries_file))
+        t_verify = time.monotonic() - t0 - t_build - t_gc
+        keys = cache.entry_keys()
+        before = set(previous.get("targets", {}).get(target, {}).get("entries", []))
+        tdoc = {
+            **summary.to_json(),
+            "failures": summary.failures,
+            "rejects": [r for r in cache.rejects() if r.get("toolchain") == tdigest],
+            "gc": g.to_json(),
+            "verify": vrep.to_json(),
+            "cache_bytes": _cache_bytes(cache),
+            "seconds": {"build": round(t_build, 3), "gc": round(t_gc, 3),
+                        "verify": round(t_verify, 3)},
+            "changed": {
+                "added": len(set(keys) - before) if previous else len(keys),
+                "removed": len(before - set(keys)) if previous else 0,
+                "toolchain": bool(previous) and previous.get("toolchain_digest") != tdigest,
+                "generator": bool(previous)
+                and previous.get("generator_digest") != doc["generator_digest"],
+                "first_run": not previous,
+            },
+            "entries": keys,
+        }
+        ok = ok and summary.failed == 0 and vrep.ok
+        doc["targets"][target] = tdoc
+    doc["ok"] = ok
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "report.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    (report_dir / "report.md").write_text(render_markdown(doc))
+    return doc
+
+
+def _previous(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def render_markdown(doc: dict) -> str:
+    tc = doc["toolchain"]
+    lines = [f"# wgradcache nightly refresh: {'ok' if doc['ok'] else 'FAILED'}", "",
+             f"Toolchain: LLVM {tc.get('llvm_version', '?')}, linker "
+             f"{tc.get('linker_version', '?')}; generator {doc['generator_digest'][:12]}.", "",
+             "| target | jobs | built | relinked | up to date | rejected | failed | verify "
+             "| cache bytes | build s | gc s | verify s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for t, d in doc["targets"].items():
+        v = d["verify"]
+        s = d["seconds"]
+        lines.append(f"| {t} | {d['jobs']} | {d['built']} | {d['relinked']} | "
+                     f"{d['up_to_date']} | {d['rejected']} | {d['failed']} | "
+                     f"{'ok' if v['ok'] else 'FAILED'} ({v['checked']} checked, "
+                     f"{v['failed']} failed) | {d['cache_bytes']} | {s['build']} | {s['gc']} "
+                     f"| {s['verify']} |")
+    for t, d in doc["targets"].items():
+        c = d["changed"]
+        lines += ["", f"## {t}", ""]
+        if c["first_run"]:
+            lines.append(f"First run: {c['added']} entries.")
+        else:
+            lines.append(f"Since the last run: {c['added']} entries added, {c['removed']} "
+                         f"removed; toolchain {'changed' if c['toolchain'] else 'unchanged'}, "
+                         f"generator {'changed' if c['generator'] else 'unchanged'}.")
+        if d["built"] == 0 and d["relinked"] == 0:
+            lines.append("Nothing was built: every job was up to date.")
+        for f in d["failures"]:
+            lines.append(f"- FAILED `{f['label']}`: {f['reason']}")
+        for f in d["verify"]["failures"]:
+            lines.append(f"- verify {f['level']} `{f['label'] or f['key']}`: {f['reason']}")
+        for r in d["rejects"]:
+            lines.append(f"- rejected `{r.get('label')}`: {r.get('reason')}")
+    return "\n".join(lines) + "\n"
