@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -73,5 +74,5 @@ def run_refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir,
     if as_json:
         click.echo(json.dumps(doc, indent=1, sort_keys=True))
     else:
-        click.echo((open(f"{report_dir}/report.md").read()))
+        click.echo(Path(report_dir, "report.md").read_text())
     return doc["ok"]
