@@ -1,0 +1,71 @@
+"""Lane maps: bijections onto their index sets, and the rows of mma-lane-maps.md."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from wgradcache.kernel import mma
+
+
+@pytest.mark.parametrize("form", sorted(mma.LAYOUTS))
+def test_maps_cover_each_index_exactly_once_or_twice(form):
+    lay = mma.layout(form)
+    copies = 2 if form == "gfx11" else 1
+    a = Counter(tuple(int(x) for x in lay.a_map(lane, i))
+                for lane in range(lay.wave_size) for i in range(lay.ab_elems))
+    b = Counter(tuple(int(x) for x in lay.b_map(lane, i))
+                for lane in range(lay.wave_size) for i in range(lay.ab_elems))
+    c = Counter(tuple(int(x) for x in lay.c_map(lane, r))
+                for lane in range(lay.wave_size) for r in range(lay.c_elems))
+    assert a == {(r, k): copies for r in range(lay.m) for k in range(lay.k)}
+    assert b == {(k, n): copies for k in range(lay.k) for n in range(lay.n)}
+    assert c == {(r, n): 1 for r in range(lay.m) for n in range(lay.n)}
+    assert lay.ab_copies == copies
+
+
+def ks(form, lane):
+    lay = mma.layout(form)
+    return [int(lay.a_map(lane, i)[1]) for i in range(lay.ab_elems)]
+
+
+def rows(form, lane):
+    lay = mma.layout(form)
+    return [int(lay.c_map(lane, r)[0]) for r in range(lay.c_elems)]
+
+
+def test_gfx1250_k_ck_map_and_cd_rows():
+    assert ks("gfx1250", 0) == [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23]
+    assert ks("gfx1250", 31) == [8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31]
+    assert rows("gfx1250", 16) == list(range(8, 16))
+    assert mma.layout("gfx1250").c_map(31, 0) == (8, 15)
+
+
+def test_gfx12_isa_k_map():
+    assert ks("gfx12", 1) == [0, 1, 2, 3, 8, 9, 10, 11]
+    assert ks("gfx12", 16) == [4, 5, 6, 7, 12, 13, 14, 15]
+    assert rows("gfx12", 17) == list(range(8, 16))
+
+
+def test_gfx11_duplicated_lanes_and_row_interleave():
+    assert ks("gfx11", 3) == ks("gfx11", 19) == list(range(16))
+    assert rows("gfx11", 0) == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert rows("gfx11", 31) == [1, 3, 5, 7, 9, 11, 13, 15]
+
+
+def test_mfma_16x16x16_groups_of_four():
+    assert ks("mfma", 48) == [12, 13, 14, 15]
+    assert rows("mfma", 63) == [12, 13, 14, 15]
+    assert mma.layout("mfma").a_map(63, 0)[0] == 15
+
+
+def test_k_runs():
+    assert mma.k_runs(mma.layout("gfx1250")) == [(0, 0, 8), (8, 16, 8)]
+    assert mma.k_runs(mma.layout("gfx12")) == [(0, 0, 4), (4, 8, 4)]
+    assert mma.k_runs(mma.layout("gfx11")) == [(0, 0, 16)]
+
+
+def test_unknown_form():
+    with pytest.raises(KeyError, match="unknown MMA form"):
+        mma.layout("gfx90a")
