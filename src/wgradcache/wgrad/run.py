@@ -1,0 +1,133 @@
+"""One kernel in the emulator against the float64 reference: what ``wgradcache emulate`` and
+``verify --level numerics`` run.
+
+The launch follows the contract a real one has: ``serves`` first (a kernel is never handed
+a problem it would compute wrong), the split plan of ``split_k.py``, dW zeroed before an
+atomic launch and the workspace zeroed before stage 1; a non-atomic dW starts as NaN so an
+element the kernel forgets to write cannot pass as a correct zero.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..capability import serves
+from ..kernel.emulate import EmulationError, bf16_to_f32, emulate, f32_to_bf16
+from ..kernel.ir import KernelDef
+from ..problem import (
+    ConvProblem,
+    ErrorBound,
+    error_bound,
+    make_inputs,
+    peak_normalised_error,
+    reference_dw,
+)
+from ..runtime.abi import buffer_bytes, stage2_values, wgrad_values
+from ..spec import KernelSpec
+from .kernel import build_kernel
+from .split_k import SplitPlan, plan_split_k
+from .stage2 import build_stage2, stage2_grid
+
+__all__ = ["EmulationReport", "run_emulated", "to_storage", "from_storage", "cached_kernel"]
+
+
+@dataclass(frozen=True)
+class EmulationReport:
+    """One emulated launch. ``hazards`` is the emulator's error text ('' when none); then
+    ``out`` is None and ``passed`` False."""
+
+    label: str
+    problem: str
+    plan: SplitPlan
+    out: np.ndarray | None
+    ref: np.ndarray
+    error: float
+    bound: ErrorBound
+    passed: bool
+    hazards: str
+
+    def summary(self) -> str:
+        state = "PASS" if self.passed else "FAIL"
+        err = "n/a" if self.out is None else f"{self.error:.3e}"
+        return (f"{state} {self.label} on {self.problem}: error {err} <= bound "
+                f"{self.bound.bound:.3e}? ({self.plan.describe()})"
+                + (f"; hazard: {self.hazards}" if self.hazards else ""))
+
+
+def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values (exactly representable) -> the emulator's storage array of ``dtype``
+    (fp16 float16, bf16 uint16 bit patterns, fp32 float32)."""
+    if dtype == "fp16":
+        return np.ascontiguousarray(values, dtype=np.float16)
+    if dtype == "bf16":
+        return f32_to_bf16(np.asarray(values, np.float32))
+    return np.ascontiguousarray(values, dtype=np.float32)
+
+
+def from_storage(arr: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return bf16_to_f32(arr).astype(np.float64)
+    return np.asarray(arr).astype(np.float64)
+
+
+def _empty(dtype: str, shape, fill: float) -> np.ndarray:
+    return to_storage(np.full(shape, fill), dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def cached_kernel(spec: KernelSpec) -> KernelDef:
+    """build_kernel, memoised per spec (building is pure)."""
+    return build_kernel(spec)
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_stage2(target: str, dw_dtype: str, replicas: int) -> KernelDef:
+    return build_stage2(target, dw_dtype, replicas)
+
+
+def run_emulated(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None = None,
+                 seed: int = 0, check_races: bool = True) -> EmulationReport:
+    """Emulate ``spec``'s kernel on ``problem`` (seeded inputs) and compare with float64.
+
+    Raises ValueError naming the reason when the kernel cannot serve the problem or the
+    split degree. ``split_k`` is an explicit degree (None: the automatic policy).
+    """
+    ok, why = serves(spec, problem)
+    if not ok:
+        raise ValueError(f"{spec.label()} cannot serve problem {problem.short()}: {why}")
+    plan = plan_split_k(spec, problem, split_k=split_k)
+    ok, why = serves(spec, problem, degree=plan.degree)
+    if not ok:
+        raise ValueError(f"{spec.label()} cannot run problem {problem.short()} at split "
+                         f"{plan.degree}: {why}")
+    x, dy = make_inputs(problem, spec.dtype, seed)
+    ref = reference_dw(problem, x, dy)
+    bound = error_bound(problem, x, dy, spec.dw_dtype, split_k=plan.degree,
+                        slice_k=plan.slice_k, reduction=plan.reduction,
+                        ws_replicas=plan.ws_replicas)
+    atomic = plan.reduction == "atomic"
+    dw = _empty(spec.dw_dtype, problem.dw_shape, 0.0 if atomic else np.nan)
+    sizes = buffer_bytes(problem, spec.dtype, spec.dw_dtype, plan.ws_replicas)
+    ws = np.zeros(max(1, sizes["ws"] // 4), np.float32)
+    bufs = {"dy_ptr": to_storage(dy, spec.dtype), "x_ptr": to_storage(x, spec.dtype),
+            "dw_ptr": dw, "ws_ptr": ws}
+    args = wgrad_values(problem, spec, degree=plan.degree, slice_k=plan.slice_k)
+    args.update(bufs)
+    hazards = ""
+    try:
+        emulate(cached_kernel(spec), plan.grid, args, check_races=check_races)
+        if plan.reduction == "two_stage":
+            s2 = stage2_values(problem, spec.dw_dtype, plan.ws_replicas)
+            s2.update(ws_ptr=ws, dw_ptr=dw)
+            emulate(_cached_stage2(spec.target, spec.dw_dtype, plan.ws_replicas),
+                    stage2_grid(s2["total_elems"]), s2, check_races=check_races)
+    except EmulationError as e:
+        hazards = str(e)
+    out = None if hazards else from_storage(dw, spec.dw_dtype).reshape(problem.dw_shape)
+    error = float("inf") if out is None else peak_normalised_error(out, ref)
+    return EmulationReport(label=spec.label(), problem=problem.short(), plan=plan, out=out,
+                           ref=ref, error=error, bound=bound,
+                           passed=not hazards and error <= bound.bound, hazards=hazards)
