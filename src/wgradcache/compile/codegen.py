@@ -1,0 +1,239 @@
+"""LLVM IR text -> AMDGPU code object, in this process: parse, verify, codegen, link, list.
+
+This is what runs inside a build worker, once per job, so it is built for many calls in one
+process: LLVM's initialisation, the target machines and the tool paths are cached per
+process, and no temporary file is written.
+
+One codegen, not two. The cache needs the code object and an ISA listing (for
+``isa_stats``), and LLVM emits one file type per codegen run. Measured per job (gfx1250 GEMM
+with 64 WMMA, 2-core box, see ``benchmarks/codegen.py``): a second in-process codegen for
+the assembly costs as much as the first (~120 ms), while ``llvm-objdump`` on the object
+costs ~45 ms, nearly all process start-up. Assembling LLVM's ``.s`` with ``llvm-mc`` instead
+would cost the same start-up and give a code object whose ``.symtab`` differs from
+``emit_object``'s (and ``llc``'s), so the blob would depend on which tools a machine has.
+Hence: the object always comes from ``emit_object`` (byte-identical to ``llc -O3``, facts
+§7), the listing from ``llvm-objdump -d --symbolize-operands`` when one is installed, and
+from a second codegen (``emit_assembly``) only when none is. ``isa_stats`` gives the same
+numbers on both listings.
+
+Start-up overlap. ``ld.lld`` and ``llvm-objdump`` spend ~30 ms each loading libLLVM before
+reading a byte. They are started before parsing and read the object from a pipe, so that
+start-up runs on another core while this process does codegen; the linker writes the code
+object to its stdout. Nothing touches the disk.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+
+from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
+from wgradcache.compile.disasm import disassemble, disassembler_available
+from wgradcache.compile.toolchain import (
+    CODE_OBJECT_VERSION,
+    ToolchainError,
+    find_disassembler,
+    find_linker,
+    with_code_object_version,
+)
+from wgradcache.targets import get_target
+
+__all__ = ["TRIPLE", "CodegenError", "CodegenOptions", "CompiledObject", "compile_ir",
+           "LISTINGS"]
+
+TRIPLE = "amdgcn-amd-amdhsa"
+LISTINGS = ("auto", "disassembly", "assembly", "none")
+_TOOL_TIMEOUT = 300
+
+
+class CodegenError(RuntimeError):
+    """IR that does not parse or verify, a linker failure, or a code object without kernel.
+
+    (LLVM errors that abort or exit the process cannot be raised: see ``isolate``.)
+    """
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    """Everything besides IR, target and toolchain that changes the code object bytes.
+
+    All of it goes into the cache content key (``to_dict``).
+    """
+
+    opt_level: int = 3
+    code_object_version: int = CODE_OBJECT_VERSION
+    # llvmlite target features, e.g. "-xnack"; they change e_flags (facts §5). Never
+    # "+wavefrontsize64" on gfx1250: LLVM drops the kernel silently (facts §1).
+    features: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CompiledObject:
+    """A linked code object, its ISA listing and where the time went (seconds)."""
+
+    hsaco: bytes
+    asm: str
+    listing: str  # "disassembly" (llvm-objdump), "assembly" (LLVM's .s) or "none"
+    info: CodeObjectInfo
+    timings: dict[str, float] = field(compare=False)
+
+
+@functools.lru_cache(maxsize=1)
+def _llvm():
+    from llvmlite import binding
+
+    binding.initialize_all_targets()
+    binding.initialize_all_asmprinters()
+    return binding
+
+
+@functools.cache
+def _target_machine(cpu: str, opt_level: int, features: str):
+    binding = _llvm()
+    target = binding.Target.from_triple(TRIPLE)
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt_level)
+
+
+@functools.lru_cache(maxsize=1)
+def _tools() -> tuple:
+    return find_linker(), find_disassembler()
+
+
+class _Tool:
+    """A tool process started early, reading its input from a pipe (see module docstring)."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+
+    def send(self, data: bytes) -> None:
+        stdin, self.proc.stdin = self.proc.stdin, None  # so communicate() leaves it alone
+        try:
+            stdin.write(data)
+            stdin.close()
+        except BrokenPipeError:
+            pass  # the tool died early; finish() reports its stderr
+
+    def finish(self) -> bytes:
+        try:
+            out, err = self.proc.communicate(timeout=_TOOL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise CodegenError(f"{self.argv[0]} timed out after {_TOOL_TIMEOUT} s") from None
+        if self.proc.returncode != 0:
+            msg = err.decode(errors="replace").strip() or f"exit status {self.proc.returncode}"
+            raise CodegenError(f"{self.argv[0]} failed: {msg}")
+        return out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+            self.proc.stdin = None
+        self.proc.communicate()
+
+
+def _parse(ir: str):
+    binding = _llvm()
+    try:
+        mod = binding.parse_assembly(ir)
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM IR does not parse: {e}") from None
+    try:
+        mod.verify()
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM IR does not verify: {e}") from None
+    return mod
+
+
+def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None, *,
+               listing: str = "auto") -> CompiledObject:
+    """Compile one module holding one ``amdgpu_kernel`` for ``target``.
+
+    ``listing``: "disassembly" needs llvm-objdump; "assembly" runs a second codegen for
+    LLVM's full ``.s`` (directives, metadata; what ``wgradcache compile`` writes out);
+    "auto" is "disassembly" when llvm-objdump is installed, else "assembly"; "none" skips
+    the listing (``asm`` is empty).
+
+    Raises CodegenError for IR that fails to parse/verify, a linker error, or a kernel LLVM
+    dropped; ToolchainError without a linker. An unsupported intrinsic or too much LDS ends
+    the process inside LLVM: run untrusted IR through ``isolate.compile_isolated``.
+    """
+    return _compile(ir_text, target, options or CodegenOptions(), listing, early_tools=True)
+
+
+def _lister(listing: str) -> str:
+    """Where the listing comes from: "llvm" (in-process disassembler), "objdump", "codegen"."""
+    if listing not in LISTINGS:
+        raise ValueError(f"listing must be one of {LISTINGS}, got {listing!r}")
+    if listing in ("assembly", "none"):
+        return "codegen" if listing == "assembly" else "none"
+    if disassembler_available():
+        return "llvm"
+    if _tools()[1] is not None:
+        return "objdump"
+    if listing == "disassembly":
+        raise ToolchainError("no libLLVM >= 22 nor llvm-objdump >= 22 found to disassemble: "
+                             "install `llvm-22` or use listing='assembly'")
+    return "codegen"
+
+
+def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
+             early_tools: bool) -> CompiledObject:
+    """``compile_ir``; ``early_tools=False`` starts the tools after codegen (benchmark only)."""
+    get_target(target)  # unknown names fail here, with the valid ones listed
+    lister = _lister(listing)
+    linker, objdump = _tools()
+    argv = [[str(linker), "-shared", "/dev/stdin", "-o", "/dev/stdout"]]
+    if lister == "objdump":
+        argv.append([str(objdump), "-d", "--symbolize-operands", "--no-show-raw-insn",
+                     "/dev/stdin"])
+    ir = with_code_object_version(ir_text, options.code_object_version)
+
+    t: dict[str, float] = {}
+    t0 = time.perf_counter()
+    tools = [_Tool(a) for a in argv] if early_tools else []
+    try:
+        t1 = time.perf_counter()
+        mod = _parse(ir)
+        t["parse"] = time.perf_counter() - t1
+        tm = _target_machine(target, options.opt_level, options.features)
+        t2 = time.perf_counter()
+        obj = tm.emit_object(mod)
+        t["codegen"] = time.perf_counter() - t2
+        tools = tools or [_Tool(a) for a in argv]
+        for tool in reversed(tools):  # objdump first: it has more work than the linker
+            tool.send(obj)
+        # The linker works while this process lists; each phase is the wall time spent here.
+        t3 = time.perf_counter()
+        if lister == "llvm":
+            asm, kind = disassemble(obj, target, options.features), "disassembly"
+        elif lister == "objdump":
+            asm, kind = tools[1].finish().decode(), "disassembly"
+        elif lister == "codegen":
+            asm, kind = tm.emit_assembly(_parse(ir)), "assembly"  # codegen mutates its module
+        else:
+            asm, kind = "", "none"
+        t["listing"] = time.perf_counter() - t3
+        t4 = time.perf_counter()
+        hsaco = tools[0].finish()
+        t["link"] = time.perf_counter() - t4
+    except BaseException:
+        for tool in tools:
+            tool.kill()
+        raise
+    t5 = time.perf_counter()
+    try:
+        info = read_code_object(hsaco)
+    except ValueError as e:
+        raise CodegenError(f"linked code object is unusable: {e}") from None
+    t["read"] = time.perf_counter() - t5
+    t["total"] = time.perf_counter() - t0
+    return CompiledObject(hsaco, asm, kind, info, t)

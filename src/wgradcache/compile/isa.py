@@ -1,0 +1,185 @@
+"""ISA statistics from an AMDGPU listing: what the compiler actually emitted.
+
+The cache records, per kernel, how many MMAs, async copies, barriers, atomics and cache
+maintenance instructions its code holds; tests use the same counts to check a variant's
+promise (a packed atomic is native on gfx1250 and a CAS loop on gfx1151; the async loop
+has one barrier per K step; monotonic atomics add no fences).
+
+Two listings are accepted and give identical statistics (tested): LLVM's assembly
+(``emit_assembly``: labels ``.LBB0_1:``, directives, the metadata block) and
+``llvm-objdump -d --symbolize-operands`` (labels ``<L0>:``, ``// address`` comments,
+padding). Only instruction lines count, and never ``s_nop``/``s_code_end`` (see _PADDING).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Instruction", "Loop", "parse_listing", "find_loops", "isa_stats", "mma_per_loop"]
+
+# Blocks of directives whose lines are not code (the metadata YAML, the kernel descriptor).
+_SKIP_BLOCKS = {".amdgpu_metadata": ".end_amdgpu_metadata",
+                ".amdhsa_kernel": ".end_amdhsa_kernel"}
+_MNEMONIC = re.compile(r"^[a-z][a-z0-9_]*$")
+_OBJDUMP_LABEL = re.compile(r"^[0-9a-fA-F]+ <([^>]+)>:$")
+_ASM_LABEL = re.compile(r"^([A-Za-z_.$][\w.$]*):$")
+# Padding is code in a disassembly but a directive in the assembly (.p2align before a loop
+# header, the .text tail: s_nop, and s_code_end on gfx10+). A disassembly cannot tell
+# alignment s_nop from a hazard s_nop, so no s_nop is counted in either listing.
+_PADDING = frozenset({"s_code_end", "s_nop"})
+
+CACHE_OPS = ("global_wb", "global_inv", "global_wbinv", "buffer_wbl2", "buffer_inv",
+             "buffer_gl0_inv", "buffer_gl1_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
+ATOMIC_KINDS = ("global_atomic_pk_add_f16", "global_atomic_pk_add_bf16",
+                "global_atomic_add_f32")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    mnemonic: str
+    operands: str
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A backward branch and the instructions from its target label to the branch."""
+
+    start: int  # index of the first instruction of the body
+    end: int  # index of the branch
+    branch: str
+
+    def body(self, code: list[Instruction]) -> list[Instruction]:
+        return code[self.start:self.end + 1]
+
+
+def _strip_comment(line: str) -> str:
+    for mark in ("//", ";"):
+        i = line.find(mark)
+        if i >= 0:
+            line = line[:i]
+    return line.strip()
+
+
+def parse_listing(text: str) -> tuple[list[Instruction], dict[str, int]]:
+    """Instructions in order, and each label's index (the instruction that follows it)."""
+    code: list[Instruction] = []
+    labels: dict[str, int] = {}
+    end_of_block = None
+    for raw in text.splitlines():
+        line = _strip_comment(raw)
+        if not line:
+            continue
+        head = line.split(None, 1)[0]
+        if end_of_block:
+            if head == end_of_block:
+                end_of_block = None
+            continue
+        if head in _SKIP_BLOCKS:
+            end_of_block = _SKIP_BLOCKS[head]
+            continue
+        m = _OBJDUMP_LABEL.match(line) or _ASM_LABEL.match(line)
+        if m:
+            labels[m.group(1)] = len(code)
+            continue
+        if head.startswith(".") or not _MNEMONIC.match(head) or head in _PADDING:
+            continue
+        operands = line[len(head):].strip()
+        code.append(Instruction(head, operands))
+    return code, labels
+
+
+def _is_branch(mnemonic: str) -> bool:
+    return mnemonic == "s_branch" or mnemonic.startswith("s_cbranch_")
+
+
+def find_loops(code: list[Instruction], labels: dict[str, int]) -> list[Loop]:
+    """Every backward branch to a label, in program order of the branch."""
+    loops = []
+    for j, ins in enumerate(code):
+        if not _is_branch(ins.mnemonic):
+            continue
+        target = ins.operands.split(",")[0].strip()
+        i = labels.get(target)
+        if i is not None and i <= j:
+            loops.append(Loop(i, j, ins.mnemonic))
+    return loops
+
+
+def _is_mma(m: str) -> bool:
+    return m.startswith(("v_wmma_", "v_mfma_", "v_swmmac_", "v_smfmac_"))
+
+
+def _is_barrier(m: str) -> bool:
+    # gfx12/gfx1250 split a barrier into s_barrier_signal + s_barrier_wait: count it once.
+    return m == "s_barrier" or m.startswith("s_barrier_signal")
+
+
+def _is_cmpswap(m: str) -> bool:
+    return "_atomic_cmpswap" in m
+
+
+def _is_cas_loop(loop: Loop, code: list[Instruction]) -> bool:
+    return loop.branch == "s_cbranch_execnz" and any(
+        _is_cmpswap(i.mnemonic) for i in loop.body(code))
+
+
+def mma_per_loop(asm: str) -> list[int]:
+    """MMA count of every loop body (outer loops include inner ones), in program order."""
+    code, labels = parse_listing(asm)
+    return [sum(_is_mma(i.mnemonic) for i in lp.body(code)) for lp in find_loops(code, labels)]
+
+
+def _count(code: list[Instruction], pred) -> int:
+    return sum(1 for i in code if pred(i.mnemonic))
+
+
+def isa_stats(asm: str) -> dict[str, int]:
+    """Instruction counts by class; every key is always present (a stable schema for JSON).
+
+    ``main_loop_*`` describe the loop with the most MMAs (then the most instructions) that is
+    not a CAS loop; a CAS loop is a backward ``s_cbranch_execnz`` over a ``*_atomic_cmpswap``.
+    """
+    code, labels = parse_listing(asm)
+    loops = find_loops(code, labels)
+    cas = [lp for lp in loops if _is_cas_loop(lp, code)]
+    others = [lp for lp in loops if lp not in cas]
+    s: dict[str, int] = {
+        "instructions": len(code),
+        "mma": _count(code, _is_mma),
+        "wmma": _count(code, lambda m: m.startswith(("v_wmma_", "v_swmmac_"))),
+        "mfma": _count(code, lambda m: m.startswith(("v_mfma_", "v_smfmac_"))),
+        "async_copies": _count(code, lambda m: m.startswith("global_load_async_to_lds_")),
+        "async_waits": _count(code, lambda m: m == "s_wait_asynccnt"),
+        "global_load_lds": _count(code, lambda m: m.startswith("global_load_lds_")),
+        "barriers": _count(code, _is_barrier),
+        "global_atomics": _count(code, lambda m: m.startswith("global_atomic_")),
+        "flat_atomics": _count(code, lambda m: m.startswith("flat_atomic_")),
+        "global_atomic_cmpswap": _count(
+            code, lambda m: m.startswith("global_atomic_cmpswap")),
+    }
+    for kind in ATOMIC_KINDS:
+        s[kind] = _count(code, lambda m, k=kind: m == k)
+    for op in CACHE_OPS:
+        s[op] = _count(code, lambda m, o=op: m == o)
+    s["cache_ops"] = sum(s[op] for op in CACHE_OPS)
+    s["cas_loops"] = len(cas)
+    s["ds_loads"] = _count(code, lambda m: m.startswith(("ds_load", "ds_read")))
+    s["ds_stores"] = _count(code, lambda m: m.startswith(("ds_store", "ds_write")))
+    s["global_loads"] = _count(code, lambda m: m.startswith("global_load")
+                               and not m.startswith(("global_load_async_to_lds_",
+                                                     "global_load_lds_")))
+    s["global_stores"] = _count(code, lambda m: m.startswith("global_store"))
+    s["buffer_loads"] = _count(code, lambda m: m.startswith("buffer_load"))
+    s["buffer_stores"] = _count(code, lambda m: m.startswith("buffer_store"))
+    s["scratch_ops"] = _count(code, lambda m: m.startswith("scratch_"))
+    s["loops"] = len(loops)
+    main = max(others, key=lambda lp: (_count(lp.body(code), _is_mma), lp.end - lp.start),
+               default=None)
+    body = main.body(code) if main else []
+    s["main_loop_instructions"] = len(body)
+    s["main_loop_mma"] = _count(body, _is_mma)
+    s["main_loop_barriers"] = _count(body, _is_barrier)
+    s["main_loop_async_copies"] = _count(
+        body, lambda m: m.startswith("global_load_async_to_lds_"))
+    return s

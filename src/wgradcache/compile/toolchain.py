@@ -1,0 +1,213 @@
+"""The toolchain: which linker and disassembler we run, and the identity that keys the cache.
+
+Codegen is in-process (llvmlite's LLVM); linking needs an LLVM 22 ``ld.lld`` and, for the
+ISA listing, ``llvm-objdump`` is used when present. Everything that can change the bytes
+of a code object goes into :class:`ToolchainIdentity`, so a cache built with another LLVM
+or another linker is never mistaken for this one.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = [
+    "CODE_OBJECT_VERSION",
+    "MIN_LLVM_MAJOR",
+    "ToolchainError",
+    "ToolchainIdentity",
+    "find_linker",
+    "find_disassembler",
+    "find_llvm_library",
+    "tool_version",
+    "toolchain_identity",
+    "with_code_object_version",
+]
+
+CODE_OBJECT_VERSION = 5
+"""AMDHSA code object version we emit, chosen on purpose rather than taken from LLVM.
+
+LLVM 22 defaults to v6 (``EI_ABIVERSION`` 4); ROCm loaders older than 6.x only read up to
+v5, and v5 carries everything our kernels need (hidden kernel arguments, the kernel
+descriptor layout). The module flag ``amdhsa_code_object_version`` = 500 selects it
+(llvm22-amdgpu-facts.md §5, checked on gfx942 and gfx1250).
+"""
+
+MIN_LLVM_MAJOR = 22
+"""Oldest LLVM whose tools know gfx1250 (linker relocations, disassembler opcodes)."""
+
+_INSTALL_HINT = "install one with `apt-get install lld-22` (Debian/Ubuntu) or `make deps`"
+
+
+class ToolchainError(RuntimeError):
+    """A required tool is missing or unusable; the message says how to fix it in one line."""
+
+
+def tool_version(path: Path | str) -> str:
+    """The first line of ``<tool> --version`` (e.g. ``Debian LLD 22.1.8 (compatible ...)``)."""
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
+    lines = [ln.strip() for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    # llvm-objdump prints a banner line first; the version is on the "LLVM version" line.
+    for ln in lines:
+        if "version" in ln.lower() or re.search(r"\bLLD \d", ln):
+            return ln
+    return lines[0] if lines else ""
+
+
+def _major(version_line: str) -> int:
+    m = re.search(r"(?:LLD|version)\s+(\d+)\.", version_line)
+    return int(m.group(1)) if m else 0
+
+
+def _find_tool(rocm_name: str, versioned: str, plain: str) -> Path | None:
+    """``$ROCM_PATH/llvm/bin/<rocm_name>``, else ``<versioned>`` on PATH, else ``<plain>`` >= 22.
+
+    ROCm's copy comes first: when a user has ROCm, its LLVM matches the loader they run.
+    """
+    rocm = os.environ.get("ROCM_PATH")
+    if rocm:
+        cand = Path(rocm) / "llvm" / "bin" / rocm_name
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which(versioned)
+    if found:
+        return Path(found)
+    found = shutil.which(plain)
+    if found and _major(tool_version(found)) >= MIN_LLVM_MAJOR:
+        return Path(found)
+    return None
+
+
+def find_linker() -> Path:
+    """The LLVM 22 ``ld.lld`` that turns LLVM's relocatable object into a code object."""
+    found = _find_tool("ld.lld", f"ld.lld-{MIN_LLVM_MAJOR}", "ld.lld")
+    if found is None:
+        raise ToolchainError(
+            f"no LLVM >= {MIN_LLVM_MAJOR} linker (ld.lld) found in $ROCM_PATH/llvm/bin or on "
+            f"PATH: {_INSTALL_HINT}"
+        )
+    return found
+
+
+def find_disassembler() -> Path | None:
+    """An LLVM 22 ``llvm-objdump``, or None: the ISA listing then comes from a second codegen.
+
+    Optional on purpose: the Debian ``lld-22`` package alone does not ship it, and the code
+    object never depends on it (see ``codegen.compile_ir``).
+    """
+    return _find_tool("llvm-objdump", f"llvm-objdump-{MIN_LLVM_MAJOR}", "llvm-objdump")
+
+
+def find_llvm_library() -> Path | None:
+    """A shared libLLVM (>= 22 is checked by the loader in ``disasm``) for in-process listing.
+
+    Looked for beside the linker first (``<linker dir>/../lib``: Debian's ld.lld-22 links
+    against the libLLVM of ``/usr/lib/llvm-22/lib``), then in ``$ROCM_PATH/llvm/lib`` and
+    ``/usr/lib/llvm-22/lib``. None when there is none; listing then falls back.
+    """
+    dirs = []
+    try:
+        dirs.append(find_linker().resolve().parent.parent / "lib")
+    except ToolchainError:
+        pass
+    rocm = os.environ.get("ROCM_PATH")
+    if rocm:
+        dirs.append(Path(rocm) / "llvm" / "lib")
+    dirs.append(Path(f"/usr/lib/llvm-{MIN_LLVM_MAJOR}/lib"))
+    for d in dirs:
+        libs = sorted(p for pat in ("libLLVM.so*", "libLLVM-*.so*") for p in d.glob(pat)
+                      if p.is_file())
+        if libs:
+            return libs[0]
+    return None
+
+
+def _llvmlite_library() -> Path:
+    from llvmlite.binding import ffi
+
+    return Path(ffi.lib._name)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ToolchainIdentity:
+    """What produced a code object, beyond the IR and the codegen options."""
+
+    llvm_version: str
+    llvmlite_digest: str  # sha256 of libllvmlite.so: same version string, other build => other key
+    linker_path: str
+    linker_version: str
+    code_object_version: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def digest(self) -> str:
+        """sha256 over everything but ``linker_path``.
+
+        The bytes depend on what the linker is (its version line), not where it is
+        installed: ``/usr/bin/ld.lld-22`` and ``/usr/lib/llvm-22/bin/ld.lld`` must share a
+        cache. Debian's and other builds of the same LLD differ in their version line (and in
+        ``.comment``, facts §7), so they do get different keys.
+        """
+        d = self.to_dict()
+        del d["linker_path"]
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def toolchain_identity() -> ToolchainIdentity:
+    """The identity of this process's toolchain (computed once: hashing llvmlite takes ~0.2 s)."""
+    from llvmlite import binding
+
+    linker = find_linker()
+    return ToolchainIdentity(
+        llvm_version=".".join(str(v) for v in binding.llvm_version_info),
+        llvmlite_digest=_sha256_file(_llvmlite_library()),
+        linker_path=str(linker),
+        linker_version=tool_version(linker),
+        code_object_version=CODE_OBJECT_VERSION,
+    )
+
+
+_COV_FLAG = re.compile(r'!"amdhsa_code_object_version",\s*i32\s+(\d+)')
+_MD_ID = re.compile(r"^!(\d+)\s*=", re.MULTILINE)
+
+
+def with_code_object_version(ir_text: str, version: int = CODE_OBJECT_VERSION) -> str:
+    """``ir_text`` with the module flag that pins the code object version.
+
+    Callers (the lowering, tests) need not know about the flag. IR that already pins the
+    same version is returned unchanged; IR that pins another one is an error, since the
+    caller asked for something contradictory. Named metadata defined twice is merged by the
+    parser, so a second ``!llvm.module.flags`` line is enough even if the IR has flags.
+    """
+    want = version * 100
+    found = _COV_FLAG.search(ir_text)
+    if found:
+        if int(found.group(1)) != want:
+            raise ValueError(
+                f"IR pins amdhsa_code_object_version {found.group(1)}, options ask for {want}"
+            )
+        return ir_text
+    ids = [int(m) for m in _MD_ID.findall(ir_text)]
+    n = max(ids) + 1 if ids else 0
+    sep = "" if ir_text.endswith("\n") else "\n"
+    return (
+        f"{ir_text}{sep}!llvm.module.flags = !{{!{n}}}\n"
+        f'!{n} = !{{i32 1, !"amdhsa_code_object_version", i32 {want}}}\n'
+    )
