@@ -77,3 +77,85 @@ def gemm_tile(form: str, dt, *, waves: int = 2, barrier_before_mma: bool = True,
         row = kb.add(kb.add(kb.mul(wave, 16), kb.mul(g, lay.c_row_group_stride)), roff)
         kb.store(kb.gep(D, kb.add(kb.mul(row, 16), c16)), kb.extract(acc, r))
     return kb.finish()
+
+
+def every_op(target_form: str, *, async_copy: bool, packed_atomics: bool = True) -> KernelDef:
+    """One kernel using every op kind once (for lowering/compile coverage).
+
+    Arguments: ``x`` f32[block], ``h`` f16[2*block], ``o`` f32[block], ``acc`` f32[1],
+    ``hacc`` f16[2], ``n`` i32.
+    """
+    from wgradcache.kernel.ir import bf16, f16, i1, i8, i16, i64
+
+    lay = mma.layout(target_form)
+    block = max(64, lay.wave_size)
+    kb = KernelBuilder(f"every_op_{target_form}", block)
+    x, h = kb.arg("x", ptr(f32), readonly=True), kb.arg("h", ptr(f16), readonly=True)
+    o, acc = kb.arg("o", ptr(f32)), kb.arg("acc", ptr(f32), noalias=False)
+    hacc = kb.arg("hacc", ptr(f16))
+    bacc = kb.arg("bacc", ptr(bf16))
+    n = kb.arg("n", i32)
+    lds = kb.lds("scratch", block * 4 + 64, elem=f32)
+    t = kb.thread_id()
+    wg = kb.add(kb.add(kb.workgroup_id(0), kb.workgroup_id(1)), kb.workgroup_id(2))
+    i = kb.add(kb.mul(wg, block), t)
+    ints = [getattr(kb, name)(i, 3) for name in
+            ("add", "sub", "mul", "udiv", "urem", "sdiv", "srem", "shl", "lshr", "ashr",
+             "and_", "or_", "xor", "smin", "smax", "umin", "umax")]
+    s = ints[0]
+    for v in ints[1:]:
+        s = kb.add(s, v)
+    s = kb.xor(s, kb.not_(i))
+    ok = kb.icmp("ult", i, n)
+    xv = kb.load(kb.gep(x, i), pred=ok)
+    hv = kb.load(kb.gep(h, kb.mul(i, 2)), 2, align=4, pred=ok)
+    fl = [getattr(kb, name)(xv, 1.5) for name in ("fadd", "fsub", "fmul", "fdiv", "fmin",
+                                                    "fmax")]
+    f = kb.fma(fl[0], fl[1], kb.fneg(fl[2]))
+    f = kb.select(kb.fcmp("olt", f, fl[3]), f, kb.fadd(fl[4], fl[5]))
+    f = kb.select(kb.fcmp("uno", f, f), fl[0], f)
+    h2 = kb.fpcast(hv, f32)
+    f = kb.fadd(f, kb.fadd(kb.extract(h2, 0), kb.extract(h2, 1)))
+    b16 = kb.fpcast(kb.fpcast(f, bf16), f16)  # f32 -> bf16 -> f16 -> f32
+    f = kb.fadd(f, kb.fpcast(b16, f32))
+    f = kb.fadd(f, kb.sitofp(s, f32))
+    f = kb.fadd(f, kb.uitofp(kb.zext(kb.trunc(s, i8), i16), f32))
+    big = kb.sext(kb.fptosi(f, i32), i64)
+    f = kb.fadd(f, kb.sitofp(kb.trunc(big, i32), f32))
+    f = kb.fadd(f, kb.uitofp(kb.fptoui(kb.fmax(f, 0.0), i32), f32))
+    bits = kb.bitcast(hv, i32)
+    f = kb.fadd(f, kb.sitofp(kb.and_(bits, 255), f32))
+    flag = kb.zext(kb.icmp("sge", s, 0), i32)
+    f = kb.fadd(f, kb.sitofp(kb.add(flag, kb.zext(kb.trunc(flag, i1), i32)), f32))
+    vec = kb.vec(f, xv, f, xv)
+    vec = kb.insert(vec, kb.const(2.0, f32), 1)
+    sh = kb.shuffle(vec, vec, [0, 5, 2, 7])
+    f = kb.fadd(kb.extract(sh, 0), kb.extract(kb.subvec(sh, 1, 2), 1))
+    # LDS round trip with a barrier, through a pointer cast
+    kb.store(kb.gep(lds, t), f)
+    kb.barrier()
+    raw = kb.ptr_cast(lds, i32)
+    other = kb.bitcast(kb.load(kb.gep(raw, kb.xor(t, 1))), f32)
+    kb.barrier()
+    # a loop with a carried value and an if/else yielding one
+    (total,) = kb.loop(0, n, 1, [other], lambda k, a: kb.fadd(a, kb.sitofp(k, f32)))
+    (res,) = kb.if_else(ok, lambda: kb.fmul(total, 2.0), lambda: total)
+    if async_copy:
+        chunk = kb.ptr_cast(kb.gep(lds, block), f32)
+        kb.async_copy(kb.gep(x, i), kb.gep(chunk, t), 4, pred=ok)
+        kb.async_wait(0)
+        kb.barrier()
+        res = kb.fadd(res, kb.load(kb.gep(chunk, kb.xor(t, 0)), pred=ok))
+    # one MMA atom on constant-ish fragments
+    ab = kb.splat(kb.fpcast(res, f16), lay.ab_elems) if target_form != "gfx11" else \
+        kb.splat(kb.const(1.0, f16), lay.ab_elems)
+    d = kb.mma(target_form, ab, ab, kb.splat(res, lay.c_elems))
+    bab = kb.splat(kb.const(1.0, bf16), lay.ab_elems)
+    d = kb.mma(target_form, bab, bab, d)
+    res = kb.fadd(res, kb.extract(d, 0))
+    kb.store(kb.gep(o, i), res, pred=ok)
+    kb.atomic_add(acc, res, pred=ok)
+    if packed_atomics:
+        kb.atomic_add(hacc, kb.splat(kb.fpcast(res, f16), 2), pred=ok)
+        kb.atomic_add(bacc, kb.splat(kb.fpcast(res, bf16), 2), pred=ok)
+    return kb.finish()
