@@ -1,0 +1,76 @@
+"""Sync K loop, default epilogue, no split: the problem matrix on every WMMA target, both
+16-bit dtypes (+ fp32 dW), every ladder geometry and every vec pair, in the emulator."""
+
+from __future__ import annotations
+
+import pytest
+from wgrad_cases import (
+    AB_DTYPES,
+    EDGE,
+    GEOMETRIES,
+    PROBLEMS,
+    TARGETS,
+    check,
+    make_spec,
+    widest_vec,
+)
+
+from wgradcache.jobs.walk import walk
+from wgradcache.wgrad.run import run_emulated
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", AB_DTYPES)
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_problem_matrix(target, dtype, name):
+    p = PROBLEMS[name]
+    i = sorted(PROBLEMS).index(name) + TARGETS.index(target) + AB_DTYPES.index(dtype)
+    geometry = GEOMETRIES[i % len(GEOMETRIES)]
+    spec = make_spec(target, dtype, geometry, p)
+    check(run_emulated(spec, p, seed=i), dtype)
+
+
+@pytest.mark.parametrize("target, dtype, name", [
+    ("gfx1250", "fp16", "3x3s2"), ("gfx1250", "bf16", "stem"), ("gfx1201", "fp16", "groups2"),
+    ("gfx1201", "bf16", "oddK"), ("gfx1151", "fp16", "dil2"), ("gfx1151", "bf16", "partialMN")])
+def test_fp32_dw(target, dtype, name):
+    p = PROBLEMS[name]
+    spec = make_spec(target, dtype, (64, 64, 32, 2, 2), p, dw="fp32")
+    check(run_emulated(spec, p), "fp32")
+
+
+def _ladder(target):
+    return sorted({s.geometry for s in walk(target, ["fp16"]) if s.variant == "sync.default.none"})
+
+
+def _ladder_cases():
+    """Every ladder geometry of gfx1250 (the flagship); every third on the others."""
+    for t in TARGETS:
+        for i, g in enumerate(_ladder(t)):
+            if t == "gfx1250" or i % 3 == TARGETS.index(t):
+                yield pytest.param(t, g, id=f"{t}-t{g[0]}x{g[1]}x{g[2]}-w{g[3]}x{g[4]}")
+
+
+@pytest.mark.parametrize("target, geometry", list(_ladder_cases()))
+def test_ladder_geometries(target, geometry):
+    """Partial M and N tiles, padding and a partial K tile at once, per ladder geometry."""
+    i = _ladder(target).index(geometry)
+    dtype = AB_DTYPES[i % 2]
+    vec = [(8, 8), (4, 2), (2, 8), (1, 4), (8, 1)][i % 5]
+    spec = make_spec(target, dtype, geometry, EDGE, vec=vec)
+    check(run_emulated(spec, EDGE, seed=i), dtype)
+
+
+@pytest.mark.parametrize("target, dtype", [("gfx1250", "fp16"), ("gfx1201", "bf16"),
+                                           ("gfx1151", "fp16")])
+@pytest.mark.parametrize("va", (1, 2, 4, 8))
+@pytest.mark.parametrize("vb", (1, 2, 4, 8))
+def test_every_vec_pair(target, dtype, va, vb):
+    p = PROBLEMS["groups2"]
+    spec = make_spec(target, dtype, (32, 64, 32, 1, 2), p, vec=(va, vb))
+    check(run_emulated(spec, p, seed=va * 10 + vb), dtype)
+
+
+def test_widest_vec_follows_the_channels():
+    assert widest_vec(PROBLEMS["stem"]) == (8, 1)
+    assert widest_vec(PROBLEMS["1x1"]) == (8, 8)

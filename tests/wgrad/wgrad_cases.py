@@ -1,0 +1,65 @@
+"""Shared cases of the wgrad numerics tests: edge problems, a geometry spread, the checks."""
+
+from __future__ import annotations
+
+from wgradcache.capability import serves
+from wgradcache.problem import ConvProblem
+from wgradcache.spec import KernelSpec, validate
+from wgradcache.wgrad.run import EmulationReport
+
+TARGETS = ("gfx1250", "gfx1201", "gfx1151")
+AB_DTYPES = ("fp16", "bf16")
+
+# each exercises an edge: partial last K tile (wg_K not a multiple of tile_k), partial M/N
+# tiles, padding, stride and dilation holes, groups, an odd channel count
+PROBLEMS = {
+    "3x3s1p1": ConvProblem.parse("2,16,6,6,16,3,3,1,1"),  # wg_K 72, N 144
+    "1x1": ConvProblem.parse("3,16,5,5,24,1,1"),  # wg_K 75 (odd), M 24
+    "3x3s2": ConvProblem.parse("2,16,7,7,24,3,3,2,1"),  # downsample, Ho 4
+    "dil2": ConvProblem.parse("1,8,9,9,8,3,3,1,2,2"),  # dilation 2, wg_K 81
+    "groups2": ConvProblem.parse("2,16,6,6,16,3,3,1,1,1,2"),  # kpg 8, cpg 8
+    "stem": ConvProblem.parse("2,3,9,9,16,3,3,2,1"),  # C=3: vec_b 1, wg_N 27 odd
+    "oddK": ConvProblem.parse("1,8,5,7,8,3,3,1,1"),  # N*Ho*Wo = 35
+    "partialMN": ConvProblem.parse("2,8,5,5,40,3,3,1,1"),  # M 40, N 72
+}
+# one problem with every edge at once, for sweeps over geometries
+EDGE = ConvProblem.parse("1,8,7,7,40,3,3,1,1")  # wg_K 49, M 40, N 72, pad 1
+
+# a spread of ladder geometries (tile_m, tile_n, tile_k, warp_m, warp_n)
+GEOMETRIES = ((32, 32, 32, 1, 1), (64, 64, 32, 2, 2), (128, 64, 64, 4, 2), (32, 128, 64, 1, 2),
+              (64, 32, 32, 2, 1), (128, 128, 32, 4, 2), (64, 128, 64, 2, 4), (32, 64, 32, 1, 2))
+
+VEC_PAIRS = ((8, 8), (8, 4), (4, 8), (4, 4), (2, 2), (8, 1), (1, 1))
+LIMIT = {"fp16": 5e-3, "bf16": 1e-2, "fp32": 1e-4}
+
+
+def widest_vec(problem: ConvProblem, tile_m: int = 128, tile_n: int = 128) -> tuple[int, int]:
+    for va, vb in VEC_PAIRS:
+        if problem.kpg % va == 0 and problem.cpg % vb == 0 and tile_m % va == 0 \
+                and tile_n % vb == 0:
+            return va, vb
+    return 1, 1
+
+
+def make_spec(target: str, dtype: str, geometry, problem: ConvProblem | None = None, *,
+              dw: str | None = None, vec: tuple[int, int] | None = None, **kw) -> KernelSpec:
+    if kw.get("k_loop") != "async":
+        va, vb = vec or widest_vec(problem, geometry[0], geometry[1])
+        kw.update(vec_a=va, vec_b=vb)
+    spec = KernelSpec(target, dtype, dw or dtype, *geometry, **kw)
+    ok, why = validate(spec)
+    assert ok, f"{spec.label()}: {why}"
+    if problem is not None:
+        ok, why = serves(spec, problem)
+        assert ok, f"{spec.label()} on {problem.short()}: {why}"
+    return spec
+
+
+def check(r: EmulationReport, dw_dtype: str) -> None:
+    """No hazard, error within the bound, the bound within the test limit."""
+    assert not r.hazards, r.hazards
+    assert r.error <= r.bound.bound, r.summary()
+    assert r.bound.bound <= LIMIT[dw_dtype], f"bound too loose to test: {r.summary()}"
+    assert r.out is not None and r.out.shape == r.ref.shape
+    if dw_dtype != "fp32":
+        assert r.error > 0  # 16-bit dW always rounds this data: the comparison is live
