@@ -62,6 +62,9 @@ def test_async_gemm_tile_matches_and_counts_copies(dt):
 
 
 # -- detectors fire on planted bugs ------------------------------------------------------------
+WAR = r"LDS race: .* writes byte .* read by (lane \d+|several lanes) since the last barrier"
+
+
 def run_tile(kd, dt=f16, K=64):
     a, b, _ = gemm_inputs(dt, 32, K)
     return emulate(kd, (1, 1, 1), {"a": a, "b": b, "d": np.zeros((32, 16), np.float32), "k": K})
@@ -74,7 +77,7 @@ def test_removed_barrier_before_mma_is_a_read_after_write_race():
 
 
 def test_removed_barrier_after_mma_is_a_write_after_read_race():
-    with pytest.raises(EmulationError, match="LDS race: .* writes byte .* read by lane"):
+    with pytest.raises(EmulationError, match=WAR):
         run_tile(gemm_tile("gfx12", f16, barrier_after_mma=False))
 
 
@@ -84,7 +87,7 @@ def test_lds_read_before_async_wait():
 
 
 def test_async_copy_into_bytes_read_since_barrier():
-    with pytest.raises(EmulationError, match="LDS race: .* writes byte .* read by lane"):
+    with pytest.raises(EmulationError, match=WAR):
         run_tile(gemm_tile("gfx1250", f16, use_async=True, barrier_after_mma=False))
 
 

@@ -68,7 +68,7 @@ _NP = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": n
        "f16": np.float16, "bf16": np.uint16, "f32": np.float32}
 _UNSIGNED = {np.dtype(np.int8): np.uint8, np.dtype(np.int16): np.uint16,
              np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
-_BIG = np.int32(1 << 20)  # "no lane" for the running minimum of lane ids
+_NONE, _MANY = -1, -2  # race-tracking states of a byte besides "this one lane"
 _ASYNC_WAVE = 32  # async copies exist on gfx1250 only: wave32, one ASYNCcnt per wave
 
 
@@ -164,7 +164,7 @@ class _AsyncRecord:
     issued: np.ndarray  # [G, waves] bool: waves that issued it (counted by ASYNCcnt)
     wg: np.ndarray  # [A] workgroup of each copying lane
     lane: np.ndarray  # [A]
-    lds_idx: np.ndarray  # [A, nbytes] absolute LDS byte index
+    lds_idx: np.ndarray  # [A, nbytes] index into the flattened [G, bytes] LDS
     data: np.ndarray  # [A, nbytes] uint8
 
 
@@ -219,12 +219,14 @@ class _Machine:
         self.env: dict[int, object] = {}
         self.lds = np.full((G, max(self.lds_total, 1)), 0xFF, np.uint8)
         n = self.lds.shape[1]
-        self.rmin = np.full((G, n), _BIG, np.int32)
-        self.rmax = np.full((G, n), -1, np.int32)
-        self.wmin = np.full((G, n), _BIG, np.int32)
-        self.wmax = np.full((G, n), -1, np.int32)
+        # per LDS byte since the last barrier: which lane read / wrote it (_NONE, a lane id,
+        # or _MANY for several lanes)
+        self.readers = np.full((G, n), _NONE, np.int32)
+        self.writers = np.full((G, n), _NONE, np.int32)
         self.pend = np.full((G, n), -1, np.int32)
         self.records: list[_AsyncRecord] = []
+        self.all_w = np.repeat(np.arange(G), self.L)
+        self.all_lane = np.tile(np.arange(self.L), G)
         mask = np.ones((G, self.L), bool)
         self.block(self.kd.body, mask)
         if self.records:
@@ -289,7 +291,10 @@ class _Machine:
 
     # -- memory helpers ------------------------------------------------------------------------
     def lanes(self, mask: np.ndarray, pred: np.ndarray | None):
+        """(workgroup, lane) of each active lane, in (workgroup, lane) order."""
         m = mask if pred is None else mask & np.broadcast_to(pred, mask.shape)
+        if m.all():
+            return self.all_w, self.all_lane
         return np.nonzero(m)
 
     def addresses(self, v: Value, p: _Ptr, w, lane, nbytes: int, align: int):
@@ -311,54 +316,56 @@ class _Machine:
                          f"(lane {int(lane[j])})", buffer=p.name, size=size, index=int(off[j]))
         return off
 
-    def lds_index(self, p: _Ptr, off: np.ndarray, nbytes: int) -> np.ndarray:
-        return self.lds_base[p.name] + off[:, None] + np.arange(nbytes)
+    def lds_flat(self, p: _Ptr, w, off: np.ndarray, nbytes: int) -> np.ndarray:
+        """Indices into the flattened [G, lds bytes] LDS of the accessed bytes: [A, nbytes]."""
+        return (w * self.lds.shape[1] + self.lds_base[p.name] + off)[:, None] + np.arange(nbytes)
 
     def race_check(self, v: Value, w, lane, idx, write: bool, name: str):
-        """LDS race tracking for one access of the active lanes (idx: [A, nbytes])."""
-        wl = w[:, None]
-        ln = lane[:, None]
-        pend = self.pend[wl, idx]
+        """LDS race tracking for one access of the active lanes (idx: lds_flat [A, nbytes])."""
+        nb = self.lds.shape[1]
+        flat = idx.ravel()
+        pend = self.pend.reshape(-1)[flat]
         if (pend >= 0).any():
-            j, b = (int(x[0]) for x in np.nonzero(pend >= 0))
-            self.fail(v, f"{'writes' if write else 'reads'} byte "
-                         f"{int(idx[j, b]) - self.lds_base[name]} of LDS {name!r} while an async "
-                         f"copy of lane {int(pend[j, b])} into it is in flight (no async_wait), "
-                         f"workgroup {self.wg_name(int(w[j]))}, lane {int(lane[j])}",
-                      buffer=name, index=int(idx[j, b]) - self.lds_base[name])
+            k = int(np.argmax(pend >= 0))
+            byte = int(flat[k]) % nb - self.lds_base[name]
+            j = k // idx.shape[1]
+            self.fail(v, f"{'writes' if write else 'reads'} byte {byte} of LDS {name!r} while "
+                         f"an async copy of lane {int(pend[k])} into it is in flight (no "
+                         f"async_wait), workgroup {self.wg_name(int(w[j]))}, lane {int(lane[j])}",
+                      buffer=name, index=byte)
         if not self.check_races:
             return
-        other_w = (self.wmin[wl, idx] < ln) | (self.wmax[wl, idx] > ln)
+        lanes = np.repeat(lane, idx.shape[1])
+        wr = self.writers.reshape(-1)[flat]
+        other_w = (wr != _NONE) & (wr != lanes)
         bad = other_w
         if write:
-            bad = bad | (self.rmin[wl, idx] < ln) | (self.rmax[wl, idx] > ln)
+            rd = self.readers.reshape(-1)[flat]
+            bad = bad | ((rd != _NONE) & (rd != lanes))
         if bad.any():
-            j, b = (int(x[0]) for x in np.nonzero(bad))
-            other = int(self.wmin[w[j], idx[j, b]]) if other_w[j, b] else \
-                int(self.rmin[w[j], idx[j, b]])
-            if other == int(lane[j]):
-                other = int(self.wmax[w[j], idx[j, b]]) if other_w[j, b] else \
-                    int(self.rmax[w[j], idx[j, b]])
-            kind = "written" if other_w[j, b] else "read"
+            k = int(np.argmax(bad))
+            j = k // idx.shape[1]
+            other = int(wr[k]) if other_w[k] else int(rd[k])
+            who = f"lane {other}" if other >= 0 else "several lanes"
+            byte = int(flat[k]) % self.lds.shape[1] - self.lds_base[name]
             self.fail(v, f"LDS race: lane {int(lane[j])} of workgroup {self.wg_name(int(w[j]))} "
-                         f"{'writes' if write else 'reads'} byte "
-                         f"{int(idx[j, b]) - self.lds_base[name]} of {name!r}, {kind} by lane "
-                         f"{other} since the last barrier",
-                      buffer=name, index=int(idx[j, b]) - self.lds_base[name])
-        flat = (wl * self.lds.shape[1] + idx).ravel()
-        lanes = np.broadcast_to(ln, idx.shape).ravel()
-        lo, hi = (self.wmin, self.wmax) if write else (self.rmin, self.rmax)
-        np.minimum.at(lo.reshape(-1), flat, lanes)
-        np.maximum.at(hi.reshape(-1), flat, lanes)
-        if write:
-            clash = lo.reshape(-1)[flat] != hi.reshape(-1)[flat]
-            if clash.any():
+                         f"{'writes' if write else 'reads'} byte {byte} of {name!r}, "
+                         f"{'written' if other_w[k] else 'read'} by {who} since the last "
+                         "barrier", buffer=name, index=byte)
+        state = (self.writers if write else self.readers).reshape(-1)
+        prior = wr if write else state[flat]
+        want = np.where((prior == _NONE) | (prior == lanes), lanes, _MANY).astype(np.int32)
+        state[flat] = want
+        # several lanes of this op on one byte: whichever won the assignment, another differs
+        clash = state[flat] != want
+        if clash.any():
+            if write:
                 k = int(np.argmax(clash))
-                g, byte = divmod(int(flat[k]), self.lds.shape[1])
-                self.fail(v, f"LDS race: lanes {int(lo[g, byte])} and {int(hi[g, byte])} of "
-                             f"workgroup {self.wg_name(g)} write byte "
-                             f"{byte - self.lds_base[name]} of {name!r} in one op",
-                          buffer=name, index=byte - self.lds_base[name])
+                byte = int(flat[k]) % self.lds.shape[1] - self.lds_base[name]
+                self.fail(v, f"LDS race: lanes {int(lanes[k])} and {int(state[flat[k]])} of "
+                             f"workgroup {self.wg_name(int(w[k // idx.shape[1]]))} write byte "
+                             f"{byte} of {name!r} in one op", buffer=name, index=byte)
+            state[flat[clash]] = _MANY
 
 
 # ---- handlers: one per op (group) --------------------------------------------------------------
@@ -567,18 +574,25 @@ def _load(m: _Machine, v: Value, mask):
     p = m.val(v.src[0])
     dt = v.dtype
     w, lane = m.lanes(mask, _pred_of(m, v, 1))
-    out = np.zeros((m.G, m.L, dt.count), _np(dt))  # predicated-off lanes read 0
-    if len(w):
-        off = m.addresses(v, p, w, lane, dt.nbytes, v.arg)
-        idx = off[:, None] + np.arange(dt.nbytes)
-        if p.kind == "global":
-            raw = m.globals[p.name][idx]
-        else:
-            idx = m.lds_index(p, off, dt.nbytes)
-            m.race_check(v, w, lane, idx, False, p.name)
-            raw = m.lds[w[:, None], idx]
-        out[w, lane] = np.ascontiguousarray(raw).view(_np(dt))
+    if len(w) == m.G * m.L:
+        out = _gather(m, v, p, w, lane, dt).reshape(m.G, m.L, dt.count)
+    else:
+        out = np.zeros((m.G, m.L, dt.count), _np(dt))  # predicated-off lanes read 0
+        if len(w):
+            out[w, lane] = _gather(m, v, p, w, lane, dt)
     m.env[v.id] = out if dt.is_vector else out[..., 0]
+
+
+def _gather(m: _Machine, v: Value, p: _Ptr, w, lane, dt: DType) -> np.ndarray:
+    """The loaded values of the active lanes: [A, count]."""
+    off = m.addresses(v, p, w, lane, dt.nbytes, v.arg)
+    if p.kind == "global":
+        raw = m.globals[p.name][off[:, None] + np.arange(dt.nbytes)]
+    else:
+        idx = m.lds_flat(p, w, off, dt.nbytes)
+        m.race_check(v, w, lane, idx, False, p.name)
+        raw = m.lds.reshape(-1)[idx]
+    return raw.view(_np(dt))
 
 
 def _store(m: _Machine, v: Value, mask):
@@ -589,13 +603,17 @@ def _store(m: _Machine, v: Value, mask):
         return
     off = m.addresses(v, p, w, lane, dt.nbytes, v.arg)
     full = np.broadcast_to(x if dt.is_vector else x[..., None], (m.G, m.L, dt.count))
-    raw = np.ascontiguousarray(full[w, lane]).view(np.uint8)
+    if len(w) == m.G * m.L:
+        vals = np.ascontiguousarray(full).reshape(-1, dt.count)
+    else:
+        vals = np.ascontiguousarray(full[w, lane])
+    raw = vals.view(np.uint8)
     if p.kind == "global":
         m.globals[p.name][off[:, None] + np.arange(dt.nbytes)] = raw
     else:
-        idx = m.lds_index(p, off, dt.nbytes)
+        idx = m.lds_flat(p, w, off, dt.nbytes)
         m.race_check(v, w, lane, idx, True, p.name)
-        m.lds[w[:, None], idx] = raw
+        m.lds.reshape(-1)[idx] = raw
 
 
 def _atomic_add(m: _Machine, v: Value, mask):
@@ -639,12 +657,11 @@ def _async_copy(m: _Machine, v: Value, mask):
     # the copy's alignment rules are not in our sources: we require dword alignment
     goff = m.addresses(v, src, w, lane, nbytes, 4)
     loff = m.addresses(v, dst, w, lane, nbytes, 4)
-    idx = m.lds_index(dst, loff, nbytes)
+    idx = m.lds_flat(dst, w, loff, nbytes)
     # into bytes another lane read or wrote since the last barrier, or still in flight: a race;
     # the bytes count as written by the issuing lane (they are its own once they land)
     m.race_check(v, w, lane, idx, True, dst.name)
-    flat = (w[:, None] * m.lds.shape[1] + idx).ravel()
-    m.pend.reshape(-1)[flat] = np.repeat(lane, nbytes)
+    m.pend.reshape(-1)[idx.ravel()] = np.repeat(lane, nbytes)
     issued = np.zeros((m.G, m.n_waves), bool)
     issued[w, lane // _ASYNC_WAVE] = True
     data = m.globals[src.name][goff[:, None] + np.arange(nbytes)]
@@ -665,13 +682,10 @@ def _async_wait(m: _Machine, v: Value, mask):
         newer += rec.issued
         land_lane = lands[rec.wg, rec.lane // _ASYNC_WAVE]
         if land_lane.any():
-            wl, il = rec.wg[land_lane][:, None], rec.lds_idx[land_lane]
-            m.lds[wl, il] = rec.data[land_lane]
-            m.pend[wl, il] = -1
-            if m.check_races:
-                lanes = np.broadcast_to(rec.lane[land_lane][:, None], il.shape)
-                m.wmin[wl, il] = np.minimum(m.wmin[wl, il], lanes)
-                m.wmax[wl, il] = np.maximum(m.wmax[wl, il], lanes)
+            il = rec.lds_idx[land_lane]
+            m.lds.reshape(-1)[il] = rec.data[land_lane]
+            m.pend.reshape(-1)[il] = -1
+            # the writer of these bytes is already the issuing lane (set at issue)
         if not land_lane.all():
             rest = ~land_lane
             keep.append(_AsyncRecord(rec.op, rec.issued & ~lands, rec.wg[rest], rec.lane[rest],
@@ -690,10 +704,8 @@ def _barrier(m: _Machine, v: Value, mask):
     if hit.any():
         m.counts["barriers"] += 1
         if m.check_races:
-            m.rmin[hit] = _BIG
-            m.rmax[hit] = -1
-            m.wmin[hit] = _BIG
-            m.wmax[hit] = -1
+            m.readers[hit] = _NONE
+            m.writers[hit] = _NONE
 
 
 def _matrix(m: _Machine, v: Value, mask):
