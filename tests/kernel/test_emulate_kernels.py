@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_samples import WMMA_FORMS, gemm_tile
+from kernel_samples import WMMA_FORMS, every_op, gemm_tile
 
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.emulate import EmulationError, bf16_to_f32, emulate, f32_to_bf16
@@ -272,3 +272,27 @@ def test_missing_argument_and_in_flight_copy_at_exit():
     kb.async_copy(kb.gep(g, kb.thread_id()), kb.gep(buf, kb.thread_id()), 4)
     with pytest.raises(EmulationError, match="still in flight at the end"):
         emulate(kb.finish(), (1, 1, 1), {"g": np.zeros(32, np.float32)})
+
+
+@pytest.mark.parametrize("form", WMMA_FORMS + ("mfma",))
+def test_every_op_kernel_runs_and_its_atomics_add_in_lane_order(form):
+    kd = every_op(form, async_copy=form == "gfx1250")
+    B, G = kd.block_size, 2
+    n = B * G - 5  # the last lanes are predicated off
+    rng = np.random.default_rng(0)
+    args = {"x": rng.standard_normal(B * G).astype(np.float32),
+            "h": rng.standard_normal(2 * B * G).astype(np.float16),
+            "o": np.zeros(B * G, np.float32), "acc": np.zeros(1, np.float32),
+            "hacc": np.zeros(2, np.float16), "bacc": np.zeros(2, np.uint16), "n": n}
+    rep = emulate(kd, (G, 1, 1), args)
+    assert rep.mma_ops == 2 and rep.atomic_adds == 3
+    assert rep.async_copies == (1 if form == "gfx1250" else 0)
+    o = args["o"]
+    assert np.all(o[n:] == 0) and np.all(np.isfinite(o[:n])) and np.all(o[:n] != 0)
+    s = np.float32(0)
+    b = np.float32(0)
+    for v in o[:n]:
+        s = np.float32(s + v)
+        b = bf16_to_f32(f32_to_bf16(b + bf16_to_f32(f32_to_bf16(v))))
+    assert args["acc"][0] == s
+    np.testing.assert_array_equal(bf16_to_f32(args["bacc"]), [b, b])
