@@ -1,25 +1,25 @@
 """LLVM IR text -> AMDGPU code object, in this process: parse, verify, codegen, link, list.
 
 This is what runs inside a build worker, once per job, so it is built for many calls in one
-process: LLVM's initialisation, the target machines and the tool paths are cached per
-process, and no temporary file is written.
+process: LLVM's initialisation, the target machines, the tool paths and the disassembler are
+cached per process, and no temporary file is written.
 
-One codegen, not two. The cache needs the code object and an ISA listing (for
-``isa_stats``), and LLVM emits one file type per codegen run. Measured per job (gfx1250 GEMM
-with 64 WMMA, 2-core box, see ``benchmarks/codegen.py``): a second in-process codegen for
-the assembly costs as much as the first (~120 ms), while ``llvm-objdump`` on the object
-costs ~45 ms, nearly all process start-up. Assembling LLVM's ``.s`` with ``llvm-mc`` instead
-would cost the same start-up and give a code object whose ``.symtab`` differs from
-``emit_object``'s (and ``llc``'s), so the blob would depend on which tools a machine has.
-Hence: the object always comes from ``emit_object`` (byte-identical to ``llc -O3``, facts
-§7), the listing from ``llvm-objdump -d --symbolize-operands`` when one is installed, and
-from a second codegen (``emit_assembly``) only when none is. ``isa_stats`` gives the same
-numbers on both listings.
+One codegen, not two. The cache needs the code object and an ISA listing (``isa_stats``),
+and LLVM emits one file type per codegen run. Measured per job on this 2-core box (gfx1250
+GEMM with 64 WMMA; figures in ``benchmarks/codegen.py``'s report): a second in-process
+codegen for the ``.s`` costs as much as the first (~120 ms); ``llvm-objdump`` on the object
+~45 ms, nearly all process start-up (loading libLLVM); assembling LLVM's ``.s`` with
+``llvm-mc`` the same start-up, and its code object's ``.symtab`` differs from
+``emit_object``'s, so the blob would depend on the tools a machine has. The in-process
+disassembler (``disasm``: the system libLLVM's C API, loaded once per process) costs
+~2-10 ms. So: the object always comes from ``emit_object`` (byte-identical to
+``llc -O3``, facts §7) and the listing, in order of preference, from the in-process
+disassembler, ``llvm-objdump``, or a second codegen; ``isa_stats`` gives the same numbers
+on all three (tested).
 
-Start-up overlap. ``ld.lld`` and ``llvm-objdump`` spend ~30 ms each loading libLLVM before
-reading a byte. They are started before parsing and read the object from a pipe, so that
-start-up runs on another core while this process does codegen; the linker writes the code
-object to its stdout. Nothing touches the disk.
+Overlap. The linker is started before parsing and reads the object from a pipe: its ~30 ms
+of start-up runs while this process does codegen, and while it links this process
+disassembles. It writes the code object to its stdout; nothing touches the disk.
 """
 
 from __future__ import annotations
@@ -157,10 +157,10 @@ def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None,
                listing: str = "auto") -> CompiledObject:
     """Compile one module holding one ``amdgpu_kernel`` for ``target``.
 
-    ``listing``: "disassembly" needs llvm-objdump; "assembly" runs a second codegen for
-    LLVM's full ``.s`` (directives, metadata; what ``wgradcache compile`` writes out);
-    "auto" is "disassembly" when llvm-objdump is installed, else "assembly"; "none" skips
-    the listing (``asm`` is empty).
+    ``listing``: "disassembly" (in-process, else llvm-objdump; ToolchainError if neither);
+    "assembly" runs a second codegen for LLVM's full ``.s`` with directives and metadata
+    (what ``wgradcache compile`` should write out); "auto" is "disassembly" when possible,
+    else "assembly"; "none" skips the listing (``asm`` is empty).
 
     Raises CodegenError for IR that fails to parse/verify, a linker error, or a kernel LLVM
     dropped; ToolchainError without a linker. An unsupported intrinsic or too much LDS ends

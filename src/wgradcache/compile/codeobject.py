@@ -13,7 +13,6 @@ import io
 from dataclasses import asdict, dataclass
 
 import msgpack
-from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection, SymbolTableSection
 
@@ -85,7 +84,7 @@ def _elf(hsaco: bytes) -> ELFFile:
     try:
         elf = ELFFile(io.BytesIO(bytes(hsaco)))
         machine = elf.header["e_machine"]
-    except ELFError as e:
+    except Exception as e:  # pyelftools reports bad headers as ELFError or construct errors
         raise ValueError(f"malformed ELF: {e}") from None
     if machine not in (EM_AMDGPU, "EM_AMDGPU"):
         raise ValueError(f"ELF e_machine is {machine}, not EM_AMDGPU ({EM_AMDGPU})")
@@ -120,15 +119,21 @@ def read_code_object(hsaco: bytes) -> CodeObjectInfo:
     an empty ``amdhsa.kernels`` must fail loudly here).
     """
     elf = _elf(hsaco)
-    meta = _metadata(elf)
+    try:
+        meta = _metadata(elf)
+        dynsyms = _dynamic_symbols(elf)
+        text = elf.get_section_by_name(".text")
+        text_bytes = text.data_size if text is not None else 0
+    except ValueError:
+        raise
+    except Exception as e:  # pyelftools reports truncation and garbage in many types
+        raise ValueError(f"malformed code object: {type(e).__name__}: {e}") from None
     kernels = meta.get("amdhsa.kernels", [])
     if len(kernels) != 1:
         raise ValueError(f"code object lists {len(kernels)} kernels in amdhsa.kernels, "
                          "expected exactly 1")
     k = kernels[0]
     name = k[".name"]
-    dynsyms = _dynamic_symbols(elf)
-    text = elf.get_section_by_name(".text")
     args = tuple(
         KernelArg(a.get(".name", ""), a[".offset"], a[".size"], a[".value_kind"])
         for a in k.get(".args", [])
@@ -153,5 +158,5 @@ def read_code_object(hsaco: bytes) -> CodeObjectInfo:
         wavefront_size=k.get(".wavefront_size", 0),
         max_flat_workgroup_size=k.get(".max_flat_workgroup_size", 0),
         kernarg_segment_size=k.get(".kernarg_segment_size", 0),
-        text_bytes=text.data_size if text is not None else 0,
+        text_bytes=text_bytes,
     )

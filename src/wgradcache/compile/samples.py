@@ -19,7 +19,7 @@ __all__ = [
     "lds_kernel",
     "atomic_kernel",
     "gemm_kernel",
-    "undefined_intrinsic_kernel",
+    "scratch_kernel",
 ]
 
 _ATTRS = 'attributes #0 = {{ "amdgpu-flat-work-group-size"="1,{block}" }}'
@@ -152,9 +152,23 @@ declare i32 @llvm.amdgcn.workitem.id.x()
 """
 
 
-def undefined_intrinsic_kernel(compile_for: str, dtype: str = "fp16") -> str:
-    """An MMA kernel written for one target, meant to be compiled for another (Cannot select)."""
-    return mma_kernel(compile_for, dtype)
+def scratch_kernel(name: str = "k") -> str:
+    """A 64-byte private array indexed by kernel arguments: it stays in scratch.
+
+    The accesses are volatile so codegen's alloca promotion cannot move the array into
+    registers or LDS; the code object then reports a private segment of at least 64 bytes.
+    """
+    return f"""define amdgpu_kernel void @{name}(ptr addrspace(1) %out, i32 %i, i32 %j) {{
+entry:
+  %buf = alloca [16 x i32], align 4, addrspace(5)
+  %p = getelementptr [16 x i32], ptr addrspace(5) %buf, i32 0, i32 %i
+  store volatile i32 %i, ptr addrspace(5) %p, align 4
+  %q = getelementptr [16 x i32], ptr addrspace(5) %buf, i32 0, i32 %j
+  %v = load volatile i32, ptr addrspace(5) %q, align 4
+  store i32 %v, ptr addrspace(1) %out, align 4
+  ret void
+}}
+"""
 
 
 class _Ssa:
@@ -212,8 +226,7 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
     phis = [f"  %acc{i}_{j} = phi {f.c_type} [zeroinitializer, %entry], [%acc{i}_{j}.n, %loop]"
             for i, j in accs]
     kk = "%k"
-    for op, nloads, lds, base_bytes in (("a", loads_a, "@lds_a", 0), ("b", loads_b, "@lds_b", 0)):
-        del base_bytes
+    for op, nloads, lds in (("a", loads_a, "@lds_a"), ("b", loads_b, "@lds_b")):
         for i in range(nloads):
             lin = s(f"add i32 {tid}, {i * block}")
             off = s(f"mul i32 {lin}, 8")
@@ -234,9 +247,8 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
     frag_bytes = f.ab_elems * 2
     for kstep in range(ksub):
         frags_a, frags_b = [], []
-        for op, count, sub, lds, out in (("a", am, wrow, "@lds_a", frags_a),
-                                         ("b", an, wcol, "@lds_b", frags_b)):
-            del op
+        for count, sub, lds, out in ((am, wrow, "@lds_a", frags_a),
+                                     (an, wcol, "@lds_b", frags_b)):
             for i in range(count):
                 base = s(f"mul i32 {sub}, {count * 16 * tile_k * 2}")
                 lo = s(f"mul i32 {lane}, {frag_bytes}")

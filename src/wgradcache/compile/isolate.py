@@ -1,0 +1,96 @@
+"""Codegen in a child process, so that LLVM killing its process does not kill ours.
+
+LLVM ends the process on some errors (llvm22-amdgpu-facts.md, "How failures show up"): an
+intrinsic the target cannot select aborts (``LLVM ERROR: Cannot select``, SIGABRT), and LDS
+over the target's limit exits with status 1 (``error: <unknown>:0:0: local memory (N)
+exceeds limit (M) in function 'k'``). Neither reaches Python. ``compile_isolated`` runs
+``compile_ir`` in ``python -m wgradcache.compile.worker`` and turns every way that can end
+(reply, Python error, abort, exit, timeout) into a ``CompileOutcome`` with LLVM's own words.
+
+This costs a Python start-up (~0.2 s) per call, so it is for one-off compiles (the CLI,
+probes, tests). The build keeps long-lived joblib/loky workers calling ``compile_ir`` and
+handles their death itself.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from wgradcache.compile.codegen import CodegenOptions, CompiledObject
+
+__all__ = ["CompileOutcome", "compile_isolated", "llvm_error_message"]
+
+_MAX_MESSAGE = 2000
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    ok: bool
+    obj: CompiledObject | None
+    error: str  # empty when ok
+
+
+def llvm_error_message(stderr: str) -> str:
+    """The lines of LLVM's report that say what went wrong, without the stack dump.
+
+    Keeps ``LLVM ERROR: ...`` and ``error: ...`` lines, and the "Running pass ... on
+    function" context that an abort prints; otherwise the last line printed.
+    """
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if ln.startswith("LLVM ERROR:") or "error:" in ln]
+    keep += [ln for ln in lines if "Running pass" in ln and "on function" in ln][:1]
+    msg = " | ".join(keep) if keep else (lines[-1] if lines else "")
+    return msg[:_MAX_MESSAGE]
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"codegen process killed by {name}"
+    return f"codegen process exited with status {returncode}"
+
+
+def _env() -> dict[str, str]:
+    """The parent's environment, with our package importable even when not installed."""
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def compile_isolated(ir_text: str, target: str, options: CodegenOptions | None = None,
+                     timeout: float = 300, *, listing: str = "auto") -> CompileOutcome:
+    """``compile_ir`` in a child process; never raises for a failed compile.
+
+    A timeout kills the child and its tools (its own process group) and says so.
+    """
+    request = pickle.dumps({"ir": ir_text, "target": target, "listing": listing,
+                            "options": (options or CodegenOptions()).to_dict()})
+    proc = subprocess.Popen([sys.executable, "-m", "wgradcache.compile.worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(), start_new_session=True)
+    try:
+        out, err = proc.communicate(request, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return CompileOutcome(False, None, f"codegen timed out after {timeout:g} s; "
+                                           "the process was killed")
+    stderr = err.decode(errors="replace")
+    if proc.returncode == 0 and out:
+        status, payload = pickle.loads(out)
+        if status == "ok":
+            return CompileOutcome(True, payload, "")
+        return CompileOutcome(False, None, payload)
+    detail = llvm_error_message(stderr)
+    return CompileOutcome(False, None, f"{_describe_exit(proc.returncode)}: {detail}"
+                          if detail else _describe_exit(proc.returncode))

@@ -1,0 +1,143 @@
+"""isa_stats on hand-written listings (exact counts) and on compiled kernels (facts §2, §3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wgradcache.compile.isa import isa_stats, mma_per_loop, parse_listing
+from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_form
+from wgradcache.targets import get_target
+
+ASM = """\
+	.amdgcn_target "amdgcn-amd-amdhsa--gfx1250"
+	.text
+k:                                      ; @k
+; %bb.0:
+	s_load_b128 s[0:3], s[4:5], 0x0     ; v_wmma_f32_16x16x32_f16 in a comment
+	global_load_b128 v[0:3], v0, s[0:1]
+	ds_store_b128 v1, v[0:3]
+	.p2align	6
+.LBB0_1:                                ; =>This Inner Loop Header: Depth=1
+	global_load_async_to_lds_b128 v1, v2, s[0:1]
+	s_wait_asynccnt 0x0
+	s_barrier_signal -1
+	s_barrier_wait -1
+	ds_load_b128 v[4:7], v1
+	v_wmma_f32_16x16x32_f16 v[16:23], v[0:7], v[8:15], v[16:23]
+	v_wmma_f32_16x16x32_f16 v[24:31], v[0:7], v[8:15], v[24:31]
+	s_nop 3
+	s_cbranch_scc1 .LBB0_1
+; %bb.2:
+	global_wb scope:SCOPE_DEV
+	global_atomic_pk_add_f16 v0, v1, s[0:1] scope:SCOPE_DEV
+	s_cbranch_execz .LBB0_4
+.LBB0_3:
+	global_atomic_cmpswap_b32 v2, v[0:1], v[2:3], off th:TH_ATOMIC_RETURN
+	s_cbranch_execnz .LBB0_3
+.LBB0_4:
+	global_inv scope:SCOPE_DEV
+	global_store_b32 v0, v1, s[0:1]
+	s_endpgm
+	.amdgpu_metadata
+---
+amdhsa.kernels:
+  - .name: k
+    v_wmma_f32_16x16x32_f16: 1
+...
+	.end_amdgpu_metadata
+"""
+
+
+def test_counts_instruction_lines_only():
+    s = isa_stats(ASM)
+    assert s["instructions"] == 19  # 20 code lines, less the s_nop
+    assert (s["mma"], s["wmma"], s["mfma"]) == (2, 2, 0)
+    assert (s["async_copies"], s["async_waits"]) == (1, 1)
+    assert s["barriers"] == 1  # signal + wait is one barrier
+    assert (s["global_atomics"], s["global_atomic_pk_add_f16"], s["global_atomic_cmpswap"]) == (
+        2, 1, 1)
+    assert (s["global_wb"], s["global_inv"], s["cache_ops"]) == (1, 1, 2)
+    assert (s["ds_loads"], s["ds_stores"]) == (1, 1)
+    assert (s["global_loads"], s["global_stores"]) == (1, 1)
+    assert (s["loops"], s["cas_loops"]) == (2, 1)
+    assert (s["main_loop_instructions"], s["main_loop_mma"], s["main_loop_barriers"],
+            s["main_loop_async_copies"]) == (8, 2, 1, 1)
+    assert mma_per_loop(ASM) == [2, 0]
+
+
+def test_a_forward_branch_is_no_loop():
+    asm = "k:\n\tglobal_atomic_cmpswap_b32 v2, v[0:1], v[2:3], off\n" \
+          "\ts_cbranch_execnz .LBB0_2\n.LBB0_2:\n\ts_endpgm\n"
+    s = isa_stats(asm)
+    assert (s["loops"], s["cas_loops"], s["global_atomic_cmpswap"]) == (0, 0, 1)
+
+
+def test_objdump_format():
+    dis = """
+<stdin>:\tfile format elf64-amdgpu
+
+Disassembly of section .text:
+
+0000000000000000 <k>:
+\ts_mov_b32 s0, 0                                            // 000000000000: BE800080
+\ts_barrier                                                  // 000000000004: BF8A0000
+
+0000000000000008 <L0>:
+\tv_mfma_f32_16x16x16_f16 a[0:3], v[2:3], v[4:5], a[0:3]     // 000000000008: D3CD8000
+\ts_cbranch_scc1 L0                                          // 000000000010: BF85FFFD
+\ts_endpgm                                                   // 000000000014: BF810000
+\ts_code_end                                                 // 000000000018: BF9F0000
+"""
+    s = isa_stats(dis)
+    assert (s["instructions"], s["mfma"], s["barriers"], s["loops"], s["main_loop_mma"]) == (
+        5, 1, 1, 1, 1)
+    code, labels = parse_listing(dis)
+    assert labels == {"k": 0, "L0": 2}
+
+
+ATOMICS = [  # (target, value type, ordering) -> facts §2
+    ("gfx1250", "<2 x half>", "monotonic", "global_atomic_pk_add_f16", 0, ()),
+    ("gfx1250", "<2 x bfloat>", "monotonic", "global_atomic_pk_add_bf16", 0, ()),
+    ("gfx1250", "float", "monotonic", "global_atomic_add_f32", 0, ()),
+    ("gfx1201", "<2 x half>", "monotonic", "global_atomic_pk_add_f16", 0, ()),
+    ("gfx942", "<2 x bfloat>", "monotonic", "global_atomic_pk_add_bf16", 0, ()),
+    ("gfx1151", "<2 x half>", "monotonic", "global_atomic_cmpswap", 1, ()),
+    ("gfx1151", "<2 x bfloat>", "monotonic", "global_atomic_cmpswap", 1, ()),
+    ("gfx1250", "<2 x half>", "seq_cst", "global_atomic_pk_add_f16", 0,
+     ("global_wb", "global_inv")),
+    ("gfx942", "<2 x half>", "seq_cst", "global_atomic_pk_add_f16", 0,
+     ("buffer_wbl2", "buffer_inv")),
+    ("gfx1151", "<2 x half>", "seq_cst", "global_atomic_cmpswap", 1,
+     ("buffer_gl0_inv", "buffer_gl1_inv")),
+]
+
+
+@pytest.mark.parametrize("target,vt,order,instr,cas,fences", ATOMICS)
+def test_atomics(compiled, target, vt, order, instr, cas, fences):
+    s = isa_stats(compiled(atomic_kernel(vt, order), target).asm)
+    assert s[instr] == s["global_atomics"] == 1
+    assert s["cas_loops"] == cas
+    assert s["cache_ops"] == len(fences) and all(s[f] == 1 for f in fences)
+    if not cas:
+        assert s["loops"] == 0 and s["global_atomic_cmpswap"] == 0
+
+
+@pytest.mark.parametrize("target,async_copy", [("gfx1250", True), ("gfx1250", False),
+                                               ("gfx1201", False), ("gfx950", False)])
+def test_gemm_main_loop(compiled, target, async_copy):
+    tile_m = tile_n = 128
+    tile_k, warps = 64, 2
+    s = isa_stats(compiled(gemm_kernel(target, tile_k=tile_k, async_copy=async_copy,
+                                       atomic=True), target).asm)
+    k = mma_form(target).k
+    per_step = (tile_m // warps // 16) * (tile_n // warps // 16) * (tile_k // k)
+    block = get_target(target).wave_size * warps * warps
+    copies = 2 * tile_m * tile_k * 2 // 16 // block  # 16-byte copies of A and B
+    assert s["mma"] == s["main_loop_mma"] == per_step
+    assert s["barriers"] == s["main_loop_barriers"] == 2
+    assert s["main_loop_async_copies"] == s["async_copies"] == (copies if async_copy else 0)
+    assert s["async_waits"] == (1 if async_copy else 0)
+    assert s["ds_stores"] == (0 if async_copy else copies)
+    assert s["cas_loops"] == 0 and s["cache_ops"] == 0
+    acc_pairs = per_step // (tile_k // k) * (4 if get_target(target).family == "wmma" else 2)
+    assert s["global_atomic_pk_add_f16"] == acc_pairs

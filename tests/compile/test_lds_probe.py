@@ -1,0 +1,22 @@
+"""targets.py's LDS limits hold on this machine's LLVM (facts §4), for every target."""
+
+from __future__ import annotations
+
+import pytest
+
+from wgradcache.compile.probe import probe_lds_limit
+from wgradcache.targets import get_target, target_names
+
+
+@pytest.mark.parametrize("target", target_names())
+def test_lds_limit(target):
+    limit = get_target(target).lds_bytes
+    probe = probe_lds_limit(target)
+    assert probe.limit == limit
+    assert probe.at_limit_error == ""
+    assert probe.at_limit_group_segment == limit
+    assert not probe.over_limit_ok
+    assert (f"local memory ({limit + 4}) exceeds limit ({limit}) in function 'k'"
+            in probe.over_limit_error)
+    assert probe.over_limit_error.startswith("codegen process exited with status 1")
+    assert probe.confirmed

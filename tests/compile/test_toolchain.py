@@ -1,0 +1,120 @@
+"""Linker discovery, the toolchain identity and the code-object-version module flag."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import stat
+
+import pytest
+from llvmlite import binding
+
+from wgradcache.compile import toolchain
+from wgradcache.compile.codegen import TRIPLE, _llvm
+from wgradcache.compile.samples import mma_kernel
+from wgradcache.compile.toolchain import (
+    CODE_OBJECT_VERSION,
+    ToolchainError,
+    find_linker,
+    toolchain_identity,
+    with_code_object_version,
+)
+
+
+def _fake_tool(path, version_line: str):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho '{version_line}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def bare_env(monkeypatch, tmp_path):
+    """No ROCm and a PATH holding only an empty directory we can fill."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(bindir))
+    return bindir
+
+
+def test_rocm_linker_comes_first(bare_env, monkeypatch, tmp_path):
+    rocm = _fake_tool(tmp_path / "rocm" / "llvm" / "bin" / "ld.lld", "AMD LLD 22.0.0")
+    _fake_tool(bare_env / "ld.lld-22", "Debian LLD 22.1.8")
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    assert find_linker() == rocm
+
+
+def test_versioned_linker_on_path(bare_env):
+    tool = _fake_tool(bare_env / "ld.lld-22", "Debian LLD 22.1.8")
+    _fake_tool(bare_env / "ld.lld", "LLD 22.1.0")
+    assert find_linker() == tool
+
+
+def test_plain_linker_needs_version_22(bare_env):
+    _fake_tool(bare_env / "ld.lld", "Ubuntu LLD 18.1.3 (compatible with GNU linkers)")
+    with pytest.raises(ToolchainError):
+        find_linker()
+    new = _fake_tool(bare_env / "ld.lld", "LLD 22.1.0 (compatible with GNU linkers)")
+    assert find_linker() == new
+
+
+def test_no_linker_says_how_to_install_in_one_line(bare_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm-here"))
+    with pytest.raises(ToolchainError) as err:
+        find_linker()
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "apt-get install lld-22" in msg and "make deps" in msg
+    assert isinstance(err.value, RuntimeError)
+
+
+def test_real_linker_is_llvm_22():
+    assert re.search(r"LLD 22\.", toolchain.tool_version(find_linker()))
+
+
+def test_identity_fields_and_digest():
+    ident = toolchain_identity()
+    assert ident is toolchain_identity()  # cached per process
+    assert ident.llvm_version == ".".join(map(str, binding.llvm_version_info))
+    assert re.fullmatch(r"[0-9a-f]{64}", ident.llvmlite_digest)
+    assert ident.code_object_version == CODE_OBJECT_VERSION == 5
+    assert ident.linker_path == str(find_linker())
+    assert ident.to_dict()["linker_version"] == ident.linker_version
+    digest = ident.digest()
+    assert re.fullmatch(r"[0-9a-f]{64}", digest)
+    # Where the linker lives does not change the key; what it is does.
+    assert dataclasses.replace(ident, linker_path="/elsewhere/ld.lld").digest() == digest
+    assert dataclasses.replace(ident, linker_version="LLD 23.0.0").digest() != digest
+    assert dataclasses.replace(ident, llvmlite_digest="0" * 64).digest() != digest
+
+
+def _abi_version(ir: str, target: str = "gfx942") -> int:
+    """EI_ABIVERSION of LLVM's object for ``ir``: 3 is code object v5, 4 is v6."""
+    b = _llvm()
+    tm = b.Target.from_triple(TRIPLE).create_target_machine(cpu=target, opt=3)
+    return tm.emit_object(b.parse_assembly(ir))[8]
+
+
+def test_module_flag_selects_code_object_v5():
+    ir = mma_kernel("gfx942")
+    assert _abi_version(ir) == 4  # LLVM 22's default: v6
+    pinned = with_code_object_version(ir)
+    assert _abi_version(pinned) == 3
+    assert with_code_object_version(pinned) == pinned  # idempotent
+
+
+def test_module_flag_merges_with_existing_flags():
+    ir = mma_kernel("gfx1250") + '!llvm.module.flags = !{!0}\n!0 = !{i32 7, !"foo", i32 1}\n'
+    pinned = with_code_object_version(ir)
+    text = str(_llvm().parse_assembly(pinned))
+    assert "!llvm.module.flags = !{!0, !1}" in text
+    assert '!{i32 7, !"foo", i32 1}' in text
+    assert '!{i32 1, !"amdhsa_code_object_version", i32 500}' in text
+    assert _abi_version(pinned, "gfx1250") == 3
+
+
+def test_module_flag_conflict_is_an_error():
+    v6 = with_code_object_version(mma_kernel("gfx1250"), 6)
+    with pytest.raises(ValueError, match="600"):
+        with_code_object_version(v6, 5)
