@@ -142,10 +142,11 @@ def _emit_task(spec: KernelSpec, options: dict, toolchain: dict) -> dict:
             "ckey": content_key(k.ir_text, k.symbol, spec.target, options, toolchain)}
 
 
-def _metadata(hsaco: bytes, asm: str) -> dict:
-    from .compile.codeobject import isa_stats, read_code_object
+def _metadata(obj) -> dict:
+    from .compile.isa import isa_stats
 
-    return {"code_object": read_code_object(hsaco).to_dict(), "isa": isa_stats(asm)}
+    return {"code_object": obj.info.to_dict(), "isa": isa_stats(obj.asm),
+            "listing": obj.listing}
 
 
 def _compile_task(target: str, ckey: str, ir_text: str) -> dict:
@@ -154,7 +155,7 @@ def _compile_task(target: str, ckey: str, ir_text: str) -> dict:
     t0 = time.perf_counter()
     try:
         obj = compile_ir(ir_text, target, CodegenOptions())
-        meta = _metadata(obj.hsaco, obj.asm)
+        meta = _metadata(obj)
     except Exception as e:  # parse/verify errors come back as Python exceptions
         return {"ckey": ckey, "error": f"{type(e).__name__}: {e}"}
     return {"ckey": ckey, "hsaco": obj.hsaco, "meta": meta,
@@ -163,14 +164,15 @@ def _compile_task(target: str, ckey: str, ir_text: str) -> dict:
 
 def _compile_alone(target: str, ckey: str, ir_text: str, timeout: float) -> dict:
     """The retry: one job in its own child process, so LLVM's exit is only its own."""
-    from .compile.codegen import CodegenOptions, compile_isolated
+    from .compile.codegen import CodegenOptions
+    from .compile.isolate import compile_isolated
 
     t0 = time.perf_counter()
     out = compile_isolated(ir_text, target, CodegenOptions(), timeout=timeout)
     if not out.ok:
         return {"ckey": ckey, "error": out.error}
     try:
-        meta = _metadata(out.obj.hsaco, out.obj.asm)
+        meta = _metadata(out.obj)
     except Exception as e:
         return {"ckey": ckey, "error": f"{type(e).__name__}: {e}"}
     return {"ckey": ckey, "hsaco": out.obj.hsaco, "meta": meta,

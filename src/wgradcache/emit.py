@@ -28,7 +28,7 @@ class EmittedKernel:
 
 def emit_ir(spec: KernelSpec) -> EmittedKernel:
     from .kernel.lower_llvm import lower
-    from .wgrad import build_kernel
+    from .wgrad.kernel import build_kernel
 
     kdef = build_kernel(spec)
     return EmittedKernel(symbol=kdef.name, ir_text=lower(kdef, spec.target))

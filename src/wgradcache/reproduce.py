@@ -30,9 +30,9 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     reproduce a kernel the rules refuse)."""
     from .build import codegen_context
     from .cache.store import content_key
-    from .compile.codegen import CodegenOptions, compile_isolated
-    from .compile.codeobject import read_code_object
+    from .compile.codegen import CodegenOptions
     from .compile.isa import isa_stats
+    from .compile.isolate import compile_isolated
     from .emit import emit_ir, generator_digest
 
     if check:
@@ -46,7 +46,8 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     files = {"ll": str(out / f"{label}.ll")}
     Path(files["ll"]).write_text(k.ir_text)
     options, toolchain, _ = codegen_context()
-    res = compile_isolated(k.ir_text, spec.target, CodegenOptions(), timeout=timeout)
+    res = compile_isolated(k.ir_text, spec.target, CodegenOptions(), timeout=timeout,
+                           listing="assembly")
     doc: dict = {"label": label, "identity_key": spec.identity_key(), "symbol": k.symbol,
                  "content_key": content_key(k.ir_text, k.symbol, spec.target, options,
                                             toolchain),
@@ -62,7 +63,7 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     files["json"] = str(out / f"{label}.json")
     Path(files["s"]).write_text(res.obj.asm)
     Path(files["hsaco"]).write_bytes(res.obj.hsaco)
-    doc["code_object"] = read_code_object(res.obj.hsaco).to_dict()
+    doc["code_object"] = res.obj.info.to_dict()
     doc["isa"] = isa_stats(res.obj.asm)
     doc["timings"] = dict(res.obj.timings)
     Path(files["json"]).write_text(json.dumps(doc, indent=1, sort_keys=True))
