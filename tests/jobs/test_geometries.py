@@ -43,7 +43,7 @@ def test_shipped_file_loads_with_19_cover_entries_each_with_a_reason():
             "filters.max_acc_per_lane",
             "must be >= 1",
         ),
-        ("  - [8, 1]", "  - [8, 3]", "- [8, 3]", "vec_pairs[4]", "vec_b 3 not one of"),
+        ("  - [8, 1]", "  - [8, 3]", "- [8, 3]", "vec_pairs[2]", "vec_b 3 not one of"),
         (
             "  - [4, 4]\n\nws",
             "  - [4, 2]\n\nws",

@@ -60,13 +60,13 @@ def test_mfma_targets_have_no_jobs_yet():
 
 
 def test_shipped_counts_are_pinned():
-    # 90 ladder geometries x 6 vec pairs x {none, atomic} plus the cover's variants.
+    # 90 ladder geometries x 4 vec pairs x {none, atomic} plus the cover's variants.
     c = count("gfx1250", ["fp16"])["fp16"]
-    assert c["sync.default.none"] == 90 * 6
-    assert c["sync.cshuffle.none"] == 19 * 6
-    assert c["sync.cshuffle.atomic"] == 19 * 4  # pairs with an even vec_b
-    assert c["async.default.none"] == 19 * 2
-    assert sum(c.values()) == 1536
+    assert c["sync.default.none"] == c["sync.default.atomic"] == 90 * 4
+    assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 19 * 4
+    assert c["sync.cshuffle.atomic"] == 19 * 2  # pairs with an even vec_b
+    assert c["async.default.none"] == 19 * 2  # two chunk pairs
+    assert sum(c.values()) == 720 + 19 * (4 + 2 + 4 + 4 * 2)
 
 
 def test_cshuffle_atomic_never_has_odd_store_vector():
