@@ -16,7 +16,8 @@ from wgrad_cases import (
 )
 
 from wgradcache.jobs.walk import walk
-from wgradcache.wgrad.run import run_emulated
+from wgradcache.spec import lds_bytes
+from wgradcache.wgrad.run import cached_kernel, run_emulated
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -44,21 +45,24 @@ def _ladder(target):
 
 
 def _ladder_cases():
-    """Every ladder geometry of gfx1250 (the flagship); every third on the others."""
     for t in TARGETS:
-        for i, g in enumerate(_ladder(t)):
-            if t == "gfx1250" or i % 3 == TARGETS.index(t):
-                yield pytest.param(t, g, id=f"{t}-t{g[0]}x{g[1]}x{g[2]}-w{g[3]}x{g[4]}")
+        for g in _ladder(t):
+            yield pytest.param(t, g, id=f"{t}-t{g[0]}x{g[1]}x{g[2]}-w{g[3]}x{g[4]}")
 
 
 @pytest.mark.parametrize("target, geometry", list(_ladder_cases()))
 def test_ladder_geometries(target, geometry):
-    """Partial M and N tiles, padding and a partial K tile at once, per ladder geometry."""
+    """Every ladder geometry builds (and verifies); every one on gfx1250, the flagship, and
+    every third on the others also runs with partial M/N tiles, padding and a partial K
+    tile at once, with a rotating dtype and vec pair."""
     i = _ladder(target).index(geometry)
     dtype = AB_DTYPES[i % 2]
     vec = [(8, 8), (4, 2), (2, 8), (1, 4), (8, 1)][i % 5]
     spec = make_spec(target, dtype, geometry, EDGE, vec=vec)
-    check(run_emulated(spec, EDGE, seed=i), dtype)
+    kd = cached_kernel(spec)
+    assert kd.lds_bytes == lds_bytes(spec) and kd.block_size == spec.block_size
+    if target == "gfx1250" or i % 3 == TARGETS.index(target):
+        check(run_emulated(spec, EDGE, seed=i), dtype)
 
 
 @pytest.mark.parametrize("target, dtype", [("gfx1250", "fp16"), ("gfx1201", "bf16"),
