@@ -9,10 +9,11 @@ what one job waits; CPU time (this process plus its children) is what a full bui
 since every core is busy then.
 
 Pipelines:
-  ours           compile_ir: in-process codegen, linker and llvm-objdump started before
-                 codegen and fed through pipes (code object + listing)
-  ours-late      same, tools started after codegen (their start-up no longer overlaps)
-  ours-asm       listing from a second in-process codegen (no llvm-objdump)
+  ours           compile_ir: in-process codegen, ld.lld started before codegen and fed
+                 through a pipe, listing from the in-process disassembler
+  ours-late      same, linker started after codegen (its start-up no longer overlaps)
+  ours-objdump   listing from llvm-objdump (started before codegen, fed through a pipe)
+  ours-asm       listing from a second in-process codegen (emit_assembly)
   ours-obj       code object only (listing="none"), the like-for-like of llc+lld
   llc+lld        llc-22 -O3 -filetype=obj to a file, then ld.lld-22 -shared (the reference)
   llc|lld        llc writes the object into a pipe that ld.lld-22 reads
@@ -109,6 +110,8 @@ class Pipelines:
             "ours": lambda j: compile_ir(j.ir, j.target, opts).hsaco,
             "ours-late": lambda j: codegen._compile(j.ir, j.target, opts, "auto",
                                                     early_tools=False).hsaco,
+            "ours-objdump": lambda j: codegen._compile(j.ir, j.target, opts, "auto", True,
+                                                       lister="objdump").hsaco,
             "ours-asm": lambda j: compile_ir(j.ir, j.target, opts, listing="assembly").hsaco,
             "ours-obj": lambda j: compile_ir(j.ir, j.target, opts, listing="none").hsaco,
             "llc+lld": lambda j: self._llc_lld(j, disassemble=False),

@@ -24,6 +24,7 @@ disassembles. It writes the code object to its stdout; nothing touches the disk.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import subprocess
 import time
@@ -68,6 +69,13 @@ class CodegenOptions:
     # "+wavefrontsize64" on gfx1250: LLVM drops the kernel silently (facts §1).
     features: str = ""
 
+    def __post_init__(self) -> None:
+        if self.opt_level not in (0, 1, 2, 3):
+            raise ValueError(f"opt_level must be 0..3, got {self.opt_level}")
+        if self.code_object_version not in (4, 5, 6):
+            raise ValueError(f"code_object_version must be 4, 5 or 6, "
+                             f"got {self.code_object_version}")
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -78,7 +86,7 @@ class CompiledObject:
 
     hsaco: bytes
     asm: str
-    listing: str  # "disassembly" (llvm-objdump), "assembly" (LLVM's .s) or "none"
+    listing: str  # "disassembly" (in-process or llvm-objdump), "assembly" (LLVM's .s), "none"
     info: CodeObjectInfo
     timings: dict[str, float] = field(compare=False)
 
@@ -116,9 +124,12 @@ class _Tool:
         stdin, self.proc.stdin = self.proc.stdin, None  # so communicate() leaves it alone
         try:
             stdin.write(data)
-            stdin.close()
+            stdin.flush()
         except BrokenPipeError:
             pass  # the tool died early; finish() reports its stderr
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                stdin.close()
 
     def finish(self) -> bytes:
         try:
@@ -186,10 +197,11 @@ def _lister(listing: str) -> str:
 
 
 def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
-             early_tools: bool) -> CompiledObject:
-    """``compile_ir``; ``early_tools=False`` starts the tools after codegen (benchmark only)."""
+             early_tools: bool, lister: str | None = None) -> CompiledObject:
+    """``compile_ir``. For the benchmark: ``early_tools=False`` starts the linker after
+    codegen; ``lister`` forces "llvm", "objdump", "codegen" or "none"."""
     get_target(target)  # unknown names fail here, with the valid ones listed
-    lister = _lister(listing)
+    lister = lister or _lister(listing)
     linker, objdump = _tools()
     argv = [[str(linker), "-shared", "/dev/stdin", "-o", "/dev/stdout"]]
     if lister == "objdump":
