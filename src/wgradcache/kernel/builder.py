@@ -336,7 +336,34 @@ class KernelBuilder:
         ok = a.dtype.is_int if kind == "int" else a.dtype.is_float
         if not ok:
             raise BuildError(f"{op.name} needs {kind} operands, got {a.dtype!r}")
+        if kind == "int" and not a.dtype.is_vector and a.dtype.bits > 1:
+            folded = self._fold_int(op, a, b)
+            if folded is not None:
+                return folded
         return self._emit(op, a.dtype, (a, b))
+
+    def _fold_int(self, op: Ops, a: Value, b: Value) -> Value | None:
+        """Integer constant folding and identities (x+0, x*1, x*0, ...), with LLVM
+        semantics; undefined cases (division by 0, over-wide shifts) are left to run time."""
+        ca, cb = a.op is Ops.CONST, b.op is Ops.CONST
+        if ca and cb:
+            r = _fold_int_consts(op, a.arg, b.arg, a.dtype.bits)
+            return None if r is None else self.const(r, a.dtype)
+        if cb:
+            x, c = a, b.arg
+        elif ca and op in _COMMUTATIVE:
+            x, c = b, a.arg
+        else:
+            return None
+        if c == 0 and op in (Ops.ADD, Ops.SUB, Ops.OR, Ops.XOR, Ops.SHL, Ops.LSHR, Ops.ASHR):
+            return x
+        if c == 1 and op in (Ops.MUL, Ops.UDIV, Ops.SDIV):
+            return x
+        if c == 0 and op in (Ops.MUL, Ops.AND):
+            return self.const(0, x.dtype)
+        if c == -1 and op is Ops.AND:
+            return x
+        return None
 
     def not_(self, a: Value) -> Value:
         if not a.dtype.is_int:
@@ -709,6 +736,34 @@ def _as_tuple(out) -> tuple[Value, ...]:
     if isinstance(out, Value):
         return (out,)
     return tuple(out)
+
+
+_COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
+
+
+def _fold_int_consts(op: Ops, a: int, b: int, bits: int) -> int | None:
+    """``a op b`` on two's-complement ``bits``-bit constants (stored signed); None when LLVM
+    leaves the result undefined (division by zero, INT_MIN / -1, shift >= bits)."""
+    mask = (1 << bits) - 1
+    ua, ub = a & mask, b & mask
+    if op in (Ops.UDIV, Ops.UREM, Ops.SDIV, Ops.SREM) and b == 0:
+        return None
+    if op in (Ops.SHL, Ops.LSHR, Ops.ASHR) and ub >= bits:
+        return None
+    if op in (Ops.SDIV, Ops.SREM) and a == -(1 << (bits - 1)) and b == -1:
+        return None
+    if op in (Ops.SDIV, Ops.SREM):
+        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)  # truncating, as LLVM sdiv
+        return q if op is Ops.SDIV else a - b * q
+    table = {
+        Ops.ADD: lambda: a + b, Ops.SUB: lambda: a - b, Ops.MUL: lambda: a * b,
+        Ops.UDIV: lambda: ua // ub, Ops.UREM: lambda: ua % ub,
+        Ops.SHL: lambda: a << ub, Ops.LSHR: lambda: ua >> ub, Ops.ASHR: lambda: a >> ub,
+        Ops.AND: lambda: a & b, Ops.OR: lambda: a | b, Ops.XOR: lambda: a ^ b,
+        Ops.SMIN: lambda: min(a, b), Ops.SMAX: lambda: max(a, b),
+        Ops.UMIN: lambda: min(ua, ub), Ops.UMAX: lambda: max(ua, ub),
+    }
+    return table[op]()
 
 
 def _make_binop(name: str, op: Ops, kind: str):

@@ -47,22 +47,27 @@ def verify(kd: KernelDef) -> None:
     for i, (a, v) in enumerate(zip(kd.args, kd.arg_values, strict=False)):
         if v.op is not Ops.ARG or v.arg != i or v.dtype != a.dtype:
             raise VerifyError(f"{kd.name}: ARG value {v!r} does not match argument {a.name}")
-    _Verifier(kd).block(kd.body, frozenset())
+    _Verifier(kd).block(kd.body)
 
 
 class _Verifier:
     def __init__(self, kd: KernelDef):
         self.kd = kd
         self.seen: set[int] = set()
+        self.scope: set[int] = set()  # ids of the statements that dominate the current one
+        self.globals_ok: set[int] = set()
         self.lds_names = {a.name for a in kd.lds}
 
     def fail(self, v: Value, msg: str):
         raise VerifyError(f"{self.kd.name}: {v.op.name} %{v.id} ({v.dtype!r}): {msg}")
 
-    def use(self, v: Value, s: Value, scope: frozenset[int]):
+    def use(self, v: Value, s: Value):
+        if s.id in self.scope or s.id in self.globals_ok:
+            return
         if s.op in GroupOp.GlobalDefs:
             self.global_def(s)
-        elif s.id not in scope:
+            self.globals_ok.add(s.id)
+        else:
             self.fail(v, f"uses %{s.id} ({s.op.name}) which does not dominate it")
 
     def global_def(self, s: Value):
@@ -74,104 +79,114 @@ class _Verifier:
         if s.op is Ops.WORKGROUP_ID and s.arg not in (0, 1, 2):
             self.fail(s, f"axis {s.arg}")
 
-    def block(self, stmts: tuple[Value, ...], scope: frozenset[int]) -> frozenset[int]:
+    def region(self, v: Value, defs, stmts, yields):
+        """Check a nested block; its definitions go out of scope when it ends."""
+        added = [d.id for d in defs]
+        self.scope.update(added)
+        added += self.block(stmts)
+        for y in yields:
+            self.use(v, y)
+        self.scope.difference_update(added)
+
+    def block(self, stmts: tuple[Value, ...]) -> list[int]:
+        added = []
         for v in stmts:
-            if v.op in GroupOp.GlobalDefs or v.op in GroupOp.RegionDefs:
+            if v.op in _NOT_STATEMENTS:
                 self.fail(v, "is not a statement")
             if v.id in self.seen:
                 self.fail(v, "appears twice")
             self.seen.add(v.id)
             for s in v.src:
-                self.use(v, s, scope)
+                self.use(v, s)
             self.check(v)
             if v.op is Ops.FOR:
                 r = v.arg
-                inner = scope | {r.index.id} | {c.id for c in r.carried}
-                inner = self.block(r.body, inner)
-                for y in r.yields:
-                    self.use(v, y, inner)
+                self.region(v, (r.index, *r.carried), r.body, r.yields)
             elif v.op is Ops.IF:
                 r = v.arg
-                inner = self.block(r.then, scope)
-                for y in r.then_yields:
-                    self.use(v, y, inner)
-                inner = self.block(r.else_, scope)
-                for y in r.else_yields:
-                    self.use(v, y, inner)
-            scope = scope | {v.id}
-        return scope
+                self.region(v, (), r.then, r.then_yields)
+                self.region(v, (), r.else_, r.else_yields)
+            self.scope.add(v.id)
+            added.append(v.id)
+        return added
 
-    def check(self, v: Value):  # noqa: C901 - one rule per op group, read top to bottom
+    def check(self, v: Value):
+        getattr(self, _CHECKS.get(v.op, "check_unknown"))(v)
+
+    def check_unknown(self, v: Value):
+        self.fail(v, "unknown op")
+
+    def check_alu(self, v: Value):
         op, dt, src = v.op, v.dtype, v.src
-        if op in GroupOp.Binary or op in GroupOp.Unary:
-            if any(s.dtype != dt for s in src) or len(src) != (2 if op in GroupOp.Binary else 1):
-                self.fail(v, f"operands {[s.dtype for s in src]}")
-            want_int = op in GroupOp.IntBinary or op is Ops.NOT
-            if (dt.is_int if want_int else dt.is_float) is False:
-                self.fail(v, "wrong operand kind")
-        elif op in GroupOp.Comparison:
-            preds = ICMP_PREDICATES if op is Ops.ICMP else FCMP_PREDICATES
-            a, b = src
-            if v.arg not in preds or a.dtype != b.dtype or dt != i1.vec(a.dtype.count):
-                self.fail(v, f"bad compare {v.arg!r} of {a.dtype!r}, {b.dtype!r}")
-            if not (a.dtype.is_int if op is Ops.ICMP else a.dtype.is_float):
-                self.fail(v, "wrong operand kind")
-        elif op is Ops.SELECT:
-            c, a, b = src
-            if a.dtype != dt or b.dtype != dt or c.dtype.scalar != "i1" or \
-                    c.dtype.count not in (1, dt.count):
-                self.fail(v, "bad select operands")
-        elif op is Ops.FMA:
-            if not dt.is_float or any(s.dtype != dt for s in src) or len(src) != 3:
-                self.fail(v, "bad fma operands")
-        elif op in GroupOp.Cast:
-            self.check_cast(v)
-        elif op in GroupOp.Vector:
-            self.check_vector(v)
-        elif op is Ops.GEP:
-            p, idx = src
-            if not p.dtype.is_ptr or dt != p.dtype or idx.dtype not in (i32, i64):
-                self.fail(v, f"gep of {p.dtype!r} by {idx.dtype!r}")
-        elif op in GroupOp.Memory:
-            self.check_memory(v)
-        elif op in GroupOp.Sync:
-            if src or dt != void:
-                self.fail(v, "takes no operands")
-            if op is Ops.ASYNC_WAIT and not (isinstance(v.arg, int) and 0 <= v.arg < 64):
-                self.fail(v, f"count {v.arg!r}")
-        elif op is Ops.MMA:
-            lay = _mma.LAYOUTS.get(v.arg)
-            if lay is None:
-                self.fail(v, f"unknown form {v.arg!r}")
-            a, b, c = src
-            if (a.dtype.base not in (f16, bf16) or a.dtype != a.dtype.base.vec(lay.ab_elems)
-                    or b.dtype != a.dtype or c.dtype != f32.vec(lay.c_elems) or dt != c.dtype):
-                self.fail(v, f"operands {a.dtype!r}, {b.dtype!r}, {c.dtype!r} for {v.arg}")
-            if self.kd.block_size % lay.wave_size:
-                self.fail(v, f"block_size {self.kd.block_size} not a multiple of the wave")
-        elif op is Ops.FOR:
-            start, stop, step, *inits = src
-            r = v.arg
-            if start.dtype not in (i32, i64) or stop.dtype != start.dtype or \
-                    step.dtype != start.dtype or r.index.dtype != start.dtype:
-                self.fail(v, "loop bounds must be one of i32/i64")
-            if len(inits) != len(r.carried) or len(r.yields) != len(r.carried) or any(
-                    i.dtype != c.dtype or y.dtype != c.dtype
-                    for i, c, y in zip(inits, r.carried, r.yields, strict=False)):
-                self.fail(v, "carried values, inits and yields disagree")
-        elif op is Ops.IF:
-            r = v.arg
-            if src[0].dtype != i1 or len(r.then_yields) != len(r.else_yields) or any(
-                    a.dtype != b.dtype for a, b in zip(r.then_yields, r.else_yields, strict=False)):
-                self.fail(v, "bad predicate or yields")
-        elif op in (Ops.LOOP_RESULT, Ops.IF_RESULT):
-            (node,) = src
-            want = Ops.FOR if op is Ops.LOOP_RESULT else Ops.IF
-            slots = node.arg.carried if want is Ops.FOR else node.arg.then_yields
-            if node.op is not want or not 0 <= v.arg < len(slots) or slots[v.arg].dtype != dt:
-                self.fail(v, "does not project a slot of its region")
-        else:
-            self.fail(v, "unknown op")
+        binary = op in GroupOp.Binary
+        if len(src) != (2 if binary else 1) or any(s.dtype != dt for s in src):
+            self.fail(v, f"operands {[s.dtype for s in src]}")
+        want_int = op in GroupOp.IntBinary or op is Ops.NOT
+        if not (dt.is_int if want_int else dt.is_float):
+            self.fail(v, "wrong operand kind")
+
+    def check_compare(self, v: Value):
+        preds = ICMP_PREDICATES if v.op is Ops.ICMP else FCMP_PREDICATES
+        a, b = v.src
+        if v.arg not in preds or a.dtype != b.dtype or v.dtype != i1.vec(a.dtype.count):
+            self.fail(v, f"bad compare {v.arg!r} of {a.dtype!r}, {b.dtype!r}")
+        if not (a.dtype.is_int if v.op is Ops.ICMP else a.dtype.is_float):
+            self.fail(v, "wrong operand kind")
+
+    def check_select(self, v: Value):
+        c, a, b = v.src
+        if a.dtype != v.dtype or b.dtype != v.dtype or c.dtype.scalar != "i1" or \
+                c.dtype.count not in (1, v.dtype.count):
+            self.fail(v, "bad select operands")
+
+    def check_fma(self, v: Value):
+        if not v.dtype.is_float or len(v.src) != 3 or any(s.dtype != v.dtype for s in v.src):
+            self.fail(v, "bad fma operands")
+
+    def check_gep(self, v: Value):
+        p, idx = v.src
+        if not p.dtype.is_ptr or v.dtype != p.dtype or idx.dtype not in (i32, i64):
+            self.fail(v, f"gep of {p.dtype!r} by {idx.dtype!r}")
+
+    def check_sync(self, v: Value):
+        if v.src or v.dtype != void:
+            self.fail(v, "takes no operands")
+        if v.op is Ops.ASYNC_WAIT and not (isinstance(v.arg, int) and 0 <= v.arg < 64):
+            self.fail(v, f"count {v.arg!r}")
+
+    def check_mma(self, v: Value):
+        lay = _mma.LAYOUTS.get(v.arg)
+        if lay is None:
+            self.fail(v, f"unknown form {v.arg!r}")
+        a, b, c = v.src
+        if (a.dtype.base not in (f16, bf16) or a.dtype != a.dtype.base.vec(lay.ab_elems)
+                or b.dtype != a.dtype or c.dtype != f32.vec(lay.c_elems) or v.dtype != c.dtype):
+            self.fail(v, f"operands {a.dtype!r}, {b.dtype!r}, {c.dtype!r} for {v.arg}")
+        if self.kd.block_size % lay.wave_size:
+            self.fail(v, f"block_size {self.kd.block_size} not a multiple of the wave")
+
+    def check_for(self, v: Value):
+        start, stop, step, *inits = v.src
+        r = v.arg
+        if start.dtype not in (i32, i64) or stop.dtype != start.dtype or \
+                step.dtype != start.dtype or r.index.dtype != start.dtype:
+            self.fail(v, "loop bounds must be one of i32/i64")
+        if [i.dtype for i in inits] != [c.dtype for c in r.carried] or \
+                [y.dtype for y in r.yields] != [c.dtype for c in r.carried]:
+            self.fail(v, "carried values, inits and yields disagree")
+
+    def check_if(self, v: Value):
+        r = v.arg
+        if v.src[0].dtype != i1 or \
+                [y.dtype for y in r.then_yields] != [y.dtype for y in r.else_yields]:
+            self.fail(v, "bad predicate or yields")
+
+    def check_result(self, v: Value):
+        (node,) = v.src
+        want = Ops.FOR if v.op is Ops.LOOP_RESULT else Ops.IF
+        slots = node.arg.carried if want is Ops.FOR else node.arg.then_yields
+        if node.op is not want or not 0 <= v.arg < len(slots) or slots[v.arg].dtype != v.dtype:
+            self.fail(v, "does not project a slot of its region")
 
     def check_cast(self, v: Value):
         (s,) = v.src
@@ -242,6 +257,21 @@ class _Verifier:
             if p.dtype.addrspace != GLOBAL or not src[1].dtype.is_ptr or \
                     src[1].dtype.addrspace != LDS or v.arg not in (4, 8, 16):
                 self.fail(v, f"async copy {p.dtype!r} -> {src[1].dtype!r}, {v.arg} bytes")
+
+
+_NOT_STATEMENTS = GroupOp.GlobalDefs | GroupOp.RegionDefs
+# op -> checker method (one dict lookup per statement instead of a chain of set tests)
+_CHECKS = {
+    **{op: "check_alu" for op in GroupOp.Binary | GroupOp.Unary},
+    **{op: "check_compare" for op in GroupOp.Comparison},
+    **{op: "check_cast" for op in GroupOp.Cast},
+    **{op: "check_vector" for op in GroupOp.Vector},
+    **{op: "check_memory" for op in GroupOp.Memory},
+    **{op: "check_sync" for op in GroupOp.Sync},
+    Ops.SELECT: "check_select", Ops.FMA: "check_fma", Ops.GEP: "check_gep",
+    Ops.MMA: "check_mma", Ops.FOR: "check_for", Ops.IF: "check_if",
+    Ops.LOOP_RESULT: "check_result", Ops.IF_RESULT: "check_result",
+}
 
 
 def _bad_align(a) -> bool:
