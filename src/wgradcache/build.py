@@ -130,11 +130,11 @@ def codegen_context() -> tuple[dict, dict, str]:
     return CodegenOptions().to_dict(), tc.to_dict(), tc.digest()
 
 
-def _emit_task(spec: KernelSpec, options: dict, toolchain: dict) -> dict:
+def _emit_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool = True) -> dict:
     from .emit import emit_ir
 
     try:
-        k = emit_ir(spec)
+        k = emit_ir(spec, check=check)
     except Exception as e:  # a generator bug is this job's failure, not the build's
         return {"ik": spec.identity_key(), "error": f"emit: {type(e).__name__}: {e}"}
     return {"ik": spec.identity_key(), "symbol": k.symbol, "ir": k.ir_text,
@@ -304,7 +304,8 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
         else:
             emitted[res["ik"]] = res
 
-    _run_chunked(_emit_task, [(s, options, toolchain) for s in pending], req, n_jobs, on_emit,
+    _run_chunked(_emit_task, [(s, options, toolchain, validate_specs) for s in pending], req,
+                 n_jobs, on_emit,
                  key_of=lambda t: t[0].identity_key(),
                  retry=lambda t: _emit_task(*t))
 

@@ -26,11 +26,11 @@ class EmittedKernel:
     ir_text: str
 
 
-def emit_ir(spec: KernelSpec) -> EmittedKernel:
+def emit_ir(spec: KernelSpec, check: bool = True) -> EmittedKernel:
     from .kernel.lower_llvm import lower
     from .wgrad.kernel import build_kernel
 
-    kdef = build_kernel(spec)
+    kdef = build_kernel(spec, check=check)
     return EmittedKernel(symbol=kdef.name, ir_text=lower(kdef, spec.target))
 
 

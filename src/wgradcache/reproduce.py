@@ -42,7 +42,7 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     label = spec.label()
-    k = emit_ir(spec)
+    k = emit_ir(spec, check=check)
     files = {"ll": str(out / f"{label}.ll")}
     Path(files["ll"]).write_text(k.ir_text)
     options, toolchain, _ = codegen_context()

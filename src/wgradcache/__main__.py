@@ -1,0 +1,5 @@
+"""python -m wgradcache"""
+
+from .cli import main
+
+main()

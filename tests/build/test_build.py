@@ -1,0 +1,135 @@
+"""The build: incremental, crash-safe, concurrent, and LLVM exits recorded as failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from click.testing import CliRunner
+
+from tests.conftest import small_geometries
+from wgradcache.build import BuildRequest, build
+from wgradcache.cache.store import TargetCache, sha256_bytes
+from wgradcache.cli import main
+from wgradcache.jobs import count, load, walk
+from wgradcache.spec import KernelSpec
+
+
+def _whole(cache: TargetCache) -> int:
+    """Every entry's blob exists with the recorded size and sha256; returns the count."""
+    n = 0
+    for _ik, e in cache.iter_entries():
+        assert isinstance(e, dict), e
+        data = cache.read_blob(e["blob"])
+        assert len(data) == e["blob_size"] and sha256_bytes(data) == e["blob_sha256"]
+        n += 1
+    return n
+
+
+def test_small_cache_builds_every_variant(small_cache):
+    s = small_cache["summary"]
+    jd = load(small_cache["geometries"])
+    expected = sum(sum(v.values()) for v in count("gfx1250", ["fp16", "bf16"], None, jd).values())
+    assert expected == 18
+    assert (s["jobs"], s["built"] + s["relinked"], s["failed"], s["rejected"]) == (18, 18, 0, 0)
+    cache = TargetCache(small_cache["cache"], "gfx1250")
+    assert _whole(cache) == 18
+    assert {e["variant"] for _, e in cache.iter_entries()} == {
+        "sync.default.none", "sync.default.atomic", "sync.cshuffle.none",
+        "sync.cshuffle.atomic", "sync.default.two_stage", "async.default.none",
+        "async.default.atomic", "async.cshuffle.none", "async.cshuffle.atomic"}
+
+
+def test_second_build_compiles_nothing_and_says_so(small_cache):
+    args = ["build", "--target", "gfx1250", "--geometries", str(small_cache["geometries"]),
+            "--dtype", "fp16", "--dtype", "bf16", "--cache-dir", str(small_cache["cache"])]
+    r = CliRunner().invoke(main, [*args, "--json"])
+    assert r.exit_code == 0
+    assert json.loads(r.output) | {"seconds": 0} == {
+        "target": "gfx1250", "jobs": 18, "built": 0, "relinked": 0, "up_to_date": 18,
+        "rejected": 0, "failed": 0, "bytes": 0, "seconds": 0}
+    r = CliRunner().invoke(main, args)
+    assert "gfx1250: nothing to compile: all 18 jobs up to date" in r.output
+
+
+def _spec(**kw) -> KernelSpec:
+    base = dict(target="gfx1250", dtype="fp16", dw_dtype="fp16", tile_m=32, tile_n=32,
+                tile_k=32, warp_m=1, warp_n=1, vec_a=8, vec_b=8)
+    return KernelSpec(**{**base, **kw})
+
+
+def test_changing_one_geometry_rebuilds_exactly_its_jobs(tmp_path):
+    req = BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=2)
+    a, b = _spec(), _spec(tile_n=64, warp_n=2)
+    first = build(req, specs=[a, b])
+    assert (first.built, first.up_to_date) == (2, 0)
+    b2 = _spec(tile_n=64, warp_n=2, tile_k=64)  # one geometry changed
+    second = build(req, specs=[a, b2])
+    assert (second.built, second.relinked, second.up_to_date) == (1, 0, 1)
+
+
+def test_llvm_exit_is_a_recorded_failure_and_the_rest_is_published(tmp_path):
+    good = _spec(target="gfx1201")
+    # LDS 128 x (128+128+16) x 2 B = 69632 > gfx1201's 65536: LLVM exits the process.
+    bad = _spec(target="gfx1201", tile_m=128, tile_n=128, tile_k=128, warp_m=2, warp_n=4)
+    req = BuildRequest(target="gfx1201", cache_dir=str(tmp_path), jobs=2, job_timeout=120)
+    s = build(req, specs=[good, bad], validate_specs=False)
+    assert (s.built, s.failed) == (1, 1)
+    assert s.failures[0]["label"] == bad.label()
+    assert "local memory (69632) exceeds limit (65536)" in s.failures[0]["reason"]
+    cache = TargetCache(tmp_path, "gfx1201")
+    assert _whole(cache) == 1 and cache.read_entry(good.identity_key())
+    # not retried on the next run (same toolchain and generator) unless asked
+    again = build(req, specs=[good, bad], validate_specs=False)
+    assert (again.up_to_date, again.failed, again.built) == (1, 1, 0)
+    assert again.failures[0]["previous"] is True
+
+
+def _build_cmd(cache_dir, geo, *extra):
+    return [sys.executable, "-m", "wgradcache", "build", "--target", "gfx1250",
+            "--geometries", str(geo), "--cache-dir", str(cache_dir), "--json", *extra]
+
+
+def test_sigkill_mid_build_leaves_only_whole_entries(tmp_path):
+    geo = small_geometries(tmp_path)
+    cache_dir = tmp_path / "cache"
+    proc = subprocess.Popen(_build_cmd(cache_dir, geo, "--dtype", "fp16", "--jobs", "2"),
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    cache = TargetCache(cache_dir, "gfx1250")
+    deadline = time.monotonic() + 300
+    while len(cache.entry_keys()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    present = _whole(cache)
+    assert 2 <= present < 9
+    r = subprocess.run(_build_cmd(cache_dir, geo, "--dtype", "fp16"), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["up_to_date"] == present
+    assert s["built"] + s["relinked"] == 9 - present
+    assert _whole(cache) == 9
+
+
+def test_two_overlapping_builds_at_once_leave_a_consistent_cache(tmp_path):
+    geo = small_geometries(tmp_path)
+    cache_dir = tmp_path / "cache"
+    a = subprocess.Popen(_build_cmd(cache_dir, geo, "--dtype", "fp16", "--jobs", "1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen(_build_cmd(cache_dir, geo, "--dtype", "fp16", "--variant",
+                                    "sync.default.none", "--variant", "async.default.none",
+                                    "--jobs", "1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out_a, err_a = a.communicate(timeout=900)
+    out_b, err_b = b.communicate(timeout=900)
+    assert a.returncode == 0 and b.returncode == 0, (err_a, err_b)
+    cache = TargetCache(cache_dir, "gfx1250")
+    assert _whole(cache) == 9
+    ids = {s.identity_key() for s in walk("gfx1250", ["fp16"], None, load(geo))}
+    assert set(cache.entry_keys()) == ids

@@ -1,0 +1,42 @@
+"""Shared fixtures: a small job-data file and a small built gfx1250 cache (built once)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from wgradcache.cli import main
+from wgradcache.jobs.geometries import default_path
+
+
+def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=()) -> Path:
+    """The shipped file cut down to a one-geometry ladder (plus extras), one vec pair and one
+    chunk pair: every variant, few jobs."""
+    doc = yaml.safe_load(default_path().read_text())
+    geoms = list(cover) + list(extra_ladder)
+    doc["ladder"] = {name: sorted({g[i] for g in geoms}) for i, name in
+                     enumerate(("tile_m", "tile_n", "tile_k", "warp_m", "warp_n"))}
+    doc["vec_pairs"] = [[8, 8]]
+    doc["async_chunk_pairs"] = [[16, 16]]
+    doc["cover"] = [{"geometry": list(g), "reason": "test cover entry"} for g in cover]
+    p = tmp / "geometries.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+@pytest.fixture(scope="session")
+def small_cache(tmp_path_factory):
+    """One geometry, every variant, both dtypes, built through the CLI (18 jobs)."""
+    root = tmp_path_factory.mktemp("small_cache")
+    geo = small_geometries(root)
+    cache = root / "cache"
+    r = CliRunner().invoke(main, ["build", "--target", "gfx1250", "--geometries", str(geo),
+                                  "--dtype", "fp16", "--dtype", "bf16", "--cache-dir",
+                                  str(cache), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    return {"root": root, "geometries": geo, "cache": cache, "summary": summary}
