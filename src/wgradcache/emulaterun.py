@@ -26,13 +26,12 @@ def run_emulate(spec, problem_text: str, split_k: int | None, seed: int, as_json
     if not ok:
         raise UserError(f"{spec.label()} cannot serve {problem_text}: {why}")
     r = run_emulated(spec, problem, split_k=split_k, seed=seed)
-    doc = r.to_json()
+    doc = {"label": r.label, "problem": r.problem, "split": r.plan.describe(),
+           "split_k": r.plan.degree, "reduction": r.plan.reduction,
+           "error": None if r.out is None else r.error, "bound": r.bound.bound,
+           "bound_terms": dict(r.bound.terms), "passed": r.passed, "hazard": r.hazards}
     if as_json:
         emit_json(doc)
     else:
-        click.echo(f"{spec.label()} on {problem_text}: {doc.get('split', '')}")
-        click.echo(f"peak-normalised error {r.error:.3e}, bound {r.bound:.3e}: "
-                   f"{'PASS' if r.passed else 'FAIL'}")
-        for h in doc.get("hazards", []):
-            click.echo(f"hazard: {h}")
+        click.echo(r.summary())
     return r.passed

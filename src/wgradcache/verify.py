@@ -267,12 +267,11 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
         for p in cases:
             try:
                 r = run_emulated(spec, p, seed=req.seed)
-            except Exception as e:  # a hazard the emulator caught, or a kernel that broke
-                bad.append(f"{p.short() if hasattr(p, 'short') else p}: "
-                           f"{type(e).__name__}: {e}")
+            except Exception as e:  # a kernel that broke the emulator
+                bad.append(f"{p.short()}: {type(e).__name__}: {e}")
                 continue
             if not r.passed:
-                bad.append(f"{p}: error {r.error:.3g} > bound {r.bound:.3g}")
+                bad.append(r.summary())
         if bad:
             rep.failures.append(Failure(ik, label, "numerics", "; ".join(bad)))
         else:
