@@ -69,6 +69,14 @@ def test_no_linker_says_how_to_install_in_one_line(bare_env, monkeypatch, tmp_pa
     assert isinstance(err.value, RuntimeError)
 
 
+def test_disassembler_is_optional(bare_env):
+    assert toolchain.find_disassembler() is None
+    _fake_tool(bare_env / "llvm-objdump", "Ubuntu LLVM version 18.1.3")
+    assert toolchain.find_disassembler() is None
+    tool = _fake_tool(bare_env / "llvm-objdump-22", "Debian LLVM version 22.1.8")
+    assert toolchain.find_disassembler() == tool
+
+
 def test_real_linker_is_llvm_22():
     assert re.search(r"LLD 22\.", toolchain.tool_version(find_linker()))
 

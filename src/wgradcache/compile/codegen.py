@@ -5,21 +5,27 @@ process: LLVM's initialisation, the target machines, the tool paths and the disa
 cached per process, and no temporary file is written.
 
 One codegen, not two. The cache needs the code object and an ISA listing (``isa_stats``),
-and LLVM emits one file type per codegen run. Measured per job on this 2-core box (gfx1250
-GEMM with 64 WMMA; figures in ``benchmarks/codegen.py``'s report): a second in-process
-codegen for the ``.s`` costs as much as the first (~120 ms); ``llvm-objdump`` on the object
-~45 ms, nearly all process start-up (loading libLLVM); assembling LLVM's ``.s`` with
-``llvm-mc`` the same start-up, and its code object's ``.symtab`` differs from
-``emit_object``'s, so the blob would depend on the tools a machine has. The in-process
-disassembler (``disasm``: the system libLLVM's C API, loaded once per process) costs
-~2-10 ms. So: the object always comes from ``emit_object`` (byte-identical to
-``llc -O3``, facts §7) and the listing, in order of preference, from the in-process
-disassembler, ``llvm-objdump``, or a second codegen; ``isa_stats`` gives the same numbers
-on all three (tested).
+and LLVM emits one file type per codegen run. Measured per job on this 2-core box
+(``benchmarks/codegen.py``, 20 kernels, CPU time): a second in-process codegen for the
+``.s`` adds ~60 ms (up to ~150 ms on the largest kernels); ``llvm-objdump`` ~42 ms, nearly
+all process start-up (loading libLLVM); ``llvm-mc`` on LLVM's ``.s`` the same start-up, and
+its object's ``.symtab`` differs from ``emit_object``'s, so the blob would depend on the
+tools a machine has. The in-process disassembler (``disasm``: the system libLLVM's C API,
+loaded once per process) adds ~4 ms. So the object always comes from ``emit_object``
+(byte-identical to ``llc -O3``, facts §7, tested) and the listing, in order of preference,
+from the in-process disassembler, ``llvm-objdump``, or a second codegen; ``isa_stats``
+gives the same numbers on all three (tested).
+
+Where the time goes: codegen is ~80 % of a job. llvmlite's LLVM is built with assertions
+(``llvmlite.binding.llvm_assertions_state == "on"``), so each codegen pass runs ~1.2x
+slower than in Debian's ``llc-22`` (same passes, same output); not starting ``llc`` (~30 ms
+of libLLVM loading per process) wins that back, and the whole job (object + listing) costs
+~0.8x the CPU of ``llc`` + ``ld.lld`` (object only).
 
 Overlap. The linker is started before parsing and reads the object from a pipe: its ~30 ms
-of start-up runs while this process does codegen, and while it links this process
-disassembles. It writes the code object to its stdout; nothing touches the disk.
+of start-up runs while this process does codegen (a gain in latency when a core is idle,
+neutral in CPU), and while it links this process disassembles. It writes the code object to
+its stdout.
 """
 
 from __future__ import annotations
