@@ -1,0 +1,129 @@
+"""verify: the small cache passes every level; each planted fault is caught."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+
+from click.testing import CliRunner
+
+from wgradcache.cache.store import TargetCache, sha256_bytes
+from wgradcache.cli import main
+from wgradcache.verify import VerifyRequest, verify
+
+
+def _verify(cache_dir, geometries, *args):
+    return CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", str(cache_dir),
+                                     "--geometries", str(geometries), "--json", *args])
+
+
+def test_small_cache_passes_numerics_from_the_cli(small_cache, tmp_path):
+    junit = tmp_path / "verify.xml"
+    r = _verify(small_cache["cache"], small_cache["geometries"], "--level", "numerics",
+                "--device", "auto", "--junit", str(junit))
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0, doc["failures"]
+    assert (doc["ok"], doc["checked"], doc["failed"]) == (True, 18, 0)
+    assert doc["targets"]["gfx1250"] == {"entries": 18, "expected": 18, "missing": 0,
+                                         "complete": True}
+    # no GPU here: the device path says so in one line instead of failing silently
+    assert any(n.startswith("hip: no gfx1250 device") for n in doc["notes"])
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("failures")) == (str(18 * 3), "0")
+
+
+def test_device_hip_without_a_device_fails_with_the_reason(small_cache):
+    r = _verify(small_cache["cache"], small_cache["geometries"], "--level", "numerics",
+                "--device", "hip")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 1
+    assert doc["failures"][0]["reason"].startswith("--device hip: no device:")
+
+
+def _copy(small_cache, tmp_path):
+    dst = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], dst)
+    return TargetCache(dst, "gfx1250"), small_cache["geometries"]
+
+
+def _entries(cache):
+    return [(ik, e) for ik, e in cache.iter_entries()]
+
+
+def _fail_reasons(cache, geometries, level):
+    rep = verify(VerifyRequest(cache_dir=str(cache.root), level=level, device="emulator",
+                               geometries_file=str(geometries)))
+    return [(f.level, f.reason) for f in rep.failures]
+
+
+def test_flipped_byte_in_a_blob(small_cache, tmp_path):
+    cache, geo = _copy(small_cache, tmp_path)
+    ik, e = _entries(cache)[0]
+    p = cache.blob_path(e["blob"])
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    p.write_bytes(bytes(data))
+    reasons = _fail_reasons(cache, geo, "integrity")
+    assert ("integrity", f"blob {e['blob'][:16]} does not match the size/sha256 its entry "
+                         "records") in reasons
+
+
+def test_deleted_blob(small_cache, tmp_path):
+    cache, geo = _copy(small_cache, tmp_path)
+    _ik, e = _entries(cache)[1]
+    cache.blob_path(e["blob"]).unlink()
+    assert ("integrity", f"blob {e['blob'][:16]} is missing") in _fail_reasons(
+        cache, geo, "integrity")
+
+
+def test_orphan_blob(small_cache, tmp_path):
+    cache, geo = _copy(small_cache, tmp_path)
+    cache.write_blob("f" * 64, b"\x7fELF orphan")
+    reasons = _fail_reasons(cache, geo, "integrity")
+    assert [r for r in reasons if r[1].startswith("orphan blob")] == [
+        ("integrity", "orphan blob: no entry names it (`wgradcache gc --orphans` removes it)")]
+
+
+def test_truncated_entry_file(small_cache, tmp_path):
+    cache, geo = _copy(small_cache, tmp_path)
+    ik, _ = _entries(cache)[2]
+    p = cache.entry_path(ik)
+    p.write_bytes(p.read_bytes()[:100])
+    reasons = _fail_reasons(cache, geo, "integrity")
+    assert any(level == "integrity" and "not whole JSON" in r for level, r in reasons)
+
+
+def test_entry_whose_binary_is_not_its_ir(small_cache, tmp_path):
+    """Point one entry at another kernel's blob, with that blob's true size and sha256:
+    integrity and structure cannot tell; re-emitting the IR can."""
+    cache, geo = _copy(small_cache, tmp_path)
+    entries = dict(_entries(cache))
+    by_label = {e["label"]: (ik, e) for ik, e in entries.items()}
+    ik, e = by_label["gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none"]
+    _, other = by_label["gfx1250-bf16-t32x32x32-w1x1-v8x8-sync-default-none"]
+    data = cache.read_blob(other["blob"])
+    cache.blob_path(e["blob"]).unlink()  # else it would be an orphan
+    e.update(blob=other["blob"], blob_size=len(data), blob_sha256=sha256_bytes(data))
+    cache.write_entry(ik, e)
+    assert _fail_reasons(cache, geo, "structure") == []
+    assert _fail_reasons(cache, geo, "numerics") == [
+        ("numerics", "the stored binary is not this IR: re-emitted IR hashes to another "
+                     "content key")]
+
+
+def test_stale_entry_is_reported(small_cache, tmp_path):
+    """An entry the current walk does not yield (here: a vec pair the file does not have)."""
+    import dataclasses
+
+    from wgradcache.spec import from_label
+
+    cache, geo = _copy(small_cache, tmp_path)
+    spec = from_label("gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")
+    e = cache.read_entry(spec.identity_key())
+    old = dataclasses.replace(spec, vec_a=4, vec_b=4)
+    cache.write_entry(old.identity_key(), {**e, "identity": old.canonical(),
+                                           "label": old.label()})
+    assert ("integrity", "stale: the current walk does not yield this identity "
+                         "(`wgradcache gc --stale` removes it)") in _fail_reasons(
+        cache, geo, "integrity")
