@@ -9,7 +9,10 @@ accepted and becomes a constant of the other operand's type (or ``i32`` / ``f32`
 other operand fixes it). Arithmetic methods are generated from one table (``_BINOPS``), as
 llvmlite's ``_binop`` does; signedness lives in the op (``sdiv`` vs ``udiv``, ``icmp("ult")``),
 never in the type. Regions are context managers (``for_``, ``if_``) or callbacks (``loop``,
-``if_else``) when they yield values.
+``if_else``) when they yield values. Scalar integer ops on two constants fold at build time
+(LLVM semantics; undefined cases such as x/0 stay run-time ops) and identities (x+0, x*1,
+x*0, x&-1, x<<0 ...) return an existing value, so a method may return a constant or one of its
+operands rather than a new node.
 
 Definitions (kernel-wide, usable anywhere)::
 
