@@ -296,3 +296,26 @@ def test_every_op_kernel_runs_and_its_atomics_add_in_lane_order(form):
         b = bf16_to_f32(f32_to_bf16(b + bf16_to_f32(f32_to_bf16(v))))
     assert args["acc"][0] == s
     np.testing.assert_array_equal(bf16_to_f32(args["bacc"]), [b, b])
+
+
+def test_async_data_needs_a_barrier_after_the_wait():
+    """issue -> barrier -> wait -> another lane reads: the barrier came too early."""
+    def build(barrier_after_wait: bool):
+        kb = KernelBuilder("a", 64)
+        g, o = kb.arg("g", ptr(f32)), kb.arg("o", ptr(f32))
+        buf = kb.lds("t", 256, elem=f32)
+        t = kb.thread_id()
+        kb.async_copy(kb.gep(g, t), kb.gep(buf, t), 4)
+        kb.barrier()
+        kb.async_wait(0)
+        if barrier_after_wait:
+            kb.barrier()
+        kb.store(kb.gep(o, t), kb.load(kb.gep(buf, kb.xor(t, 1))))
+        return kb.finish()
+
+    g = np.arange(64, dtype=np.float32)
+    o = np.zeros(64, np.float32)
+    emulate(build(True), (1, 1, 1), {"g": g, "o": o})
+    np.testing.assert_array_equal(o, g.reshape(32, 2)[:, ::-1].ravel())
+    with pytest.raises(EmulationError, match="reads byte 4 of 't', written by lane 1"):
+        emulate(build(False), (1, 1, 1), {"g": g, "o": o})

@@ -685,7 +685,13 @@ def _async_wait(m: _Machine, v: Value, mask):
             il = rec.lds_idx[land_lane]
             m.lds.reshape(-1)[il] = rec.data[land_lane]
             m.pend.reshape(-1)[il] = -1
-            # the writer of these bytes is already the issuing lane (set at issue)
+            if m.check_races:
+                # landed bytes are the issuing lane's writes, even when a barrier came between
+                # the issue and the wait: other lanes need a barrier after the wait to read them
+                st = m.writers.reshape(-1)
+                lanes = np.broadcast_to(rec.lane[land_lane][:, None], il.shape)
+                prior = st[il]
+                st[il] = np.where((prior == _NONE) | (prior == lanes), lanes, _MANY)
         if not land_lane.all():
             rest = ~land_lane
             keep.append(_AsyncRecord(rec.op, rec.issued & ~lands, rec.wg[rest], rec.lane[rest],
