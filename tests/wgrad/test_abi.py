@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 from wgradcache.problem import ConvProblem
@@ -14,6 +15,7 @@ from wgradcache.runtime.abi import (
     ir_args,
     kernarg_layout,
     kernarg_size,
+    magic_u31,
     pack,
     stage2_values,
     wgrad_values,
@@ -38,7 +40,8 @@ def test_layout_is_naturally_aligned():
     assert lay[0] == ("dy_ptr", 0, 8) and lay[3] == ("ws_ptr", 24, 8)
     assert lay[4] == ("dy_bytes", 32, 4)
     assert lay[-1] == ("ks_count", 32 + 4 * (len(WGRAD_ARGS) - 5), 4)
-    assert kernarg_size(WGRAD_ARGS) == 32 + 4 * 26 + 0 == 136
+    assert len(WGRAD_ARGS) == 4 + 34
+    assert kernarg_size(WGRAD_ARGS) == 32 + 4 * 34 == 168
     # stage 2: two pointers then five scalars: 16 + 20 = 36 -> 40
     assert kernarg_size(STAGE2_ARGS) == 40
 
@@ -47,15 +50,18 @@ def test_pack_exact_bytes():
     vals = wgrad_values(PROB, SPEC, degree=3, slice_k=64,
                         pointers={"dy": 0x1000, "x": 0x2000, "dw": 0x3000})
     blob = pack(WGRAD_ARGS, vals)
-    assert len(blob) == 136
+    assert len(blob) == 168
     assert struct.unpack_from("<QQQQ", blob, 0) == (0x1000, 0x2000, 0x3000, 0)
-    ints = struct.unpack_from("<4I22i", blob, 32)
+    fmt = "<" + "".join("I" if a.kind == "u32" else "i" for a in WGRAD_ARGS[4:])
+    ints = struct.unpack_from(fmt, blob, 32)
     b = buffer_bytes(PROB, "fp16", "fp16")
     assert ints[:4] == (b["dy"], b["x"], b["dw"], 0)
     assert ints[4:11] == (2, 9, 9, 6, 10, 3, 3)  # N H W C K Y X
     assert ints[11:13] == (PROB.Ho, PROB.Wo) == (5, 5)
     assert ints[-2:] == (64, 3)
-    assert dict(zip([a.name for a in WGRAD_ARGS[8:]], ints[4:], strict=True))["Xcpg"] == 9
+    named = dict(zip([a.name for a in WGRAD_ARGS[4:]], ints, strict=True))
+    assert named["Xcpg"] == 9 and named["HoWo"] == 25
+    assert (named["mag_Wo"], named["shr_Wo"]) == magic_u31(5) == (2 ** 34 // 5 + 1, 34)
 
 
 def test_buffer_bytes():
@@ -95,3 +101,16 @@ def test_ir_args_types():
     assert repr(args[2].dtype.elem) == "f32" and not args[2].readonly
     assert repr(args[3].dtype.elem) == "f32"
     assert all(repr(a.dtype) == "i32" for a in args[4:])
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 5, 7, 25, 49, 96, 12544, 2 ** 20 + 1, 2 ** 31 - 1])
+def test_magic_division_exact_over_31_bits(d):
+    m, s = magic_u31(d)
+    assert 0 < m < 2 ** 32
+    rng = np.random.default_rng(d)
+    xs = np.concatenate([rng.integers(0, 2 ** 31, 20000, dtype=np.int64),
+                         [0, 1, d - 1, d, d + 1, 2 ** 31 - 1, (2 ** 31 - 1) // d * d]])
+    xs = xs[xs >= 0].astype(object)  # exact Python ints: the 63-bit product
+    assert all((x * m) >> s == x // d for x in xs)
+    with pytest.raises(ValueError):
+        magic_u31(0)

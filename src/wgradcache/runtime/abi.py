@@ -25,7 +25,8 @@ from ..spec import KernelSpec, elem_bytes
 __all__ = [
     "AbiArg", "WGRAD_ARGS", "STAGE2_ARGS", "STAGE2_BLOCK", "MAX_BUFFER_BYTES",
     "arg_names", "kernarg_layout", "kernarg_size", "pack", "check_values",
-    "buffer_bytes", "wgrad_values", "stage2_values", "pointer_dtypes", "ir_args", "declare",
+    "buffer_bytes", "magic_u31", "wgrad_values", "stage2_values", "pointer_dtypes", "ir_args",
+    "declare",
 ]
 
 MAX_BUFFER_BYTES = 2 ** 31 - 1
@@ -89,6 +90,14 @@ WGRAD_ARGS: tuple[AbiArg, ...] = (
     _i32("wg_K", "GEMM K = N*Ho*Wo"),
     _i32("HoWo", "Ho*Wo (k_wg -> n, ho, wo)"),
     _i32("Xcpg", "X*cpg (n_wg -> y, x, c)"),
+    _u32("mag_HoWo", "magic multiplier of x // HoWo (see magic_u31)"),
+    _i32("shr_HoWo", "its shift"),
+    _u32("mag_Wo", "magic multiplier of x // Wo"),
+    _i32("shr_Wo", "its shift"),
+    _u32("mag_Xcpg", "magic multiplier of x // Xcpg"),
+    _i32("shr_Xcpg", "its shift"),
+    _u32("mag_cpg", "magic multiplier of x // cpg"),
+    _i32("shr_cpg", "its shift"),
     _i32("ks", "slice width in K elements, a whole number of tile_k"),
     _i32("ks_count", "split degree: grid z = groups * ks_count"),
 )
@@ -154,6 +163,20 @@ def pack(args: tuple[AbiArg, ...], values: dict[str, int]) -> bytes:
 
 # ---- values of one launch --------------------------------------------------------------
 
+def magic_u31(d: int) -> tuple[int, int]:
+    """(m, s) with x // d == (x * m) >> s for every 0 <= x < 2^31, m < 2^32.
+
+    m = ceil(2^(31+l) / d) with l = ceil(log2 d): the rounding excess e = m·d − 2^(31+l) is
+    below d <= 2^l, so x·e / 2^(31+l) < 1/d never carries the quotient (Granlund and
+    Montgomery's round-up method). The kernel forms the 64-bit product: a multiply-high and
+    a shift instead of a ~30-instruction udiv per decomposed index.
+    """
+    if not 1 <= d < 2 ** 31:
+        raise ValueError(f"magic division by {d}: divisor out of range")
+    shift = 31 + (d - 1).bit_length()
+    return -(-(1 << shift) // d), shift
+
+
 def buffer_bytes(problem: ConvProblem, dtype: str, dw_dtype: str,
                  ws_replicas: int = 0) -> dict[str, int]:
     """Bytes of each buffer of a launch (the range the kernel's checks compare against)."""
@@ -180,6 +203,8 @@ def wgrad_values(problem: ConvProblem, spec: KernelSpec, *, degree: int, slice_k
                 stride=p.stride, pad=p.pad, dilation=p.dilation, groups=p.groups,
                 kpg=p.kpg, cpg=p.cpg, wg_M=p.wg_M, wg_N=p.wg_N, wg_K=p.wg_K,
                 HoWo=p.Ho * p.Wo, Xcpg=p.X * p.cpg, ks=slice_k, ks_count=degree)
+    for name in ("HoWo", "Wo", "Xcpg", "cpg"):
+        vals[f"mag_{name}"], vals[f"shr_{name}"] = magic_u31(vals[name])
     check_values(WGRAD_ARGS, vals)
     return vals
 

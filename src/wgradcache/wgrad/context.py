@@ -17,12 +17,13 @@ from dataclasses import dataclass
 
 from ..kernel import mma
 from ..kernel.builder import KernelBuilder
-from ..kernel.ir import DType, Value, bf16, f16, f32
+from ..kernel.ir import DType, Value, bf16, f16, f32, i32, i64
 from ..runtime.abi import WGRAD_ARGS, declare
 from ..spec import LDS_ROW_PAD, KernelSpec, elem_bytes, lds_bytes
 from ..targets import get_target
 
-__all__ = ["WgradContext", "ir_dtype", "udiv_const", "urem_const", "all_of"]
+__all__ = ["WgradContext", "ir_dtype", "udiv_const", "urem_const", "udiv_magic",
+           "divmod_magic", "all_of"]
 
 _IR = {"fp16": f16, "bf16": bf16, "fp32": f32}
 
@@ -46,6 +47,18 @@ def urem_const(kb: KernelBuilder, x: Value, c: int) -> Value:
     if c & (c - 1) == 0:
         return kb.and_(x, c - 1)
     return kb.urem(x, c)
+
+
+def udiv_magic(kb: KernelBuilder, x: Value, args: dict[str, Value], name: str) -> Value:
+    """x // args[name] for 0 <= x < 2^31 through the host's magic pair (abi.magic_u31)."""
+    wide = kb.mul(kb.zext(x, i64), kb.zext(args[f"mag_{name}"], i64))
+    return kb.trunc(kb.lshr(wide, kb.zext(args[f"shr_{name}"], i64)), i32)
+
+
+def divmod_magic(kb: KernelBuilder, x: Value, args: dict[str, Value], name: str
+                 ) -> tuple[Value, Value]:
+    q = udiv_magic(kb, x, args, name)
+    return q, kb.sub(x, kb.mul(q, args[name]))
 
 
 def all_of(kb: KernelBuilder, *preds: Value | None) -> Value | None:

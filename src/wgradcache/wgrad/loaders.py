@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..kernel.builder import KernelBuilder
 from ..kernel.ir import Value, i8
-from .context import WgradContext, all_of, udiv_const, urem_const
+from .context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
 __all__ = ["Slot", "tile_slots", "OperandLoad", "a_operand", "b_operand",
            "load_sync", "store_sync", "issue_async", "async_chunk_predicate",
@@ -88,9 +88,8 @@ class OperandLoad:
             return out
         for slot, h in zip(self.slots, self.hoisted, strict=True):
             k = kb.add(kt, slot.k_row)
-            img = kb.udiv(k, a["HoWo"])
-            r = kb.urem(k, a["HoWo"])
-            ho, wo = kb.udiv(r, a["Wo"]), kb.urem(r, a["Wo"])
+            img, r = divmod_magic(kb, k, a, "HoWo")
+            ho, wo = divmod_magic(kb, r, a, "Wo")
             hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
             wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
             valid = all_of(kb, slot.ok, h["col_ok"], kb.icmp("slt", slot.k_row, k_left),
@@ -121,9 +120,8 @@ def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
     hoisted = []
     for s in slots:
         n = kb.add(ctx.n0, s.col)
-        y = kb.udiv(n, a["Xcpg"])
-        r = kb.urem(n, a["Xcpg"])
-        x, c = kb.udiv(r, a["cpg"]), kb.urem(r, a["cpg"])
+        y, r = divmod_magic(kb, n, a, "Xcpg")
+        x, c = divmod_magic(kb, r, a, "cpg")
         hoisted.append({
             "col_ok": kb.icmp("slt", n, a["wg_N"]),
             "h_base": kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
