@@ -1,0 +1,106 @@
+"""select: the shipped walk serves every reference layer; pruning keeps async apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from wgradcache.cli import main
+from wgradcache.problem import ConvProblem, load_layers
+from wgradcache.select import candidates_from_walk, select
+
+LAYERS = load_layers(Path(__file__).resolve().parents[2] / "layers" / "reference.yaml")
+
+
+@pytest.fixture(scope="module")
+def walk_specs():
+    return {d: candidates_from_walk("gfx1250", d) for d in ("fp16", "bf16")}
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_every_reference_layer_is_served_by_the_shipped_walk(walk_specs, dtype):
+    assert len(LAYERS) >= 50
+    names = {layer.name.split("/")[0] for layer in LAYERS}
+    assert {"resnet50"} <= names
+    unserved = [layer.name for layer in LAYERS
+                if not select("gfx1250", layer.problem, walk_specs[dtype])]
+    assert unserved == []
+
+
+def test_the_layer_set_has_the_edge_layers():
+    probs = [layer.problem for layer in LAYERS]
+    assert any(p.C == 3 for p in probs)  # stem
+    assert any(1 < p.groups < p.C for p in probs)  # grouped
+    assert any(p.groups == p.C == p.K for p in probs)  # depthwise
+    assert any(p.Y == p.X == 1 and (p.C % 2 or p.K % 2) for p in probs)  # 1x1, odd channels
+
+
+def test_async_kernels_survive_next_to_wider_sync_kernels(walk_specs):
+    # kpg 8, cpg 4: the widest sync pair that fits is (8, 1) (9 elements per load pair);
+    # the async kernels copy 4-byte chunks (2 + 2 elements). Pruned together they would
+    # vanish; pruned apart they stay.
+    p = ConvProblem.parse("8,4,14,14,8,3,3,1,1")
+    found = select("gfx1250", p, walk_specs["fp16"])
+    asyncs = [c for c in found if c.spec.k_loop == "async"]
+    syncs = [c for c in found if c.spec.k_loop == "sync"]
+    assert asyncs and syncs
+    assert {(c.spec.chunk_a, c.spec.chunk_b) for c in asyncs} == {(4, 4)}
+    assert max(c.spec.load_vec_a + c.spec.load_vec_b for c in syncs) == 9
+    assert max(c.spec.load_vec_a + c.spec.load_vec_b for c in asyncs) == 4
+    # within a kind only the widest copy is kept
+    kinds = {}
+    for c in syncs:
+        kinds.setdefault((c.spec.geometry, c.spec.epilogue, c.spec.reduction), set()).add(
+            (c.spec.vec_a, c.spec.vec_b))
+    assert all(len(v) == 1 for v in kinds.values())
+    # without pruning the narrower sync copies come back
+    assert len(select("gfx1250", p, walk_specs["fp16"], prune=False)) > len(found)
+
+
+def test_two_stage_policy(walk_specs):
+    stem = ConvProblem.parse("8,3,32,32,64,7,7,2,3")  # wg_N = 147, odd
+    fp16 = select("gfx1250", stem, walk_specs["fp16"])
+    assert {c.reduction for c in fp16 if c.spec.reduction != "none"} == {"two_stage"}
+    assert all(c.workspace_bytes == 8 * 64 * 147 * 4 for c in fp16
+               if c.reduction == "two_stage")
+    even = ConvProblem.parse("8,64,16,16,64,3,3,1,1")  # wg_N = 576
+    assert "two_stage" not in {c.reduction for c in select("gfx1250", even,
+                                                             walk_specs["fp16"])}
+    # bf16 on wave32 runs two-stage by default next to the packed atomic (upstream)
+    bf16 = {c.reduction for c in select("gfx1250", even, walk_specs["bf16"])}
+    assert {"two_stage", "atomic"} <= bf16
+
+
+def test_cli_json_lists_candidates_in_rank_order():
+    r = CliRunner().invoke(main, ["select", "--target", "gfx1250", "--problem",
+                                  "32,64,56,56,64,3,3,1,1", "--from-walk", "--limit", "3",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert len(doc) == 3
+    assert [c["score"] for c in doc] == sorted(c["score"] for c in doc)
+    assert set(doc[0]) == {"label", "key", "split_k", "slice_k", "reduction", "grid", "block",
+                           "lds_bytes", "workspace_bytes", "score"}
+    assert doc[0]["grid"][2] == doc[0]["split_k"]
+
+
+def test_cli_from_the_small_cache(small_cache):
+    r = CliRunner().invoke(main, ["select", "--target", "gfx1250", "--problem",
+                                  "2,16,7,7,24,3,3,1,1", "--cache-dir",
+                                  str(small_cache["cache"]), "--json"])
+    assert r.exit_code == 0, r.output
+    labels = [c["label"] for c in json.loads(r.stdout)]
+    assert labels and all(lab.startswith("gfx1250-fp16-t32x32x32-w1x1") for lab in labels)
+
+
+def test_cli_nothing_served_and_bad_input(tmp_path):
+    r = CliRunner().invoke(main, ["select", "--target", "gfx1250", "--problem",
+                                  "2,16,7,7,24,3,3", "--cache-dir", str(tmp_path)])
+    assert r.exit_code == 1
+    assert "no cached kernel serves 2,16,7,7,24,3,3 on gfx1250" in r.output
+    r = CliRunner().invoke(main, ["select", "--target", "gfx1250", "--problem", "2,16,7"])
+    assert r.exit_code == 2
+    assert r.output.startswith("error: --problem 2,16,7: ")
