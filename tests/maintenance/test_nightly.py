@@ -1,0 +1,125 @@
+"""Nightly pieces: refresh twice, shards merged == one build, conflicts refused, a Dask
+build == the loky build, gc under a size bound."""
+
+from __future__ import annotations
+
+import shutil
+
+from wgradcache.build import BuildRequest, build
+from wgradcache.cache.gc import gc, parse_size
+from wgradcache.cache.merge import merge
+from wgradcache.cache.store import TargetCache
+from wgradcache.refresh import Plan, refresh
+from wgradcache.verify import VerifyRequest, verify
+
+
+def _snapshot(root, dtype: str | None = None) -> dict:
+    """identity -> (entry without its publish time, blob bytes)."""
+    c = TargetCache(root, "gfx1250")
+    out = {}
+    for ik, e in c.iter_entries():
+        if dtype and e["dtype"] != dtype:
+            continue
+        e = {k: v for k, v in e.items() if k != "published"}
+        out[ik] = (e, c.read_blob(e["blob"]))
+    return out
+
+
+def test_refresh_twice_builds_nothing_the_second_time(small_cache, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], cache)
+    plan = Plan(targets=("gfx1250",), dtypes=("fp16", "bf16"), variants=(),
+                verify_level="structure", verify_sample=1.0, max_size=None, job_timeout=300)
+    geo = str(small_cache["geometries"])
+    first = refresh(plan, str(cache), tmp_path / "report", geometries_file=geo)
+    second = refresh(plan, str(cache), tmp_path / "report", geometries_file=geo)
+    for doc in (first, second):
+        assert doc["ok"] is True
+        t = doc["targets"]["gfx1250"]
+        assert (t["jobs"], t["built"], t["relinked"], t["up_to_date"], t["failed"]) == (
+            18, 0, 0, 18, 0)
+        assert t["verify"]["ok"] and t["verify"]["checked"] == 18
+    assert second["targets"]["gfx1250"]["changed"] == {
+        "added": 0, "removed": 0, "toolchain": False, "generator": False, "first_run": False}
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "Nothing was built: every job was up to date." in md
+    assert "Since the last run: 0 entries added, 0 removed" in md
+
+
+def test_three_shards_merged_equal_one_build(small_cache, tmp_path):
+    geo = str(small_cache["geometries"])
+    shards = []
+    for i in range(3):
+        root = tmp_path / f"shard{i}"
+        s = build(BuildRequest(target="gfx1250", dtypes=("fp16", "bf16"), shard=(i, 3),
+                               geometries_file=geo, cache_dir=str(root), jobs=2))
+        assert s.failed == 0 and 4 <= s.jobs <= 8  # balanced by expected cost
+        shards.append(root)
+    merged = tmp_path / "merged"
+    rep = merge(shards, merged)
+    assert rep.ok and rep.copied_entries == 18
+    assert _snapshot(merged) == _snapshot(small_cache["cache"])
+    again = merge(shards, merged)  # idempotent
+    assert (again.ok, again.copied_entries, again.skipped) == (True, 0, 18)
+
+
+def test_merging_a_conflicting_cache_is_refused_and_writes_nothing(small_cache, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(small_cache["cache"], other)
+    c = TargetCache(other, "gfx1250")
+    ik, e = next(iter(c.iter_entries()))
+    data = bytearray(c.read_blob(e["blob"]))
+    data[-1] ^= 0xFF
+    new = c.write_blob("0" * 64, bytes(data))
+    c.write_entry(ik, {**e, "blob": new.key, "blob_size": new.size,
+                       "blob_sha256": new.sha256})
+    dest = tmp_path / "dest"
+    shutil.copytree(small_cache["cache"], dest)
+    before = _snapshot(dest)
+    rep = merge([other], dest)
+    assert not rep.ok
+    assert [(x["identity_key"], x["reason"].split(":")[0]) for x in rep.conflicts] == [
+        (ik, "same identity, different content")]
+    assert _snapshot(dest) == before
+
+
+def test_dask_local_cluster_build_equals_the_loky_build(small_cache, tmp_path):
+    from distributed import Client, LocalCluster, get_task_stream
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        with get_task_stream(client) as ts:
+            s = build(BuildRequest(target="gfx1250", dtypes=("fp16",), backend="dask",
+                                   scheduler=cluster.scheduler_address, jobs=2,
+                                   geometries_file=str(small_cache["geometries"]),
+                                   cache_dir=str(tmp_path / "cache")))
+        assert len(ts.data) >= 9  # the work ran on the cluster's workers
+    assert (s.jobs, s.failed) == (9, 0)
+    assert _snapshot(tmp_path / "cache") == _snapshot(small_cache["cache"], "fp16")
+
+
+def test_gc_under_a_size_bound_keeps_what_remains_verifiable(small_cache, tmp_path):
+    root = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], root)
+    c = TargetCache(root, "gfx1250")
+    total = sum(c.blob_path(k).stat().st_size for k in c.blob_keys())
+    bound = total // 2
+    for i, key in enumerate(c.blob_keys()):  # a known LRU order
+        c.stamp_used(key, 1000.0 + i)
+    rep = gc(c, None, max_size=bound)
+    assert rep.bytes_after <= bound < rep.bytes_before == total
+    kept = c.blob_keys()
+    oldest_kept = min(c.last_used(k) for k in kept)
+    assert all(c.last_used(k) == 0.0 for k in rep.evicted_blobs)  # stamps removed with blobs
+    assert oldest_kept >= 1000.0 + len(rep.evicted_blobs)
+    assert sum(c.blob_path(k).stat().st_size for k in kept) <= bound
+    v = verify(VerifyRequest(cache_dir=str(root), level="structure", device="emulator",
+                             geometries_file=str(small_cache["geometries"])))
+    assert v.ok, v.failures
+    assert v.targets["gfx1250"]["complete"] is False
+
+
+def test_parse_size():
+    assert parse_size("2G") == 2 << 30
+    assert parse_size("500m") == 500 << 20
+    assert parse_size("123") == 123
