@@ -1,0 +1,65 @@
+"""ls, show, explain, compile and emulate from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from wgradcache.cli import main
+
+LABEL = "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-cshuffle-atomic"
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_ls_show_explain(small_cache):
+    cd = ["--cache-dir", str(small_cache["cache"])]
+    rows = json.loads(_run("ls", *cd, "--json").stdout)
+    assert len(rows) == 18
+    assert len(json.loads(_run("ls", *cd, "--variant", "async.cshuffle.atomic",
+                               "--json").stdout)) == 2
+    entry = json.loads(_run("show", LABEL, *cd).stdout)
+    assert entry["label"] == LABEL and entry["isa"]["global_atomic_pk_add_f16"] > 0
+    by_key = json.loads(_run("show", entry["identity_key"][:10], *cd).stdout)
+    assert by_key == entry
+    doc = json.loads(_run("explain", LABEL, *cd, "--json").stdout)
+    assert doc["up_to_date"] is True
+    assert [r["input"].split(" ")[0] for r in doc["inputs"]] == [
+        "ir_sha256", "target", "codegen", "toolchain", "generator"]
+    assert all(r["same"] for r in doc["inputs"])
+
+
+def test_show_unknown_is_a_one_line_error(small_cache):
+    r = _run("show", "gfx1250-fp16-t32x32x32-w1x1-v4x4-sync-default-none", "--cache-dir",
+             str(small_cache["cache"]))
+    assert r.exit_code == 2
+    assert r.output.startswith("error: no entry for gfx1250-fp16-t32x32x32-w1x1-v4x4-sync-")
+    assert _run("show", "nonsense-label").exit_code == 2
+
+
+def test_compile_writes_the_four_files(tmp_path):
+    r = _run("compile", "gfx1201-bf16-t64x32x32-w2x1-v8x1-sync-default-none", "--out",
+             str(tmp_path), "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    stem = tmp_path / "gfx1201-bf16-t64x32x32-w2x1-v8x1-sync-default-none"
+    for ext in ("ll", "s", "hsaco", "json"):
+        assert stem.with_suffix(f".{ext}").is_file()
+    assert stem.with_suffix(".hsaco").read_bytes()[:4] == b"\x7fELF"
+    assert ".amdgpu_metadata" in stem.with_suffix(".s").read_text()
+    assert doc["code_object"]["mach"] == 0x4E and doc["isa"]["mma"] > 0
+
+
+def test_emulate_pass_and_cannot_serve():
+    r = _run("emulate", "gfx1151-bf16-t32x32x32-w1x1-v8x1-sync-cshuffle-none", "--problem",
+             "2,3,9,9,16,3,3,2,1", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["passed"] is True and doc["error"] <= doc["bound"] <= 1e-2
+    r = _run("emulate", "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none", "--problem",
+             "2,3,9,9,16,3,3")
+    assert r.exit_code == 2
+    assert "vec_b 8 does not divide cpg=3" in r.output
