@@ -1,6 +1,6 @@
 """Time our per-job codegen pipeline against ``llc-22`` + ``ld.lld-22`` on the same IR.
 
-    python benchmarks/codegen.py [--repeat N] [FILE.ll[@TARGET] ...]
+    python benchmarks/codegen.py [--repeat N] [--source walk|handwritten] [FILE.ll[@TARGET] ...]
 
 Every pipeline compiles every job ``--repeat`` times, interleaved (job by job, pipeline by
 pipeline) so the noise of this 2-core box hits all of them alike; per job the median is
@@ -18,13 +18,23 @@ Pipelines:
   llc+lld        llc-22 -O3 -filetype=obj to a file, then ld.lld-22 -shared (the reference)
   llc|lld        llc writes the object into a pipe that ld.lld-22 reads
   llc+lld+dis    llc+lld plus llvm-objdump-22: the same artefacts as ``ours``
+  sys-obj        a prototype, not in src: codegen in this process through the LLVM C API
+                 of the system's libLLVM-22 (Debian's, built without assertions; loaded
+                 with ctypes as compile/disasm.py does), ld.lld fed through a pipe
+  sys            sys-obj plus the in-process disassembler: the same artefacts as ``ours``
 
-``load_ir_jobs()`` is the IR source; the project replaces it to time the real kernels.
+``load_ir_jobs()`` is the IR source: by default (``--source walk``) the 20 gfx1250 jobs of
+``WALK_LABELS``, real kernels from our walk emitted with ``wgradcache.emit.emit_ir``;
+``--source handwritten`` gives the earlier hand-written kernels (``compile.samples``, several
+targets), kept to compare with figures measured before the generators existed.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
+import math
 import os
 import resource
 import shutil
@@ -39,8 +49,10 @@ from pathlib import Path
 
 from wgradcache.compile import codegen
 from wgradcache.compile.codegen import CodegenOptions, compile_ir
+from wgradcache.compile.disasm import disassemble
 from wgradcache.compile.samples import gemm_kernel, mma_kernel
-from wgradcache.compile.toolchain import with_code_object_version
+from wgradcache.compile.toolchain import find_llvm_library, with_code_object_version
+from wgradcache.spec import KernelSpec, from_label
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,95 @@ class IrJob:
     ir: str
 
 
-def load_ir_jobs() -> list[IrJob]:
+# The first 20 of ``spread_specs(walk("gfx1250"), 20)`` when this list was made: every
+# variant in both dtypes, tiles 32..128, sync vec pairs 8x8/4x4/8x1/1x1 and async chunks
+# 16x16/4x4. Frozen so that figures from different days time the same kernels.
+WALK_LABELS = (
+    "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none",
+    "gfx1250-bf16-t64x32x32-w2x2-v4x4-sync-default-atomic",
+    "gfx1250-fp16-t128x32x64-w2x1-v8x8-sync-cshuffle-none",
+    "gfx1250-bf16-t32x64x32-w1x2-v8x8-sync-cshuffle-atomic",
+    "gfx1250-fp16-t64x64x32-w2x2-v8x8-sync-default-two_stage-wsr8",
+    "gfx1250-bf16-t128x64x64-w4x2-c16x16-async-default-none",
+    "gfx1250-fp16-t32x128x32-w1x4-c16x16-async-default-atomic",
+    "gfx1250-bf16-t64x128x32-w2x2-c16x16-async-cshuffle-none",
+    "gfx1250-fp16-t128x128x64-w4x2-c16x16-async-cshuffle-atomic",
+    "gfx1250-bf16-t32x128x64-w2x4-v8x1-sync-default-none",
+    "gfx1250-fp16-t64x128x64-w2x4-v8x8-sync-default-atomic",
+    "gfx1250-bf16-t32x32x64-w1x1-v4x4-sync-cshuffle-none",
+    "gfx1250-fp16-t64x64x32-w1x2-v8x8-sync-cshuffle-atomic",
+    "gfx1250-bf16-t128x64x32-w2x2-v4x4-sync-default-two_stage-wsr8",
+    "gfx1250-fp16-t32x64x64-w2x2-c16x16-async-default-none",
+    "gfx1250-bf16-t64x64x64-w2x2-c16x16-async-default-atomic",
+    "gfx1250-fp16-t128x128x32-w2x4-c16x16-async-cshuffle-none",
+    "gfx1250-bf16-t32x128x64-w1x2-c4x4-async-cshuffle-atomic",
+    "gfx1250-fp16-t64x64x64-w4x2-v8x1-sync-default-none",
+    "gfx1250-bf16-t128x128x64-w2x4-v1x1-sync-default-atomic",
+)
+
+
+def spread_specs(specs: list[KernelSpec], n: int) -> list[KernelSpec]:
+    """``n`` specs spread over (variant, dtype) groups and, within a group, over its list.
+
+    Groups are visited round-robin, variants first with the dtypes alternating, so any
+    prefix covers as many variants as it can; within a group the picks step by the golden
+    ratio through the walk order (geometry, then widths), so they land on different tiles
+    and vec pairs. Deterministic: the same walk gives the same jobs.
+    """
+    groups: dict[tuple[str, str], list[KernelSpec]] = {}
+    for s in specs:
+        groups.setdefault((s.variant, s.dtype_key), []).append(s)
+    variants = list(dict.fromkeys(v for v, _ in groups))
+    dtypes = list(dict.fromkeys(d for _, d in groups))
+    order = [(v, dtypes[(i + shift) % len(dtypes)])
+             for shift in range(len(dtypes)) for i, v in enumerate(variants)]
+    order = [k for k in order if k in groups]
+    used: dict[tuple[str, str], set[int]] = {k: set() for k in order}
+    phi = (math.sqrt(5) - 1) / 2
+    picked: list[KernelSpec] = []
+    n = min(n, len(specs))
+    r = 0
+    while len(picked) < n:
+        for gi, key in enumerate(order):
+            group = groups[key]
+            if len(picked) >= n or len(used[key]) == len(group):
+                continue
+            j = int(((r * phi + gi * 0.37) % 1.0) * len(group))
+            while j in used[key]:
+                j = (j + 1) % len(group)
+            used[key].add(j)
+            picked.append(group[j])
+        r += 1
+    return picked
+
+
+def walk_ir_jobs(labels: tuple[str, ...] = WALK_LABELS) -> list[IrJob]:
+    """Real kernels: each label's spec emitted with ``emit_ir`` (as a build worker does).
+
+    A label the walk no longer produces is still emitted (the spec is what it names), with
+    a warning, so an edit of geometries.yaml does not silently change what is timed.
+    """
+    from wgradcache.emit import emit_ir
+    from wgradcache.jobs import walk
+
+    specs = [from_label(label) for label in labels]
+    in_walk = {s.identity_key() for t in {s.target for s in specs} for s in walk(t)}
+    for s in specs:
+        if s.identity_key() not in in_walk:
+            print(f"warning: {s.label()} is no longer in the walk", file=sys.stderr)
+    return [IrJob(s.label(), s.target, emit_ir(s).ir_text) for s in specs]
+
+
+def load_ir_jobs(source: str = "walk") -> list[IrJob]:
+    """The benchmark's IR: ``walk`` (real kernels, default) or ``handwritten``."""
+    if source == "walk":
+        return walk_ir_jobs()
+    if source == "handwritten":
+        return handwritten_ir_jobs()
+    raise ValueError(f"source must be walk or handwritten, got {source!r}")
+
+
+def handwritten_ir_jobs() -> list[IrJob]:
     """~20 hand-written kernels of realistic size (unrolled MMA main loops, epilogues)."""
     g = gemm_kernel
     jobs = [
@@ -96,6 +196,84 @@ def _tool(name: str) -> str:
     return found
 
 
+class SystemLLVM:
+    """Codegen through the LLVM C API of the system libLLVM (what ``llc-22`` runs on).
+
+    A measurement of what src/wgradcache/compile/codegen.py would gain by using it instead
+    of llvmlite's LLVM, which is built with assertions. No verifier here (``compile_ir``
+    would keep llvmlite's parse + verify, or call ``LLVMVerifyModule``).
+    """
+
+    _OBJECT_FILE, _OPT_AGGRESSIVE, _DEFAULT = 1, 3, 0
+
+    def __init__(self):
+        path = find_llvm_library()
+        if path is None:
+            sys.exit("no system libLLVM-22 found (Debian package libllvm22)")
+        lib = ctypes.CDLL(str(path))
+        for name in ("TargetInfo", "Target", "TargetMC", "AsmPrinter"):
+            getattr(lib, f"LLVMInitializeAMDGPU{name}")()
+        vp, cp = ctypes.c_void_p, ctypes.c_char_p
+        sig = {
+            "LLVMContextCreate": (vp, []),
+            "LLVMContextDispose": (None, [vp]),
+            "LLVMCreateMemoryBufferWithMemoryRangeCopy": (vp, [cp, ctypes.c_size_t, cp]),
+            "LLVMParseIRInContext": (ctypes.c_int, [vp, vp, ctypes.POINTER(vp),
+                                                    ctypes.POINTER(cp)]),
+            "LLVMGetTargetFromTriple": (ctypes.c_int, [cp, ctypes.POINTER(vp),
+                                                       ctypes.POINTER(cp)]),
+            "LLVMCreateTargetMachine": (vp, [vp, cp, cp, cp, ctypes.c_int, ctypes.c_int,
+                                             ctypes.c_int]),
+            "LLVMTargetMachineEmitToMemoryBuffer": (ctypes.c_int, [vp, vp, ctypes.c_int,
+                                                                   ctypes.POINTER(cp),
+                                                                   ctypes.POINTER(vp)]),
+            "LLVMGetBufferStart": (vp, [vp]),
+            "LLVMGetBufferSize": (ctypes.c_size_t, [vp]),
+            "LLVMDisposeMemoryBuffer": (None, [vp]),
+            "LLVMDisposeModule": (None, [vp]),
+        }
+        for name, (res, args) in sig.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        self.lib = lib
+        self._machines: dict[str, int] = {}
+
+    def _machine(self, cpu: str) -> int:
+        if cpu not in self._machines:
+            lib, target, err = self.lib, ctypes.c_void_p(), ctypes.c_char_p()
+            if lib.LLVMGetTargetFromTriple(b"amdgcn-amd-amdhsa", ctypes.byref(target),
+                                           ctypes.byref(err)):
+                raise RuntimeError(err.value)
+            self._machines[cpu] = lib.LLVMCreateTargetMachine(
+                target, b"amdgcn-amd-amdhsa", cpu.encode(), b"", self._OPT_AGGRESSIVE,
+                self._DEFAULT, self._DEFAULT)
+        return self._machines[cpu]
+
+    def emit_object(self, ir: str, cpu: str) -> bytes:
+        lib = self.lib
+        ctx = lib.LLVMContextCreate()
+        try:
+            data = ir.encode()
+            buf = lib.LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len(data), b"job")
+            mod, err = ctypes.c_void_p(), ctypes.c_char_p()
+            if lib.LLVMParseIRInContext(ctx, buf, ctypes.byref(mod), ctypes.byref(err)):
+                raise RuntimeError(f"parse: {err.value}")  # (buffer owned by the parser)
+            out = ctypes.c_void_p()
+            try:
+                if lib.LLVMTargetMachineEmitToMemoryBuffer(self._machine(cpu), mod,
+                                                           self._OBJECT_FILE,
+                                                           ctypes.byref(err),
+                                                           ctypes.byref(out)):
+                    raise RuntimeError(f"codegen: {err.value}")
+            finally:
+                lib.LLVMDisposeModule(mod)
+            obj = ctypes.string_at(lib.LLVMGetBufferStart(out), lib.LLVMGetBufferSize(out))
+            lib.LLVMDisposeMemoryBuffer(out)
+            return obj
+        finally:
+            lib.LLVMContextDispose(ctx)
+
+
 class Pipelines:
     """Each pipeline is a callable(job, workdir) -> hsaco bytes."""
 
@@ -117,7 +295,26 @@ class Pipelines:
             "llc+lld": lambda j: self._llc_lld(j, disassemble=False),
             "llc|lld": self._llc_pipe_lld,
             "llc+lld+dis": lambda j: self._llc_lld(j, disassemble=True),
+            "sys-obj": lambda j: self._system(j, listing=False),
+            "sys": lambda j: self._system(j, listing=True),
         }
+
+    @functools.cached_property
+    def _sys(self) -> SystemLLVM:
+        return SystemLLVM()
+
+    def _system(self, job: IrJob, listing: bool) -> bytes:
+        lld = subprocess.Popen([self.lld, "-shared", "/dev/stdin", "-o", "/dev/stdout"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        obj = self._sys.emit_object(with_code_object_version(job.ir), job.target)
+        lld.stdin.write(obj)
+        lld.stdin.close()
+        if listing:
+            disassemble(obj, job.target)
+        out = lld.stdout.read()
+        if lld.wait() != 0:
+            raise RuntimeError("ld.lld failed")
+        return out
 
     def _ll(self, job: IrJob) -> Path:
         path = self.dir / f"{job.name}.ll"
@@ -175,8 +372,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--target", default="gfx1250", help="target of files without @TARGET")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--pipelines", default="", help="comma-separated subset")
+    ap.add_argument("--source", choices=("walk", "handwritten"), default="walk",
+                    help="IR when no files are given: 20 real jobs of our walk (default) "
+                         "or the hand-written kernels")
     args = ap.parse_args(argv)
-    jobs = _jobs_from_args(args.files, args.target) if args.files else load_ir_jobs()
+    jobs = (_jobs_from_args(args.files, args.target) if args.files
+            else load_ir_jobs(args.source))
     with tempfile.TemporaryDirectory(prefix="wgc-bench-") as tmp:
         pipes = Pipelines(Path(tmp)).table()
         if args.pipelines:
@@ -209,9 +410,10 @@ def main(argv: list[str] | None = None) -> None:
               f"{c / total(cpu[base]):10.2f}")
     print("ours, where the wall time goes (s): "
           + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
-    print(f"\n{'job':32s} " + " ".join(f"{p:>11s}" for p in pipes) + "   (median wall ms)")
+    width = max(len(j.name) for j in jobs)
+    print(f"\n{'job':{width}s} " + " ".join(f"{p:>11s}" for p in pipes) + "   (median wall ms)")
     for job in jobs:
-        print(f"{job.name:32s} " + " ".join(
+        print(f"{job.name:{width}s} " + " ".join(
             f"{statistics.median(wall[p][job.name]) * 1e3:11.1f}" for p in pipes))
 
 
