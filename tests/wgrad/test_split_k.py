@@ -150,8 +150,7 @@ def test_serves_rules():
     assert not ok and why == "vec_b 8 does not divide cpg=12"
     ok, why = serves(s, ConvProblem.parse("1,16,8,8,12,3,3,1,1"))
     assert not ok and why == "vec_a 8 does not divide kpg=12"
-    stem = _spec("fp16", "atomic").__class__("gfx1250", "fp16", "fp16", 64, 64, 32, 2, 2, 8, 1,
-                                             reduction="atomic")
+    stem = KernelSpec("gfx1250", "fp16", "fp16", 64, 64, 32, 2, 2, 8, 1, reduction="atomic")
     ok, why = serves(stem, ConvProblem.parse("1,3,8,8,16,3,3,1,1"))
     assert not ok and "wg_N=Y*X*cpg=27 is odd" in why
     f32 = KernelSpec("gfx1250", "fp16", "fp32", 64, 64, 32, 2, 2, 8, 1, reduction="atomic")
