@@ -66,9 +66,17 @@ def test_rejects_come_with_their_reason(change, reason):
 
 
 def test_lds_budget_is_the_targets():
-    big = dataclasses.replace(BASE, target="gfx1201", tile_m=128, tile_n=128, tile_k=64,
+    big = dataclasses.replace(BASE, target="gfx1201", tile_m=128, tile_n=128, tile_k=32,
                               warp_m=2, warp_n=4, epilogue="cshuffle")
     assert lds_bytes(big) == 65536 and validate(big) == (True, "")
+    # gfx1250's 320 KiB take an async double buffer of 128x128x64 with room to spare
+    a = dataclasses.replace(BASE, tile_m=128, tile_n=128, tile_k=64, warp_m=2, warp_n=4,
+                            vec_a=0, vec_b=0, chunk_a=16, chunk_b=16, k_loop="async")
+    assert lds_bytes(a) == 2 * 64 * 272 * 2 and validate(a) == (True, "")
+    from wgradcache.spec import Limits
+
     huge = dataclasses.replace(big, tile_k=128, epilogue="default")
-    assert validate(huge) == (
+    assert validate(huge, limits=Limits(max_k_steps=8)) == (
         False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
+    assert validate(huge)[1] == ("tile_k 128 is 8 k-steps of the 16x16x16 atom, over the "
+                                 "budget 2")

@@ -46,6 +46,7 @@ class Limits:
     max_acc_per_lane: int = 64
     max_block_size: int = 256
     min_block_size: int = 32
+    max_k_steps: int = 2  # MMA k-steps per tile_k (their fragments are live at once)
 
 
 DEFAULT_LIMITS = Limits()  # equal to the shipped geometries.yaml filters (tested)
@@ -213,6 +214,9 @@ def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int
         return False, f"tile_n {tn} / warp_n {wn} is not a multiple of the atom's n {atom.n}"
     if tk % atom.k:
         return False, f"tile_k {tk} is not a multiple of the atom's k {atom.k} ({atom.shape})"
+    if tk // atom.k > limits.max_k_steps:
+        return False, (f"tile_k {tk} is {tk // atom.k} k-steps of the {atom.shape} atom, over "
+                       f"the budget {limits.max_k_steps}")
     block = wm * wn * target.wave_size
     hi = min(limits.max_block_size, target.max_block_size)
     if not limits.min_block_size <= block <= hi:

@@ -173,7 +173,7 @@ def load(path: str | os.PathLike | None = None) -> JobData:
 
     f_node = r.require(top, root, "<top>", "filters")
     fl = r.mapping(f_node, "filters")
-    limit_fields = ("max_acc_per_lane", "max_block_size", "min_block_size")
+    limit_fields = ("max_acc_per_lane", "max_block_size", "min_block_size", "max_k_steps")
     for k, v in fl.items():
         if k not in limit_fields:
             raise r.fail(v, f"filters.{k}", f"unknown filter; valid: {', '.join(limit_fields)}")

@@ -1,0 +1,117 @@
+"""Real wgrad kernels through LLVM: code objects per WMMA target, determinism, and the ISA
+each variant must (not) contain."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from wgradcache.build import BuildRequest, build
+from wgradcache.cache.store import TargetCache
+from wgradcache.compile.codegen import CodegenOptions
+from wgradcache.compile.isolate import compile_isolated
+from wgradcache.emit import emit_ir
+from wgradcache.jobs import walk
+from wgradcache.spec import KernelSpec, lds_bytes, validate
+from wgradcache.targets import get_target
+from wgradcache.verify import isa_problems
+
+GEOMETRIES = [(32, 32, 32, 1, 1), (64, 64, 32, 2, 2), (128, 64, 32, 4, 2), (64, 128, 32, 2, 2),
+              (128, 128, 32, 2, 4)]
+
+
+def _sync_specs() -> list[KernelSpec]:
+    out = []
+    for target, dtype, (tm, tn, tk, wm, wn) in itertools.product(
+            ("gfx1250", "gfx1201", "gfx1151"), ("fp16", "bf16"), GEOMETRIES):
+        out.append(KernelSpec(target=target, dtype=dtype, dw_dtype=dtype, tile_m=tm, tile_n=tn,
+                              tile_k=tk, warp_m=wm, warp_n=wn, vec_a=8, vec_b=8))
+    # gfx1250's 2-step tile_k 64, narrow loads, fp32 dW (gfx1151's f32 atomic is native)
+    out.append(KernelSpec("gfx1250", "bf16", "bf16", 128, 128, 64, 4, 2, vec_a=8, vec_b=8))
+    out.append(KernelSpec("gfx1201", "fp16", "fp16", 64, 64, 32, 2, 2, vec_a=1, vec_b=1))
+    out.append(KernelSpec("gfx1151", "bf16", "fp32", 64, 64, 32, 2, 2, vec_a=8, vec_b=1,
+                          reduction="atomic"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sync_entries(tmp_path_factory):
+    root = tmp_path_factory.mktemp("objects")
+    specs = _sync_specs()
+    by_target: dict[str, list[KernelSpec]] = {}
+    for s in specs:
+        assert validate(s) == (True, ""), s.label()
+        by_target.setdefault(s.target, []).append(s)
+    entries = {}
+    for target, group in by_target.items():
+        summary = build(BuildRequest(target=target, cache_dir=str(root), jobs=2), specs=group)
+        assert summary.failed == 0, summary.failures
+        for ik, e in TargetCache(root, target).iter_entries():
+            entries[ik] = e
+    return [(s, entries[s.identity_key()]) for s in specs]
+
+
+def test_code_objects_of_the_sync_kernel(sync_entries):
+    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) + 3
+    for spec, e in sync_entries:
+        co, isa = e["code_object"], e["isa"]
+        t = get_target(spec.target)
+        where = spec.label()
+        assert co["mach"] == t.e_mach, where
+        assert co["has_symbol"] and co["has_descriptor"], where
+        assert co["group_segment_fixed_size"] == lds_bytes(spec), where
+        assert co["private_segment_fixed_size"] == 0, where
+        assert (co["vgpr_spill_count"], co["sgpr_spill_count"]) == (0, 0), where
+        assert co["wavefront_size"] == t.wave_size, where
+        assert co["max_flat_workgroup_size"] == spec.block_size, where
+        atom = t.atom(spec.dtype)
+        per_step = ((spec.tile_m // spec.warp_m // atom.m) * (spec.tile_n // spec.warp_n // atom.n)
+                    * (spec.tile_k // atom.k))
+        assert isa["mma"] > 0 and isa["mma"] % per_step == 0, (where, isa["mma"], per_step)
+        assert isa["main_loop_mma"] % per_step == 0, where
+        assert isa_problems(spec, isa) == [], where
+
+
+def test_same_spec_gives_identical_bytes_in_two_processes():
+    spec = KernelSpec("gfx1250", "bf16", "bf16", 64, 64, 32, 2, 2, vec_a=8, vec_b=8,
+                      epilogue="cshuffle", reduction="atomic")
+    k = emit_ir(spec)
+    assert emit_ir(spec).ir_text == k.ir_text
+    a = compile_isolated(k.ir_text, "gfx1250", CodegenOptions(), listing="none")
+    b = compile_isolated(k.ir_text, "gfx1250", CodegenOptions(), listing="none")
+    assert a.ok and b.ok
+    assert a.obj.hsaco == b.obj.hsaco
+
+
+@pytest.fixture(scope="module")
+def gfx1250_variants(tmp_path_factory):
+    """Every variant of a four-wave cover geometry, fp16 and bf16 (and fp32 dW split-K)."""
+    root = tmp_path_factory.mktemp("variants")
+    specs = [s for s in walk("gfx1250", ["fp16", "bf16", "fp16_f32"])
+             if s.geometry == (64, 64, 32, 2, 2)
+             and (s.vec_a, s.vec_b, s.chunk_a, s.chunk_b) in ((8, 8, 0, 0), (0, 0, 16, 16))]
+    summary = build(BuildRequest(target="gfx1250", cache_dir=str(root), jobs=2), specs=specs)
+    assert summary.failed == 0, summary.failures
+    cache = TargetCache(root, "gfx1250")
+    return [(s, cache.read_entry(s.identity_key())) for s in specs]
+
+
+def test_variant_isa_on_gfx1250(gfx1250_variants):
+    variants = {s.variant for s, _ in gfx1250_variants}
+    assert len(variants) == 9
+    for spec, e in gfx1250_variants:
+        isa, co = e["isa"], e["code_object"]
+        assert isa_problems(spec, isa) == [], spec.label()
+        assert (co["vgpr_spill_count"], co["private_segment_fixed_size"]) == (0, 0)
+        if spec.k_loop == "async":
+            assert isa["async_copies"] > 0 and isa["async_waits"] > 0
+            assert isa["main_loop_barriers"] == 1  # one barrier per K step
+        if spec.reduction == "atomic" and spec.dw_dtype != "fp32":
+            kind = "global_atomic_pk_add_" + spec.dw_dtype.replace("fp", "f")
+            assert isa[kind] > 0
+            for fence in ("global_wb", "global_inv", "buffer_wbl2", "buffer_inv"):
+                assert isa[fence] == 0
+            assert isa["cas_loops"] == 0
+        if spec.reduction == "two_stage":
+            assert isa["global_atomic_add_f32"] > 0
