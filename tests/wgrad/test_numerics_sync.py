@@ -7,10 +7,10 @@ import pytest
 from wgrad_cases import (
     AB_DTYPES,
     EDGE,
-    GEOMETRIES,
     PROBLEMS,
     TARGETS,
     check,
+    geometry_for,
     make_spec,
     widest_vec,
 )
@@ -26,7 +26,7 @@ from wgradcache.wgrad.run import cached_kernel, run_emulated
 def test_problem_matrix(target, dtype, name):
     p = PROBLEMS[name]
     i = sorted(PROBLEMS).index(name) + TARGETS.index(target) + AB_DTYPES.index(dtype)
-    geometry = GEOMETRIES[i % len(GEOMETRIES)]
+    geometry = geometry_for(target, dtype, i)
     spec = make_spec(target, dtype, geometry, p)
     check(run_emulated(spec, p, seed=i), dtype)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from wgradcache.capability import serves
 from wgradcache.problem import ConvProblem
-from wgradcache.spec import KernelSpec, validate
+from wgradcache.spec import KernelSpec, geometry_fits, validate
+from wgradcache.targets import get_target
 from wgradcache.wgrad.run import EmulationReport
 
 TARGETS = ("gfx1250", "gfx1201", "gfx1151")
@@ -31,6 +32,16 @@ GEOMETRIES = ((32, 32, 32, 1, 1), (64, 64, 32, 2, 2), (128, 64, 64, 4, 2), (32, 
 
 VEC_PAIRS = ((8, 8), (8, 4), (4, 8), (4, 4), (2, 2), (8, 1), (1, 1))
 LIMIT = {"fp16": 5e-3, "bf16": 1e-2, "fp32": 1e-4}
+
+
+def geometry_for(target: str, dtype: str, i: int) -> tuple[int, int, int, int, int]:
+    """The i-th geometry of the spread (cyclic) that the target's ladder admits."""
+    t = get_target(target)
+    for j in range(len(GEOMETRIES)):
+        g = GEOMETRIES[(i + j) % len(GEOMETRIES)]
+        if geometry_fits(t, dtype, g)[0]:
+            return g
+    raise AssertionError(f"no spread geometry fits {target} {dtype}")
 
 
 def widest_vec(problem: ConvProblem, tile_m: int = 128, tile_n: int = 128) -> tuple[int, int]:
