@@ -369,11 +369,60 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
                  key_of=lambda t: t[1],
                  retry=lambda t: _compile_alone(*t, timeout=req.job_timeout))
 
+    _build_stage2(cache, specs, options, toolchain, tdigest, gen,
+                  req.job_timeout, summary)
     summary.seconds = time.monotonic() - t0
     with cache.lock():
         cache.append_stats({**summary.to_json(), "when": time.time(), "generator": gen,
                             "toolchain": tdigest, "request": _request_doc(req)})
     return summary
+
+
+def stage2_name(dw_dtype: str, replicas: int) -> str:
+    return f"{dw_dtype}-wsr{replicas}"
+
+
+def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, toolchain: dict,
+                  tdigest: str, gen: str, timeout: float, summary: BuildSummary) -> None:
+    """The stage-2 reduce kernel of every (dW dtype, R) a two-stage job here needs.
+
+    Keyed by (dW dtype, R) only, so a handful per target; they are companions of the
+    two-stage entries (``stage2/<dtype>-wsr<R>.json``), not walk jobs, and do not count
+    as jobs. A failure is a failure of every two-stage job that needs it.
+    """
+    import json
+
+    from .compile.codegen import CodegenOptions
+    from .compile.isolate import compile_isolated
+    from .kernel.lower_llvm import lower
+    from .wgrad.stage2 import build_stage2
+
+    needed = sorted({(s.dw_dtype, s.ws_replicas) for s in specs if s.reduction == "two_stage"})
+    for dw, r in needed:
+        name = stage2_name(dw, r)
+        kd = build_stage2(cache.target, dw, r)
+        ir = lower(kd, cache.target)
+        ckey = content_key(ir, kd.name, cache.target, options, toolchain)
+        have = cache.stage2_entries().get(name)
+        if isinstance(have, dict) and have.get("blob") == ckey and cache.has_blob(ckey):
+            continue
+        out = compile_isolated(ir, cache.target, CodegenOptions(), timeout=timeout)
+        if not out.ok:
+            summary.failed += 1
+            summary.failures.append({"label": f"stage2 {name}", "reason": out.error})
+            continue
+        meta = _metadata(out.obj)
+        with cache.lock():
+            ref = cache.write_blob(ckey, out.obj.hsaco)
+            atomic_write(cache.blobs / f"{ckey}{SIDE_SUFFIX}",
+                         json.dumps(meta, sort_keys=True).encode())
+            cache.write_stage2(name, {
+                "name": name, "dw_dtype": dw, "ws_replicas": r, "symbol": kd.name,
+                "blob": ckey, "blob_size": ref.size, "blob_sha256": ref.sha256,
+                "block_size": kd.block_size, "code_object": meta["code_object"],
+                "isa": meta["isa"], "generator_digest": gen, "toolchain_digest": tdigest})
+            cache.stamp_used(ckey)
+        summary.bytes += ref.size
 
 
 def _request_doc(req: BuildRequest) -> dict:

@@ -185,6 +185,29 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
             continue
         good.append((ik, entry, spec, data))
         rep.passed_cases.append((ik, label, "integrity"))
+    two_stage = {(sp.dw_dtype, sp.ws_replicas) for _, _, sp, _ in good
+                 if sp.reduction == "two_stage"}
+    stage2 = cache.stage2_entries()
+    for dw, r in sorted(two_stage):
+        name = f"{dw}-wsr{r}"
+        entry = stage2.get(name)
+        rep.checked += 1
+        if not isinstance(entry, dict):
+            rep.failures.append(Failure(name, f"stage2 {name}", "integrity",
+                                        "two-stage entries without their stage-2 kernel"
+                                        if entry is None else str(entry)))
+            continue
+        referenced.add(entry.get("blob", ""))
+        try:
+            data = cache.read_blob(entry.get("blob", ""))
+        except FileNotFoundError:
+            data = b""
+        if len(data) != entry.get("blob_size") or sha256_bytes(data) != entry.get("blob_sha256"):
+            rep.failures.append(Failure(name, f"stage2 {name}", "integrity",
+                                        "stage-2 blob missing or not what its entry records"))
+    for entry in stage2.values():
+        if isinstance(entry, dict):
+            referenced.add(entry.get("blob", ""))
     for key in cache.blob_keys():
         if key not in referenced:
             rep.checked += 1

@@ -24,7 +24,8 @@ def test_small_cache_passes_numerics_from_the_cli(small_cache, tmp_path):
                 "--device", "auto", "--junit", str(junit))
     doc = json.loads(r.stdout)
     assert r.exit_code == 0, doc["failures"]
-    assert (doc["ok"], doc["checked"], doc["failed"]) == (True, 18, 0)
+    # 18 entries and the stage-2 kernels of the two-stage ones (fp16, bf16 at R = 8)
+    assert (doc["ok"], doc["checked"], doc["failed"]) == (True, 20, 0)
     assert doc["targets"]["gfx1250"] == {"entries": 18, "expected": 18, "missing": 0,
                                          "complete": True}
     # no GPU here: the device path says so in one line instead of failing silently
@@ -127,3 +128,14 @@ def test_stale_entry_is_reported(small_cache, tmp_path):
     assert ("integrity", "stale: the current walk does not yield this identity "
                          "(`wgradcache gc --stale` removes it)") in _fail_reasons(
         cache, geo, "integrity")
+
+
+def test_missing_stage2_kernel(small_cache, tmp_path):
+    cache, geo = _copy(small_cache, tmp_path)
+    assert sorted(cache.stage2_entries()) == ["bf16-wsr8", "fp16-wsr8"]
+    blob = cache.stage2_entries()["bf16-wsr8"]["blob"]
+    (cache.dir / "stage2" / "bf16-wsr8.json").unlink()
+    reasons = _fail_reasons(cache, geo, "integrity")
+    assert ("integrity", "two-stage entries without their stage-2 kernel") in reasons
+    assert any(r.startswith("orphan blob") for _, r in reasons)
+    assert cache.has_blob(blob)

@@ -91,6 +91,9 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
                     cache.remove_entry(ik)
                 continue
             needs.setdefault(entry.get("blob", ""), []).append(ik)
+        for name, entry in cache.stage2_entries().items():
+            if isinstance(entry, dict):
+                needs.setdefault(entry.get("blob", ""), []).append(f"stage2:{name}")
         now = time.time()
         if orphans or stale:
             for key in list(sizes):
@@ -110,8 +113,11 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
                 rep.evicted_blobs.append(key)
                 for ik in needs.get(key, []):
                     rep.evicted_entries.append(ik)
-                    if not dry_run:
-                        cache.remove_entry(ik)  # entries first: never an entry without blob
+                    if not dry_run:  # entries first: never an entry without its blob
+                        if ik.startswith("stage2:"):
+                            (cache.dir / "stage2" / f"{ik[7:]}.json").unlink(missing_ok=True)
+                        else:
+                            cache.remove_entry(ik)
                 if not dry_run:
                     _remove_blob(cache, key)
                 total -= sizes.pop(key)

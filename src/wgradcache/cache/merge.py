@@ -86,6 +86,16 @@ def merge(sources: list[str | Path], dest: str | Path) -> MergeReport:
             d.write_entry(ik, entry)
             d.stamp_used(key, s.last_used(key) or None)
             rep.copied_entries += 1
+    for src in map(Path, sources):
+        for target in _targets(src):
+            s, d = TargetCache(src, target), TargetCache(dest, target)
+            for name, entry in s.stage2_entries().items():
+                if not isinstance(entry, dict) or d.stage2_entries().get(name) == entry:
+                    continue
+                with d.lock():
+                    if not d.has_blob(entry["blob"]):
+                        d.write_blob(entry["blob"], s.read_blob(entry["blob"]))
+                    d.write_stage2(name, entry)
     for target in {p[1].target for p in plan}:
         TargetCache(dest, target).append_stats({"merge": [str(x) for x in sources],
                                                 "when": time.time(),

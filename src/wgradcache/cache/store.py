@@ -199,6 +199,22 @@ class TargetCache:
             if entry is not None:
                 yield key, entry
 
+    # -- stage-2 companions ----------------------------------------------------------
+    def stage2_entries(self) -> dict[str, dict | CorruptEntry]:
+        """name -> the companion entry of a stage-2 reduce kernel (two-stage split-K)."""
+        d = self.dir / "stage2"
+        out: dict[str, dict | CorruptEntry] = {}
+        for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+            try:
+                out[p.stem] = self._read_json(p) or {}
+            except CorruptEntry as e:
+                out[p.stem] = e
+        return out
+
+    def write_stage2(self, name: str, entry: dict) -> None:
+        atomic_write(self.dir / "stage2" / f"{name}.json",
+                     json.dumps(entry, sort_keys=True, indent=1).encode())
+
     # -- failures, rejects, stats ----------------------------------------------------
     def read_failure(self, identity_key: str) -> dict | None:
         try:
