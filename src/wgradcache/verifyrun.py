@@ -12,8 +12,13 @@ __all__ = ["run_verify"]
 
 def run_verify(cache_dir, targets, level, sample, seed, problems, device, junit,
                geometries_file, as_json) -> bool:
+    from .catalog import cache_targets
     from .problem import ConvProblem
     from .targets import TARGETS
+
+    if not targets and not cache_targets(cache_dir):
+        raise UserError(f"no cache under {cache_dir}: nothing to verify (build one with "
+                        "`wgradcache build --target gfx1250`)")
 
     for t in targets:
         if t not in TARGETS:
