@@ -1,0 +1,204 @@
+"""Host side of one wgrad launch on a HIP device: what ``verify --device hip`` runs.
+
+The launch contract is the emulator run's (``wgrad/run.py``), step for step, so device and
+emulator are judged the same way:
+
+* ``serves`` first, then the split plan of ``split_k.plan_split_k`` (grid =
+  (N tiles, M tiles, groups · degree), the slice width and degree are kernel arguments);
+* dW zeroed (hipMemset) before an atomic split-K launch, the f32 workspace zeroed before
+  stage 1 of a two-stage one; a dW nothing zeroes starts as NaN (``poison``) so an
+  element the kernel forgets to write cannot pass as a correct zero;
+* kernel arguments packed by ``runtime/abi.py`` (``wgrad_values`` / ``stage2_values`` with
+  the device addresses, ``pack``), after checking that the code object's own metadata lays
+  its explicit arguments out exactly as ``kernarg_layout`` does: the runtime reads each
+  argument at the metadata's offset, so a drift would be silent garbage, not an error;
+* two-stage: stage 2 (the companion code object cached as ``stage2/<dw>-wsr<R>``) runs
+  after stage 1 on the same stream, then dW is read back;
+* the same seeded inputs (``make_inputs``), float64 reference, error bound and
+  peak-normalised error as ``run_emulated``.
+
+Tested here only against the host-memory fake HIP of tests/runtime, which decodes the
+kernarg bytes by the code object's metadata and runs the emulator on the kernel named by
+the symbol; never run on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..capability import serves
+from ..problem import (
+    ConvProblem,
+    ErrorBound,
+    error_bound,
+    make_inputs,
+    peak_normalised_error,
+    reference_dw,
+)
+from ..spec import KernelSpec
+from ..wgrad.run import from_storage, to_storage
+from ..wgrad.split_k import SplitPlan, plan_split_k
+from ..wgrad.stage2 import stage2_grid
+from .abi import (
+    STAGE2_ARGS,
+    STAGE2_BLOCK,
+    WGRAD_ARGS,
+    AbiArg,
+    buffer_bytes,
+    kernarg_layout,
+    pack,
+    stage2_values,
+    wgrad_values,
+)
+from .hip import HipDevice, HipError, HipSession
+
+__all__ = ["CodeObject", "DeviceReport", "stage2_code", "check_code_object", "launch_wgrad",
+           "run_on_device"]
+
+
+@dataclass(frozen=True)
+class CodeObject:
+    """A stored code object (the cache blob's bytes) and its kernel symbol."""
+
+    hsaco: bytes
+    symbol: str
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """One device launch against float64, judged as ``EmulationReport`` is. ``failure`` is
+    the HIP error text ('' when none); then ``out`` is None and ``passed`` False."""
+
+    label: str
+    problem: str
+    device: str
+    plan: SplitPlan
+    out: np.ndarray | None
+    ref: np.ndarray
+    error: float
+    bound: ErrorBound
+    passed: bool
+    failure: str
+
+    def summary(self) -> str:
+        state = "PASS" if self.passed else "FAIL"
+        err = "n/a" if self.out is None else f"{self.error:.3e}"
+        return (f"{state} {self.label} on {self.problem} ({self.device}): error {err} <= "
+                f"bound {self.bound.bound:.3e}? ({self.plan.describe()})"
+                + (f"; HIP: {self.failure}" if self.failure else ""))
+
+
+def stage2_code(cache, dw_dtype: str, replicas: int) -> CodeObject:
+    """The stage-2 companion of the two-stage entries with (``dw_dtype``, R) in ``cache``
+    (a ``TargetCache``); ValueError naming what is missing."""
+    name = f"{dw_dtype}-wsr{replicas}"
+    entry = cache.stage2_entries().get(name)
+    if not isinstance(entry, dict) or not entry.get("blob") or not entry.get("symbol"):
+        raise ValueError(f"no usable stage-2 kernel {name} in the {cache.target} cache"
+                         + ("" if entry is None or isinstance(entry, dict) else f": {entry}"))
+    try:
+        data = cache.read_blob(entry["blob"])
+    except FileNotFoundError:
+        raise ValueError(f"stage-2 kernel {name}: blob {entry['blob'][:16]} is missing") from None
+    return CodeObject(data, entry["symbol"])
+
+
+def check_code_object(code: CodeObject, args: tuple[AbiArg, ...], block: int) -> None:
+    """ValueError unless the code object holds ``code.symbol``, lays its explicit arguments
+    out as ``kernarg_layout(args)`` and admits ``block`` threads."""
+    from ..compile.codeobject import read_code_object
+
+    co = read_code_object(code.hsaco)
+    if co.symbol != code.symbol:
+        raise ValueError(f"code object's kernel is {co.symbol}, not {code.symbol}")
+    have = tuple((a.name, a.offset, a.size) for a in co.explicit_args)
+    want = kernarg_layout(args)
+    if have != want:
+        diff = [f"{w} vs {h}" for w, h in zip(want, have, strict=False) if w != h]
+        raise ValueError(f"{code.symbol}: explicit kernel arguments differ from the ABI "
+                         f"({len(have)} vs {len(want)}; first: {diff[:1] or 'count'})")
+    if co.max_flat_workgroup_size and block > co.max_flat_workgroup_size:
+        raise ValueError(f"{code.symbol}: block {block} > max flat workgroup size "
+                         f"{co.max_flat_workgroup_size}")
+
+
+def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, plan: SplitPlan,
+                 code: CodeObject, stage2: CodeObject | None, x: np.ndarray, dy: np.ndarray,
+                 *, poison: bool = True) -> np.ndarray:
+    """Run ``plan`` of ``spec``'s stored kernel on (X, dY) in their storage format; returns
+    dW in its storage format (shape ``problem.dw_shape``).
+
+    ``poison`` fills a dW the contract does not zero with NaN first (verification)."""
+    two_stage = plan.reduction == "two_stage"
+    if two_stage and stage2 is None:
+        raise ValueError(f"{spec.label()}: a two-stage launch needs the stage-2 kernel")
+    check_code_object(code, WGRAD_ARGS, spec.block_size)
+    if two_stage:
+        check_code_object(stage2, STAGE2_ARGS, STAGE2_BLOCK)
+    sizes = buffer_bytes(problem, spec.dtype, spec.dw_dtype, plan.ws_replicas)
+    if x.nbytes != sizes["x"] or dy.nbytes != sizes["dy"]:
+        raise ValueError(f"inputs of {x.nbytes}/{dy.nbytes} B, the problem needs "
+                         f"{sizes['x']}/{sizes['dy']} B (X/dY)")
+    ptr = {b: session.alloc(sizes[b]) for b in ("dy", "x", "dw")}
+    ptr["ws"] = session.alloc(sizes["ws"]) if two_stage else 0
+    session.upload(ptr["dy"], dy)
+    session.upload(ptr["x"], x)
+    if plan.reduction == "atomic":
+        session.memset(ptr["dw"], 0, sizes["dw"])  # the atomics add into it
+    elif poison:
+        session.upload(ptr["dw"], to_storage(np.full(problem.dw_shape, np.nan), spec.dw_dtype))
+    if two_stage:
+        session.memset(ptr["ws"], 0, sizes["ws"])  # stage 1's atomics add into it
+    k1 = session.load_kernel(code.hsaco, code.symbol)
+    vals = wgrad_values(problem, spec, degree=plan.degree, slice_k=plan.slice_k, pointers=ptr)
+    if vals["ws_bytes"] != sizes["ws"]:  # R of the spec and of the plan must agree
+        raise ValueError(f"workspace {vals['ws_bytes']} B in the arguments, {sizes['ws']} B "
+                         "allocated")
+    session.launch(k1, plan.grid, spec.block_size, pack(WGRAD_ARGS, vals))
+    if two_stage:
+        k2 = session.load_kernel(stage2.hsaco, stage2.symbol)
+        s2 = stage2_values(problem, spec.dw_dtype, plan.ws_replicas, pointers=ptr)
+        session.launch(k2, stage2_grid(s2["total_elems"]), STAGE2_BLOCK, pack(STAGE2_ARGS, s2))
+    session.synchronize()
+    out = to_storage(np.zeros(problem.dw_shape), spec.dw_dtype)
+    session.download(ptr["dw"], out)
+    return out
+
+
+def run_on_device(device: HipDevice, spec: KernelSpec, problem: ConvProblem, code: CodeObject,
+                  stage2: CodeObject | None = None, *, split_k: int | None = None,
+                  seed: int = 0) -> DeviceReport:
+    """Launch ``code`` (``spec``'s stored kernel) on ``problem`` (seeded inputs) and compare
+    with float64, as ``wgrad.run.run_emulated`` does in the emulator.
+
+    Raises ValueError when the kernel cannot serve the problem or the split degree, or the
+    code object does not match the ABI; a HIP error is a failed report naming it.
+    """
+    ok, why = serves(spec, problem)
+    if not ok:
+        raise ValueError(f"{spec.label()} cannot serve problem {problem.short()}: {why}")
+    plan = plan_split_k(spec, problem, split_k=split_k)
+    ok, why = serves(spec, problem, degree=plan.degree)
+    if not ok:
+        raise ValueError(f"{spec.label()} cannot run problem {problem.short()} at split "
+                         f"{plan.degree}: {why}")
+    x, dy = make_inputs(problem, spec.dtype, seed)
+    ref = reference_dw(problem, x, dy)
+    bound = error_bound(problem, x, dy, spec.dw_dtype, split_k=plan.degree,
+                        slice_k=plan.slice_k, reduction=plan.reduction,
+                        ws_replicas=plan.ws_replicas)
+    failure = ""
+    dw = None
+    try:
+        with HipSession(device) as s:
+            dw = launch_wgrad(s, spec, problem, plan, code, stage2,
+                              to_storage(x, spec.dtype), to_storage(dy, spec.dtype))
+    except HipError as e:
+        failure, dw = str(e), None
+    out = None if dw is None else from_storage(dw, spec.dw_dtype).reshape(problem.dw_shape)
+    error = float("inf") if out is None else peak_normalised_error(out, ref)
+    return DeviceReport(label=spec.label(), problem=problem.short(), device=device.describe(),
+                        plan=plan, out=out, ref=ref, error=error, bound=bound,
+                        passed=out is not None and error <= bound.bound, failure=failure)
