@@ -265,6 +265,8 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
     from .emit import emit_ir
     from .problem import ConvProblem
     from .runtime.hip import device_for
+    from .runtime.launch import CodeObject, run_on_device, stage2_code
+    from .wgrad.kernel import kernel_symbol
     from .wgrad.run import run_emulated
 
     options, toolchain, _ = codegen_context()
@@ -280,6 +282,10 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
                 rep.failures.append(Failure("-", cache.target, "numerics",
                                             f"--device hip: no device: {why}"))
                 return
+        else:
+            note = f"hip: numerics ran on the {dev.describe()} (stored code objects)"
+            if note not in rep.notes:
+                rep.notes.append(note)
     for ik, entry, spec, _data in rows:
         label = entry.get("label", "?")
         k = emit_ir(spec)
@@ -295,7 +301,13 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
         bad = []
         for p in cases:
             try:
-                r = run_emulated(spec, p, seed=req.seed)
+                if dev is not None:  # the stored blob (+ its stage-2 companion)
+                    s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
+                          if spec.reduction == "two_stage" else None)
+                    code = CodeObject(_data, entry.get("symbol") or kernel_symbol(spec))
+                    r = run_on_device(dev, spec, p, code, s2, seed=req.seed)
+                else:
+                    r = run_emulated(spec, p, seed=req.seed)
             except Exception as e:  # a kernel that broke the emulator
                 bad.append(f"{p.short()}: {type(e).__name__}: {e}")
                 continue
