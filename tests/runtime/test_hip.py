@@ -71,6 +71,17 @@ def test_hip_python_hands_our_extra_array_to_the_runtime_unchanged():
     assert int(HipModuleLaunchKernel_extra.fromObj(extra)) == ctypes.addressof(extra)
 
 
+def test_hip_python_takes_our_host_arrays_and_images_by_their_data_address():
+    """hipMemcpy's host side (fp16 / bf16-as-uint16 / fp32 arrays) and hipModuleLoadData's
+    image go through hip-python's Pointer: the address must be the data's own."""
+    from rocm.bindings.util.types import Pointer
+
+    for a in (np.zeros(7, np.float16), np.zeros(7, np.uint16), np.zeros((3, 5), np.float32)):
+        assert int(Pointer.fromObj(a)) == a.ctypes.data
+    image = bytes(range(16))
+    assert ctypes.string_at(int(Pointer.fromObj(image)), 16) == image
+
+
 def test_session_memory_round_trip_and_release(fake_hip):
     dev, _ = device_for("gfx1250")
     data = np.arange(-8, 8, dtype=np.float16)

@@ -133,8 +133,13 @@ class HipSession:
         _check(self.hip.hipSetDevice(self.device.index), "hipSetDevice")
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.close()
+        except HipError:
+            if exc_type is None:
+                raise
+            # a failed launch leaves a sticky error the clean-up calls repeat: keep the first
 
     def close(self) -> None:
         """Synchronize, then free every buffer and unload every module; the first error is
