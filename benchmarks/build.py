@@ -394,6 +394,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --full: the full cache to build, resume or reuse")
     ap.add_argument("--noop-runs", type=int, default=3)
     ap.add_argument("--skip-subset", action="store_true", help="with --full: only (3)")
+    ap.add_argument("--save", type=Path, default=None,
+                    help="write the per-job figures (median cycle) and the sides as JSON")
     ap.add_argument("--prototypes", action="store_true",
                     help="also time one-pass orchestration and system-libLLVM codegen")
     args = ap.parse_args(argv)
@@ -448,6 +450,13 @@ def main(argv: list[str] | None = None) -> None:
             sys_wall = mid(w for w, _ in syss)
             protos = (mid(ones), sys_wall, next(p for w, p in syss if w == sys_wall))
         report(jobs, args.workers, mid(refs), ours_wall, bw, b1, phases, protos)
+        if args.save:
+            args.save.write_text(json.dumps({
+                "workers": args.workers, "llc_lld": refs, "ours_compile": [w for w, _ in ourss],
+                "build_w": b_w, "build_1": b_1, "one_pass": ones,
+                "sys_compile": [w for w, _ in syss],
+                "jobs": [{"label": j.spec.label(), "ir_bytes": len(j.ir), **j.seconds, **ph}
+                         for j, ph in zip(jobs, phases, strict=True)]}, indent=1))
     if args.full:
         full_and_noop(args.target, args.cache_dir, args.noop_runs)
 
