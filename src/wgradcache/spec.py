@@ -19,7 +19,7 @@ __all__ = [
     "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
     "elem_bytes", "lds_bytes", "lds_bytes_for", "accumulators_per_lane", "lds_fits",
-    "load_widths_ok",
+    "load_widths_ok", "loads_fit", "loads_per_thread", "shipped_limits",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label",
 ]
@@ -47,6 +47,7 @@ class Limits:
     max_block_size: int = 256
     min_block_size: int = 32
     max_k_steps: int = 2  # MMA k-steps per tile_k (their fragments are live at once)
+    max_loads_per_thread: int = 40  # global loads per thread per K tile (both operands)
 
 
 DEFAULT_LIMITS = Limits()  # equal to the shipped geometries.yaml filters (tested)
@@ -200,8 +201,11 @@ def lds_bytes(spec: KernelSpec) -> int:
 # ---- the predicates: each returns (ok, reason) ---------------------------------------
 
 def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int, int],
-                  limits: Limits = DEFAULT_LIMITS) -> tuple[bool, str]:
-    """Ladder filter, in fixed order: atom, divisibility, block size, accumulators."""
+                  limits: Limits | None = None) -> tuple[bool, str]:
+    """Ladder filter, in fixed order: atom, divisibility, block size, accumulators, LDS.
+
+    ``limits``: the ladder budgets (default: the shipped file's for the target)."""
+    limits = limits or shipped_limits(target.name)
     tm, tn, tk, wm, wn = geometry
     atom = target.atom(dtype)
     if atom is None:
@@ -257,6 +261,27 @@ def load_widths_ok(k_loop: str, dtype: str, tile_m: int, tile_n: int,
     return True, ""
 
 
+def loads_per_thread(dtype: str, k_loop: str, geometry: tuple[int, int, int, int, int],
+                     wave: int, a: int, b: int) -> float:
+    """Global loads (vectors or async chunks) each thread issues per K tile."""
+    tm, tn, tk, wm, wn = geometry
+    per = 1 if k_loop == "sync" else elem_bytes(dtype)
+    return (tm * tk // (a // per) + tn * tk // (b // per)) / (wm * wn * wave)
+
+
+def loads_fit(target: Target, dtype: str, k_loop: str,
+              geometry: tuple[int, int, int, int, int], a: int, b: int,
+              limits: Limits | None = None) -> tuple[bool, str]:
+    """Narrow loads hold every loaded element (and its address) in registers until the LDS
+    store: too many per thread spill."""
+    limits = limits or shipped_limits(target.name)
+    n = loads_per_thread(dtype, k_loop, geometry, target.wave_size, a, b)
+    if n > limits.max_loads_per_thread:
+        return False, (f"{n:g} global loads per thread per K tile exceed the budget "
+                       f"{limits.max_loads_per_thread}")
+    return True, ""
+
+
 def k_loop_admitted(target: Target, k_loop: str) -> tuple[bool, str]:
     if k_loop == "async" and not target.async_lds_copy:
         return False, f"{target.name} has no async global->LDS copy (global_load_async_to_lds)"
@@ -282,13 +307,25 @@ def store_vector_ok(epilogue: str, reduction: str, store_vec: int) -> tuple[bool
     return True, ""
 
 
+def shipped_limits(target: str) -> Limits:
+    """The ladder budgets of the shipped geometries.yaml for one target."""
+    from .jobs.geometries import default_jobdata
+
+    return default_jobdata().limits_for(target)
+
+
 def validate(spec: KernelSpec, target: Target | None = None,
-             limits: Limits = DEFAULT_LIMITS) -> tuple[bool, str]:
-    """Every rule a spec must obey on its target, in a fixed order; first failure wins."""
+             limits: Limits | None = None) -> tuple[bool, str]:
+    """Every rule a spec must obey on its target, in a fixed order; first failure wins.
+
+    ``limits``: the ladder budgets (default: the shipped geometries.yaml's for the target).
+    """
     try:
         target = target or get_target(spec.target)
     except KeyError as e:
         return False, str(e.args[0])
+    if limits is None:
+        limits = shipped_limits(target.name)
     if not target.has_kernels:
         return False, f"{target.name}: no kernel generator for {target.family} targets yet"
     if spec.dtype not in AB_DTYPES:
@@ -313,6 +350,9 @@ def validate(spec: KernelSpec, target: Target | None = None,
         return False, "chunk_a/chunk_b belong to the async loop"
     widths = (spec.chunk_a, spec.chunk_b) if spec.k_loop == "async" else (spec.vec_a, spec.vec_b)
     ok, why = load_widths_ok(spec.k_loop, spec.dtype, spec.tile_m, spec.tile_n, *widths)
+    if not ok:
+        return ok, why
+    ok, why = loads_fit(target, spec.dtype, spec.k_loop, spec.geometry, *widths, limits)
     if not ok:
         return ok, why
     ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction, spec.epilogue)

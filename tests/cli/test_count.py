@@ -57,4 +57,4 @@ def test_unknown_names_are_one_line_exit_2(args, msg):
 def test_table_lists_totals():
     r = _run("--target", "gfx1151")
     assert r.exit_code == 0
-    assert "jobs (closed form): 440 in all" in r.output
+    assert "jobs (closed form): 264 in all" in r.output

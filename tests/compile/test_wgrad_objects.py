@@ -22,11 +22,14 @@ GEOMETRIES = [(32, 32, 32, 1, 1), (64, 64, 32, 2, 2), (128, 64, 32, 4, 2), (64, 
 
 
 def _sync_specs() -> list[KernelSpec]:
+    """The spread on every WMMA target, where its ladder keeps the geometry."""
     out = []
     for target, dtype, (tm, tn, tk, wm, wn) in itertools.product(
             ("gfx1250", "gfx1201", "gfx1151"), ("fp16", "bf16"), GEOMETRIES):
-        out.append(KernelSpec(target=target, dtype=dtype, dw_dtype=dtype, tile_m=tm, tile_n=tn,
-                              tile_k=tk, warp_m=wm, warp_n=wn, vec_a=8, vec_b=8))
+        spec = KernelSpec(target=target, dtype=dtype, dw_dtype=dtype, tile_m=tm, tile_n=tn,
+                          tile_k=tk, warp_m=wm, warp_n=wn, vec_a=8, vec_b=8)
+        if validate(spec)[0]:  # gfx1151 keeps 32 accumulators per lane at most
+            out.append(spec)
     # gfx1250's 2-step tile_k 64, narrow loads, fp32 dW (gfx1151's f32 atomic is native)
     out.append(KernelSpec("gfx1250", "bf16", "bf16", 128, 128, 64, 4, 2, vec_a=8, vec_b=8))
     out.append(KernelSpec("gfx1201", "fp16", "fp16", 64, 64, 32, 2, 2, vec_a=1, vec_b=1))
@@ -53,7 +56,7 @@ def sync_entries(tmp_path_factory):
 
 
 def test_code_objects_of_the_sync_kernel(sync_entries):
-    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) + 3
+    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) - 2 * 2 + 3
     for spec, e in sync_entries:
         co, isa = e["code_object"], e["isa"]
         t = get_target(spec.target)

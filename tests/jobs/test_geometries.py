@@ -95,6 +95,24 @@ def test_schema_errors_name_file_line_and_field(tmp_path, old, new, at, field, p
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("old, new, field, problem", [
+    ("    gfx1151:  #", "    gfx9000:  #", "filters.targets.gfx9000", "unknown target"),
+    ("      max_acc_per_lane: 32", "      max_acc: 32", "filters.targets.gfx1151.max_acc",
+     "unknown filter"),
+])
+def test_per_target_filter_errors(tmp_path, old, new, field, problem):
+    assert old in SHIPPED
+    p = _write(tmp_path, SHIPPED.replace(old, new, 1))
+    with pytest.raises(GeometryFileError, match=rf": {field}: {problem}"):
+        load(p)
+
+
+def test_cover_entry_on_no_ladder_is_an_error(tmp_path):
+    text = SHIPPED.replace("  - geometry: [32, 32, 32, 1, 1]", "  - geometry: [128, 128, 64, 1, 1]")
+    with pytest.raises(GeometryFileError, match=r"cover\[0\].geometry: on no target's ladder"):
+        load(_write(tmp_path, text))
+
+
 def test_cli_reports_a_bad_file_in_one_line_with_exit_2(tmp_path):
     p = _write(tmp_path, SHIPPED.replace("schema: 1", "schema: 7"))
     r = CliRunner().invoke(main, ["count", "--geometries", str(p)])

@@ -110,3 +110,25 @@ def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs,
     dtype = data.draw(st.sampled_from(DTYPE_KEYS))
     assert count(target, [dtype], None, jd) == {
         dtype: {v: n for v, n in _walk_counts(target, [dtype], None, jd)[dtype].items()}}
+
+
+def test_per_target_budgets_apply_to_walk_and_validator():
+    import dataclasses
+
+    from wgradcache.spec import accumulators_per_lane, loads_per_thread
+
+    d = default_jobdata()
+    assert d.limits_for("gfx1151").max_acc_per_lane == 32
+    assert d.limits_for("gfx1250").max_loads_per_thread == 192
+    assert d.limits_for("gfx1201") == d.limits
+    for s in walk("gfx1151", ["fp16"]):
+        assert accumulators_per_lane(s.tile_m, s.tile_n, s.warp_m, s.warp_n, 32) <= 32
+    for t in ("gfx1201", "gfx1151"):
+        assert max(loads_per_thread(s.dtype, s.k_loop, s.geometry, 32, s.load_vec_a,
+                                    s.load_vec_b) for s in walk(t, ["fp16"])) <= 40
+    # the validator reads the same budgets
+    s = next(s for s in walk("gfx1201", ["fp16"]) if (s.tile_m, s.tile_n) == (128, 64))
+    narrow = dataclasses.replace(s, vec_a=1, vec_b=1, warp_m=2, warp_n=2)
+    assert validate(narrow) == (
+        False, "48 global loads per thread per K tile exceed the budget 40")
+    assert validate(dataclasses.replace(narrow, target="gfx1250"))[0]

@@ -16,7 +16,8 @@ from wgrad_cases import (
 )
 
 from wgradcache.jobs.walk import walk
-from wgradcache.spec import lds_bytes
+from wgradcache.spec import lds_bytes, loads_fit
+from wgradcache.targets import get_target
 from wgradcache.wgrad.run import cached_kernel, run_emulated
 
 
@@ -57,7 +58,10 @@ def test_ladder_geometries(target, geometry):
     tile at once, with a rotating dtype and vec pair."""
     i = _ladder(target).index(geometry)
     dtype = AB_DTYPES[i % 2]
-    vec = [(8, 8), (4, 2), (2, 8), (1, 4), (8, 1)][i % 5]
+    rotation = [(8, 8), (4, 2), (2, 8), (1, 4), (8, 1)]
+    # the i-th pair of the rotation that the target's load budget admits on this geometry
+    vec = next(v for j in range(5) for v in [rotation[(i + j) % 5]]
+               if loads_fit(get_target(target), dtype, "sync", geometry, *v)[0])
     spec = make_spec(target, dtype, geometry, EDGE, vec=vec)
     kd = cached_kernel(spec)
     assert kd.lds_bytes == lds_bytes(spec) and kd.block_size == spec.block_size
@@ -71,7 +75,7 @@ def test_ladder_geometries(target, geometry):
 @pytest.mark.parametrize("vb", (1, 2, 4, 8))
 def test_every_vec_pair(target, dtype, va, vb):
     p = PROBLEMS["groups2"]
-    spec = make_spec(target, dtype, (32, 64, 32, 1, 2), p, vec=(va, vb))
+    spec = make_spec(target, dtype, (64, 64, 32, 2, 2), p, vec=(va, vb))
     check(run_emulated(spec, p, seed=va * 10 + vb), dtype)
 
 

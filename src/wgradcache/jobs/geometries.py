@@ -41,13 +41,17 @@ class JobData:
 
     path: str
     ladder: dict[str, tuple[int, ...]]
-    limits: Limits
+    limits: Limits  # the budgets every target starts from
     vec_pairs: tuple[tuple[int, int], ...]
     async_chunk_pairs: tuple[tuple[int, int], ...]
     ws_replicas: int
     default_dtypes: tuple[str, ...]
     optional_dtypes: tuple[str, ...]
     cover: tuple[CoverEntry, ...]
+    target_limits: tuple[tuple[str, Limits], ...] = ()  # per-target overrides, applied
+
+    def limits_for(self, target: str) -> Limits:
+        return dict(self.target_limits).get(target, self.limits)
 
     def ladder_geometries(self) -> list[Geometry]:
         """Every ladder combination, in a fixed order (before per-target filters)."""
@@ -173,12 +177,33 @@ def load(path: str | os.PathLike | None = None) -> JobData:
 
     f_node = r.require(top, root, "<top>", "filters")
     fl = r.mapping(f_node, "filters")
-    limit_fields = ("max_acc_per_lane", "max_block_size", "min_block_size", "max_k_steps")
+    limit_fields = ("max_acc_per_lane", "max_block_size", "min_block_size", "max_k_steps",
+                    "max_loads_per_thread")
     for k, v in fl.items():
-        if k not in limit_fields:
-            raise r.fail(v, f"filters.{k}", f"unknown filter; valid: {', '.join(limit_fields)}")
+        if k not in (*limit_fields, "targets"):
+            raise r.fail(v, f"filters.{k}",
+                         f"unknown filter; valid: {', '.join(limit_fields)}, targets")
     limits = Limits(**{k: r.int_(r.require(fl, f_node, "filters", k), f"filters.{k}")
                        for k in limit_fields})
+    target_limits: list[tuple[str, Limits]] = []
+    if "targets" in fl:
+        from dataclasses import replace
+
+        tl = r.mapping(fl["targets"], "filters.targets")
+        for t, node in tl.items():
+            if t not in kernel_target_names():
+                raise r.fail(node, f"filters.targets.{t}",
+                             f"unknown target; valid: {', '.join(kernel_target_names())}")
+            over = r.mapping(node, f"filters.targets.{t}")
+            for k, v in over.items():
+                if k not in limit_fields:
+                    raise r.fail(v, f"filters.targets.{t}.{k}",
+                                 f"unknown filter; valid: {', '.join(limit_fields)}")
+            target_limits.append((t, replace(limits, **{
+                k: r.int_(v, f"filters.targets.{t}.{k}") for k, v in over.items()})))
+
+    def limits_for(t: str) -> Limits:
+        return dict(target_limits).get(t, limits)
 
     def pairs(key: str, k_loop: str) -> tuple[tuple[int, int], ...]:
         node = r.require(top, root, "<top>", key)
@@ -219,17 +244,29 @@ def load(path: str | os.PathLike | None = None) -> JobData:
         g_node = r.require(m, item, field, "geometry")
         geom: Geometry = r.ints(g_node, f"{field}.geometry", n=5)  # type: ignore[assignment]
         reason = r.str_(r.require(m, item, field, "reason"), f"{field}.reason")
-        targets = (r.names(m["targets"], f"{field}.targets", kernel_targets)
-                   if "targets" in m else kernel_targets)
         for ax, v in zip(_LADDER_AXES, geom, strict=True):
             if v not in ladder[ax]:
                 raise r.fail(g_node, f"{field}.geometry", f"{ax} {v} is not on the ladder")
-        for t in targets:
+
+        def misfit(t: str, geom: Geometry = geom) -> str:
             for dtype in ("fp16", "bf16"):
-                ok, why = geometry_fits(get_target(t), dtype, geom, limits)
+                ok, why = geometry_fits(get_target(t), dtype, geom, limits_for(t))
                 if not ok:
+                    return f"{dtype}: {why}"
+            return ""
+
+        if "targets" in m:  # named: each must keep it
+            targets = r.names(m["targets"], f"{field}.targets", kernel_targets)
+            for t in targets:
+                if misfit(t):
                     raise r.fail(g_node, f"{field}.geometry",
-                                 f"not on {t}'s ladder ({dtype}): {why}")
+                                 f"not on {t}'s ladder ({misfit(t)})")
+        else:  # every target whose ladder keeps it
+            targets = tuple(t for t in kernel_targets if not misfit(t))
+            if not targets:
+                raise r.fail(g_node, f"{field}.geometry",
+                             f"on no target's ladder ({kernel_targets[0]}: "
+                             f"{misfit(kernel_targets[0])})")
         if any(c.geometry == geom for c in cover):
             raise r.fail(g_node, f"{field}.geometry", f"repeated cover geometry {list(geom)}")
         cover.append(CoverEntry(geom, reason, targets))
@@ -237,7 +274,7 @@ def load(path: str | os.PathLike | None = None) -> JobData:
     return JobData(path=str(p), ladder=ladder, limits=limits, vec_pairs=vec_pairs,
                    async_chunk_pairs=chunk_pairs, ws_replicas=ws,
                    default_dtypes=default_dtypes, optional_dtypes=optional_dtypes,
-                   cover=tuple(cover))
+                   cover=tuple(cover), target_limits=tuple(target_limits))
 
 
 @lru_cache(maxsize=4)

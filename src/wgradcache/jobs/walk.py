@@ -25,6 +25,7 @@ from ..spec import (
     k_loop_admitted,
     lds_fits,
     load_widths_ok,
+    loads_fit,
     parse_dtype_key,
     reduction_admitted,
     store_vector_ok,
@@ -82,19 +83,21 @@ def _slots(target: Target, dtype: str, dw_dtype: str, geometry: Geometry, in_cov
         yield k_loop, epilogue, reduction
 
 
-def _pairs(data: JobData, dtype: str, geometry: Geometry, k_loop: str, epilogue: str,
-           reduction: str) -> list[tuple[int, int]]:
+def _pairs(data: JobData, target: Target, dtype: str, geometry: Geometry, k_loop: str,
+           epilogue: str, reduction: str) -> list[tuple[int, int]]:
     pairs = data.vec_pairs if k_loop == "sync" else data.async_chunk_pairs
     per_b = 1 if k_loop == "sync" else elem_bytes(dtype)  # store vector in elements
+    limits = data.limits_for(target.name)
     return [(a, b) for a, b in pairs
             if load_widths_ok(k_loop, dtype, geometry[0], geometry[1], a, b)[0]
+            and loads_fit(target, dtype, k_loop, geometry, a, b, limits)[0]
             and store_vector_ok(epilogue, reduction, b // per_b)[0]]
 
 
 def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Geometry, bool]]:
     cover = data.cover_for(target.name)
     for g in data.ladder_geometries():
-        if geometry_fits(target, dtype, g, data.limits)[0]:
+        if geometry_fits(target, dtype, g, data.limits_for(target.name))[0]:
             yield g, g in cover
 
 
@@ -112,7 +115,7 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
         for g, in_cover in _geometries(data, t, dtype):
             tm, tn, tk, wm, wn = g
             for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
-                for a, b in _pairs(data, dtype, g, k_loop, epi, red):
+                for a, b in _pairs(data, t, dtype, g, k_loop, epi, red):
                     widths = (dict(vec_a=a, vec_b=b) if k_loop == "sync"
                               else dict(chunk_a=a, chunk_b=b))
                     yield KernelSpec(
@@ -136,7 +139,7 @@ def count(target: str, dtypes: Iterable[str] | None = None,
             dtype, dw = parse_dtype_key(key)
             for g, in_cover in _geometries(data, t, dtype):
                 for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
-                    n = len(_pairs(data, dtype, g, k_loop, epi, red))
+                    n = len(_pairs(data, t, dtype, g, k_loop, epi, red))
                     if n:
                         v = f"{k_loop}.{epi}.{red}"
                         per_variant[v] = per_variant.get(v, 0) + n
