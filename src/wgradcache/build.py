@@ -149,34 +149,57 @@ def _metadata(obj) -> dict:
             "listing": obj.listing}
 
 
-def _compile_task(target: str, ckey: str, ir_text: str) -> dict:
+def _read_sidecar(cache: TargetCache, ckey: str) -> dict | None:
+    """The metadata of an existing blob, or None (no blob, or no whole sidecar)."""
+    import json
+
+    side = cache.blobs / f"{ckey}{SIDE_SUFFIX}"
+    if not cache.has_blob(ckey):
+        return None
+    try:
+        return json.loads(side.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
+              cache_root: str) -> dict:
+    """One job in a worker: emit, key, and compile unless a blob with that key exists
+    (then the coordinator relinks). Never raises; an LLVM exit kills only this worker."""
     from .compile.codegen import CodegenOptions, compile_ir
 
-    t0 = time.perf_counter()
+    res = _emit_task(spec, options, toolchain, check)
+    if "error" in res:
+        return res
+    ir = res.pop("ir")
+    if _read_sidecar(TargetCache(cache_root, spec.target), res["ckey"]) is not None:
+        return {**res, "relink": True}
     try:
-        obj = compile_ir(ir_text, target, CodegenOptions())
-        meta = _metadata(obj)
+        obj = compile_ir(ir, spec.target, CodegenOptions())
+        return {**res, "hsaco": obj.hsaco, "meta": _metadata(obj)}
     except Exception as e:  # parse/verify errors come back as Python exceptions
-        return {"ckey": ckey, "error": f"{type(e).__name__}: {e}"}
-    return {"ckey": ckey, "hsaco": obj.hsaco, "meta": meta,
-            "seconds": time.perf_counter() - t0}
+        return {**res, "error": f"{type(e).__name__}: {e}"}
 
 
-def _compile_alone(target: str, ckey: str, ir_text: str, timeout: float) -> dict:
-    """The retry: one job in its own child process, so LLVM's exit is only its own."""
+def _job_alone(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
+               cache_root: str, timeout: float) -> dict:
+    """The retry: the compile in its own child process, so LLVM's exit is only its own."""
     from .compile.codegen import CodegenOptions
     from .compile.isolate import compile_isolated
 
-    t0 = time.perf_counter()
-    out = compile_isolated(ir_text, target, CodegenOptions(), timeout=timeout)
+    res = _emit_task(spec, options, toolchain, check)  # pure Python: safe in this process
+    if "error" in res:
+        return res
+    ir = res.pop("ir")
+    if _read_sidecar(TargetCache(cache_root, spec.target), res["ckey"]) is not None:
+        return {**res, "relink": True}
+    out = compile_isolated(ir, spec.target, CodegenOptions(), timeout=timeout)
     if not out.ok:
-        return {"ckey": ckey, "error": out.error}
+        return {**res, "error": out.error}
     try:
-        meta = _metadata(out.obj)
+        return {**res, "hsaco": out.obj.hsaco, "meta": _metadata(out.obj)}
     except Exception as e:
-        return {"ckey": ckey, "error": f"{type(e).__name__}: {e}"}
-    return {"ckey": ckey, "hsaco": out.obj.hsaco, "meta": meta,
-            "seconds": time.perf_counter() - t0}
+        return {**res, "error": f"{type(e).__name__}: {e}"}
 
 
 # ---- coordinator --------------------------------------------------------------------
@@ -185,10 +208,12 @@ def _run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: in
                  on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
                  retry: Callable[[tuple], dict]) -> None:
     """Run tasks in chunks through joblib; on a dead worker or a timeout, retry the chunk's
-    unfinished tasks alone."""
+    unfinished tasks alone. Chunks are large (a barrier each) because deaths are rare."""
+    if not tasks:
+        return
     import joblib
 
-    chunk = max(n_jobs * 8, 16)
+    chunk = max(n_jobs * 32, 64)
     ctx = (joblib.parallel_config(backend="dask") if req.backend == "dask"
            else joblib.parallel_config(backend="loky"))
     with ctx:
@@ -200,7 +225,7 @@ def _run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: in
                                       return_as="generator_unordered",
                                       batch_size=1, pre_dispatch="2*n_jobs")
                 for res in par(joblib.delayed(fn)(*t) for t in part):
-                    done.add(res.get("ckey") or res.get("ik"))
+                    done.add(res["ik"])
                     on_result(res)
             except Exception:  # TerminatedWorkerError, TimeoutError, a dead dask worker
                 for t in part:
@@ -294,29 +319,10 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
                                      "reason": reason, "generator_digest": gen,
                                      "toolchain_digest": tdigest, "when": time.time()})
 
-    # Emit every pending job's IR in the workers.
-    emitted: dict[str, dict] = {}
-
-    def on_emit(res: dict) -> None:
-        if "error" in res:
-            record_failure(by_ik[res["ik"]], res["error"])
-            progress(1)
-        else:
-            emitted[res["ik"]] = res
-
-    _run_chunked(_emit_task, [(s, options, toolchain, validate_specs) for s in pending], req,
-                 n_jobs, on_emit,
-                 key_of=lambda t: t[0].identity_key(),
-                 retry=lambda t: _emit_task(*t))
-
-    # Group identities by content key; relink to existing blobs.
-    by_ckey: dict[str, list[str]] = {}
-    for ik, res in emitted.items():
-        by_ckey.setdefault(res["ckey"], []).append(ik)
-
-    def publish(ckey: str, iks: list[str], meta: dict, hsaco: bytes | None) -> None:
-        """Blob (when new), sidecar, then entries: one lock hold, so gc never sees the
-        blob without its entries. A relink whose blob vanished (a concurrent gc) fails."""
+    def publish(res: dict, meta: dict, hsaco: bytes | None) -> None:
+        """Blob (when new), sidecar, then the entry: one lock hold, so gc never sees the
+        blob without its entry. A relink whose blob vanished (a concurrent gc) fails."""
+        ik, ckey = res["ik"], res["ckey"]
         with cache.lock():
             if hsaco is not None:
                 ref = cache.write_blob(ckey, hsaco)
@@ -324,50 +330,38 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
                              json.dumps(meta, sort_keys=True).encode())
                 summary.bytes += ref.size
             elif not cache.has_blob(ckey):
-                for ik in iks:
-                    record_failure(by_ik[ik], "blob removed while relinking (concurrent gc); "
-                                              "build again")
-                progress(len(iks))
+                record_failure(by_ik[ik], "blob removed while relinking (concurrent gc); "
+                                          "build again")
+                progress(1)
                 return
-            for ik in iks:
-                cache.write_entry(ik, _entry(by_ik[ik], ik, ckey, emitted[ik], cache, meta,
-                                             gen, toolchain, tdigest, options))
-                cache.clear_failure(ik)
+            cache.write_entry(ik, _entry(by_ik[ik], ik, ckey, res, cache, meta, gen,
+                                         toolchain, tdigest, options))
+            cache.clear_failure(ik)
             cache.stamp_used(ckey)
         if hsaco is None:
-            summary.relinked += len(iks)
+            summary.relinked += 1
         else:
             summary.built += 1
-            summary.relinked += len(iks) - 1
-        progress(len(iks))
+        progress(1)
 
-    to_compile: list[tuple[str, str, str]] = []
-    for ckey, iks in by_ckey.items():
-        side = cache.blobs / f"{ckey}{SIDE_SUFFIX}"
-        meta = None
-        if cache.has_blob(ckey) and side.is_file():
-            try:
-                meta = json.loads(side.read_text())
-            except json.JSONDecodeError:
-                meta = None
-        if meta is not None:
-            publish(ckey, iks, meta, hsaco=None)
-        else:
-            to_compile.append((req.target, ckey, emitted[iks[0]]["ir"]))
-
-    def on_compiled(res: dict) -> None:
-        ckey = res["ckey"]
-        iks = by_ckey[ckey]
+    def on_result(res: dict) -> None:
         if "error" in res:
-            for ik in iks:
-                record_failure(by_ik[ik], res["error"])
-            progress(len(iks))
-            return
-        publish(ckey, iks, res["meta"], hsaco=res["hsaco"])
+            record_failure(by_ik[res["ik"]], res["error"])
+            progress(1)
+        elif res.get("relink"):
+            meta = _read_sidecar(cache, res["ckey"])
+            if meta is None:  # vanished since the worker looked
+                record_failure(by_ik[res["ik"]], "blob removed while relinking; build again")
+                progress(1)
+            else:
+                publish(res, meta, None)
+        else:
+            publish(res, res["meta"], res["hsaco"])
 
-    _run_chunked(_compile_task, to_compile, req, n_jobs, on_compiled,
-                 key_of=lambda t: t[1],
-                 retry=lambda t: _compile_alone(*t, timeout=req.job_timeout))
+    root = str(cache.root)
+    _run_chunked(_job_task, [(s, options, toolchain, validate_specs, root) for s in pending],
+                 req, n_jobs, on_result, key_of=lambda t: t[0].identity_key(),
+                 retry=lambda t: _job_alone(*t, timeout=req.job_timeout))
 
     _build_stage2(cache, specs, options, toolchain, tdigest, gen,
                   req.job_timeout, summary)
@@ -400,11 +394,17 @@ def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, to
     needed = sorted({(s.dw_dtype, s.ws_replicas) for s in specs if s.reduction == "two_stage"})
     for dw, r in needed:
         name = stage2_name(dw, r)
+        have = cache.stage2_entries().get(name)
+        if (isinstance(have, dict) and have.get("generator_digest") == gen
+                and have.get("toolchain_digest") == tdigest and cache.has_blob(have["blob"])):
+            continue  # up to date without emitting, as the entries are
         kd = build_stage2(cache.target, dw, r)
         ir = lower(kd, cache.target)
         ckey = content_key(ir, kd.name, cache.target, options, toolchain)
-        have = cache.stage2_entries().get(name)
         if isinstance(have, dict) and have.get("blob") == ckey and cache.has_blob(ckey):
+            with cache.lock():  # same IR: relink to the new generator / toolchain
+                cache.write_stage2(name, {**have, "generator_digest": gen,
+                                          "toolchain_digest": tdigest})
             continue
         out = compile_isolated(ir, cache.target, CodegenOptions(), timeout=timeout)
         if not out.ok:

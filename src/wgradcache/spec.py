@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from .targets import Target, get_target
 
@@ -106,7 +106,8 @@ class KernelSpec:
         return self.load_vec_b
 
     def canonical(self) -> dict:
-        return {"schema": _SCHEMA, **asdict(self)}
+        # fields are flat ints and strings: no deep copy (asdict) needed
+        return {"schema": _SCHEMA, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
     def canonical_json(self) -> str:
         return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))

@@ -136,11 +136,32 @@ def _llvmlite_library() -> Path:
 
 
 def _sha256_file(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) in the user's cache directory:
+    libllvmlite.so is ~180 MB and hashing it was a fifth of a no-op rebuild."""
+    st = path.stat()
+    stamp = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    memo = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wgradcache" \
+        / "file-digests.json"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and isinstance(known.get(stamp), str):
+        return known[stamp]
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    try:  # best effort: a read-only home only costs the hash next time
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**(known if isinstance(known, dict) else {}),
+                                   stamp: digest}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+    return digest
 
 
 @dataclass(frozen=True)
