@@ -386,11 +386,6 @@ def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, to
     """
     import json
 
-    from .compile.codegen import CodegenOptions
-    from .compile.isolate import compile_isolated
-    from .kernel.lower_llvm import lower
-    from .wgrad.stage2 import build_stage2
-
     needed = sorted({(s.dw_dtype, s.ws_replicas) for s in specs if s.reduction == "two_stage"})
     for dw, r in needed:
         name = stage2_name(dw, r)
@@ -398,6 +393,11 @@ def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, to
         if (isinstance(have, dict) and have.get("generator_digest") == gen
                 and have.get("toolchain_digest") == tdigest and cache.has_blob(have["blob"])):
             continue  # up to date without emitting, as the entries are
+        from .compile.codegen import CodegenOptions
+        from .compile.isolate import compile_isolated
+        from .kernel.lower_llvm import lower
+        from .wgrad.stage2 import build_stage2
+
         kd = build_stage2(cache.target, dw, r)
         ir = lower(kd, cache.target)
         ckey = content_key(ir, kd.name, cache.target, options, toolchain)

@@ -65,12 +65,13 @@ class JobData:
         return replace(self, **changes)
 
 
+_REPOSITORY_FILE = Path(__file__).resolve().parents[3] / "geometries.yaml"
+
+
 def default_path() -> Path:
     """$WGRADCACHE_GEOMETRIES, else the repository's geometries.yaml."""
     env = os.environ.get("WGRADCACHE_GEOMETRIES")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "geometries.yaml"
+    return Path(env) if env else _REPOSITORY_FILE
 
 
 class _Reader:
