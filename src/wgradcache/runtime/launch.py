@@ -31,14 +31,13 @@ import numpy as np
 from ..capability import serves
 from ..problem import (
     ConvProblem,
-    ErrorBound,
     error_bound,
     make_inputs,
     peak_normalised_error,
     reference_dw,
 )
 from ..spec import KernelSpec
-from ..wgrad.run import from_storage, to_storage
+from ..wgrad.run import EmulationReport, from_storage, to_storage
 from ..wgrad.split_k import SplitPlan, plan_split_k
 from ..wgrad.stage2 import stage2_grid
 from .abi import (
@@ -66,28 +65,7 @@ class CodeObject:
     symbol: str
 
 
-@dataclass(frozen=True)
-class DeviceReport:
-    """One device launch against float64, judged as ``EmulationReport`` is. ``failure`` is
-    the HIP error text ('' when none); then ``out`` is None and ``passed`` False."""
-
-    label: str
-    problem: str
-    device: str
-    plan: SplitPlan
-    out: np.ndarray | None
-    ref: np.ndarray
-    error: float
-    bound: ErrorBound
-    passed: bool
-    failure: str
-
-    def summary(self) -> str:
-        state = "PASS" if self.passed else "FAIL"
-        err = "n/a" if self.out is None else f"{self.error:.3e}"
-        return (f"{state} {self.label} on {self.problem} ({self.device}): error {err} <= "
-                f"bound {self.bound.bound:.3e}? ({self.plan.describe()})"
-                + (f"; HIP: {self.failure}" if self.failure else ""))
+DeviceReport = EmulationReport  # one shape for both: judged the same way
 
 
 def stage2_code(cache, dw_dtype: str, replicas: int) -> CodeObject:
@@ -199,6 +177,7 @@ def run_on_device(device: HipDevice, spec: KernelSpec, problem: ConvProblem, cod
         failure, dw = str(e), None
     out = None if dw is None else from_storage(dw, spec.dw_dtype).reshape(problem.dw_shape)
     error = float("inf") if out is None else peak_normalised_error(out, ref)
-    return DeviceReport(label=spec.label(), problem=problem.short(), device=device.describe(),
-                        plan=plan, out=out, ref=ref, error=error, bound=bound,
-                        passed=out is not None and error <= bound.bound, failure=failure)
+    return DeviceReport(label=spec.label(), problem=problem.short(), plan=plan, out=out,
+                        ref=ref, error=error, bound=bound,
+                        passed=out is not None and error <= bound.bound, fault=failure,
+                        where=device.describe())

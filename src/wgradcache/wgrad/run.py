@@ -36,8 +36,10 @@ __all__ = ["EmulationReport", "run_emulated", "to_storage", "from_storage", "cac
 
 @dataclass(frozen=True)
 class EmulationReport:
-    """One emulated launch. ``hazards`` is the emulator's error text ('' when none); then
-    ``out`` is None and ``passed`` False."""
+    """One launch judged against float64: in the emulator (``where`` = "emulator") or on a
+    device (``runtime.launch``, ``where`` = the device). ``fault`` is what stopped the run
+    (an emulator hazard, a HIP error; '' when none); then ``out`` is None and ``passed``
+    False."""
 
     label: str
     problem: str
@@ -47,14 +49,25 @@ class EmulationReport:
     error: float
     bound: ErrorBound
     passed: bool
-    hazards: str
+    fault: str
+    where: str = "emulator"
+
+    @property
+    def hazards(self) -> str:
+        return self.fault if self.where == "emulator" else ""
+
+    @property
+    def failure(self) -> str:
+        return "" if self.where == "emulator" else self.fault
 
     def summary(self) -> str:
         state = "PASS" if self.passed else "FAIL"
         err = "n/a" if self.out is None else f"{self.error:.3e}"
-        return (f"{state} {self.label} on {self.problem}: error {err} <= bound "
+        on = "" if self.where == "emulator" else f" ({self.where})"
+        kind = "hazard" if self.where == "emulator" else "HIP"
+        return (f"{state} {self.label} on {self.problem}{on}: error {err} <= bound "
                 f"{self.bound.bound:.3e}? ({self.plan.describe()})"
-                + (f"; hazard: {self.hazards}" if self.hazards else ""))
+                + (f"; {kind}: {self.fault}" if self.fault else ""))
 
 
 def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -130,4 +143,4 @@ def run_emulated(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
     error = float("inf") if out is None else peak_normalised_error(out, ref)
     return EmulationReport(label=spec.label(), problem=problem.short(), plan=plan, out=out,
                            ref=ref, error=error, bound=bound,
-                           passed=not hazards and error <= bound.bound, hazards=hazards)
+                           passed=not hazards and error <= bound.bound, fault=hazards)
