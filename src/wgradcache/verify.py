@@ -119,10 +119,12 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     else:
         need(isa.get("global_atomics", 0) == 0, "an unsplit kernel issues atomics")
     if spec.reduction != "none":
-        # Device-scope cache maintenance marks a fenced (seq_cst) atomic. buffer_gl0_inv is
-        # left out: gfx11 emits it for the workgroup acquire fence of every LDS barrier.
-        fences = sum(isa.get(k, 0) for k in ATOMIC_FENCES)
-        need(fences == 0, f"split-K atomics with {fences} fence/cache instruction(s)")
+        # Device-scope cache maintenance marks a fenced (seq_cst) atomic; the workgroup
+        # fences of LDS barriers (gfx12 global_inv SCOPE_SE, gfx11 buffer_gl0_inv) do not.
+        fences = (isa["device_cache_ops"] if "device_cache_ops" in isa
+                  else sum(isa.get(k, 0) for k in ATOMIC_FENCES))  # entries before the key
+        need(fences == 0, f"split-K atomics with {fences} device-scope fence/cache "
+                          "instruction(s)")
         need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
     return out
 

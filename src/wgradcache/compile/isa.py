@@ -130,6 +130,15 @@ def mma_per_loop(asm: str) -> list[int]:
     return [sum(_is_mma(i.mnemonic) for i in lp.body(code)) for lp in find_loops(code, labels)]
 
 
+def _is_device_cache_op(i: Instruction) -> bool:
+    m, ops = i.mnemonic, i.operands
+    if m in ("global_wb", "global_inv", "global_wbinv"):  # gfx12 / gfx1250: by scope
+        return "SCOPE_DEV" in ops or "SCOPE_SYS" in ops
+    if m in ("buffer_inv", "buffer_wbl2"):  # gfx94x / gfx950: sc1 is device scope
+        return "sc1" in ops
+    return m in ("buffer_gl1_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")  # gfx11, gfx9
+
+
 def _count(code: list[Instruction], pred) -> int:
     return sum(1 for i in code if pred(i.mnemonic))
 
@@ -163,6 +172,10 @@ def isa_stats(asm: str) -> dict[str, int]:
     for op in CACHE_OPS:
         s[op] = _count(code, lambda m, o=op: m == o)
     s["cache_ops"] = sum(s[op] for op in CACHE_OPS)
+    # Device-scope cache maintenance: what fencing an agent-scope atomic adds. Workgroup
+    # fences around an LDS barrier also invalidate caches (gfx12: global_inv SCOPE_SE,
+    # gfx11: buffer_gl0_inv); those are not counted here.
+    s["device_cache_ops"] = sum(1 for i in code if _is_device_cache_op(i))
     s["cas_loops"] = len(cas)
     s["ds_loads"] = _count(code, lambda m: m.startswith(("ds_load", "ds_read")))
     s["ds_stores"] = _count(code, lambda m: m.startswith(("ds_store", "ds_write")))
