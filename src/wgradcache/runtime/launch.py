@@ -28,17 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..capability import serves
 from ..problem import (
     ConvProblem,
-    error_bound,
-    make_inputs,
     peak_normalised_error,
-    reference_dw,
 )
 from ..spec import KernelSpec
-from ..wgrad.run import EmulationReport, from_storage, to_storage
-from ..wgrad.split_k import SplitPlan, plan_split_k
+from ..wgrad.run import EmulationReport, from_storage, prepare_run, to_storage
+from ..wgrad.split_k import SplitPlan
 from ..wgrad.stage2 import stage2_grid
 from .abi import (
     STAGE2_ARGS,
@@ -154,19 +150,7 @@ def run_on_device(device: HipDevice, spec: KernelSpec, problem: ConvProblem, cod
     Raises ValueError when the kernel cannot serve the problem or the split degree, or the
     code object does not match the ABI; a HIP error is a failed report naming it.
     """
-    ok, why = serves(spec, problem)
-    if not ok:
-        raise ValueError(f"{spec.label()} cannot serve problem {problem.short()}: {why}")
-    plan = plan_split_k(spec, problem, split_k=split_k)
-    ok, why = serves(spec, problem, degree=plan.degree)
-    if not ok:
-        raise ValueError(f"{spec.label()} cannot run problem {problem.short()} at split "
-                         f"{plan.degree}: {why}")
-    x, dy = make_inputs(problem, spec.dtype, seed)
-    ref = reference_dw(problem, x, dy)
-    bound = error_bound(problem, x, dy, spec.dw_dtype, split_k=plan.degree,
-                        slice_k=plan.slice_k, reduction=plan.reduction,
-                        ws_replicas=plan.ws_replicas)
+    plan, x, dy, ref, bound = prepare_run(spec, problem, split_k=split_k, seed=seed)
     failure = ""
     dw = None
     try:

@@ -31,7 +31,8 @@ from .kernel import build_kernel
 from .split_k import SplitPlan, plan_split_k
 from .stage2 import build_stage2, stage2_grid
 
-__all__ = ["EmulationReport", "run_emulated", "to_storage", "from_storage", "cached_kernel"]
+__all__ = ["EmulationReport", "prepare_run", "run_emulated", "to_storage", "from_storage",
+           "cached_kernel"]
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,12 @@ def _cached_stage2(target: str, dw_dtype: str, replicas: int) -> KernelDef:
     return build_stage2(target, dw_dtype, replicas)
 
 
-def run_emulated(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None = None,
-                 seed: int = 0, check_races: bool = True) -> EmulationReport:
-    """Emulate ``spec``'s kernel on ``problem`` (seeded inputs) and compare with float64.
-
-    Raises ValueError naming the reason when the kernel cannot serve the problem or the
-    split degree. ``split_k`` is an explicit degree (None: the automatic policy).
-    """
+def prepare_run(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None, seed: int
+                ) -> tuple[SplitPlan, np.ndarray, np.ndarray, np.ndarray, ErrorBound]:
+    """What every numerics run of ``spec`` on ``problem`` starts from, wherever it runs (the
+    emulator here, a device in ``runtime.launch``): the split plan, the seeded inputs, the
+    float64 reference and the error bound. ValueError when the kernel cannot serve the
+    problem or the split degree."""
     ok, why = serves(spec, problem)
     if not ok:
         raise ValueError(f"{spec.label()} cannot serve problem {problem.short()}: {why}")
@@ -121,6 +121,17 @@ def run_emulated(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
     bound = error_bound(problem, x, dy, spec.dw_dtype, split_k=plan.degree,
                         slice_k=plan.slice_k, reduction=plan.reduction,
                         ws_replicas=plan.ws_replicas)
+    return plan, x, dy, ref, bound
+
+
+def run_emulated(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None = None,
+                 seed: int = 0, check_races: bool = True) -> EmulationReport:
+    """Emulate ``spec``'s kernel on ``problem`` (seeded inputs) and compare with float64.
+
+    Raises ValueError naming the reason when the kernel cannot serve the problem or the
+    split degree. ``split_k`` is an explicit degree (None: the automatic policy).
+    """
+    plan, x, dy, ref, bound = prepare_run(spec, problem, split_k=split_k, seed=seed)
     atomic = plan.reduction == "atomic"
     dw = _empty(spec.dw_dtype, problem.dw_shape, 0.0 if atomic else np.nan)
     sizes = buffer_bytes(problem, spec.dtype, spec.dw_dtype, plan.ws_replicas)
