@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .cache.store import (
+    BlobRef,
     CorruptEntry,
     TargetCache,
     atomic_write,
@@ -250,9 +251,9 @@ def build(req: BuildRequest, progress: Callable[[int], None] | None = None,
                   progress or (lambda n: None), on_total, specs, validate_specs)
 
 
-def _entry(spec: KernelSpec, ik: str, ckey: str, emitted: dict, cache: TargetCache, meta: dict,
-           gen: str, toolchain: dict, tdigest: str, options: dict) -> dict:
-    ref = cache.blob_ref(ckey)
+def _entry(spec: KernelSpec, ik: str, ref: BlobRef, emitted: dict, meta: dict, gen: str,
+           toolchain: dict, tdigest: str, options: dict) -> dict:
+    ckey = ref.key
     co = meta["code_object"]
     return {
         "identity_key": ik, "identity": spec.canonical(), "label": spec.label(),
@@ -334,8 +335,10 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
                                           "build again")
                 progress(1)
                 return
-            cache.write_entry(ik, _entry(by_ik[ik], ik, ckey, res, cache, meta, gen,
-                                         toolchain, tdigest, options))
+            else:  # relink: the entry records what is on disk
+                ref = cache.blob_ref(ckey)
+            cache.write_entry(ik, _entry(by_ik[ik], ik, ref, res, meta, gen, toolchain,
+                                         tdigest, options))
             cache.clear_failure(ik)
             cache.stamp_used(ckey)
         if hsaco is None:
@@ -429,7 +432,3 @@ def _request_doc(req: BuildRequest) -> dict:
     from dataclasses import asdict
 
     return {k: v for k, v in asdict(req).items() if v not in (None, (), 0, False)}
-
-
-def summarize(summaries: Iterable[BuildSummary]) -> list[dict]:
-    return [s.to_json() for s in summaries]

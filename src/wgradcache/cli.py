@@ -6,7 +6,6 @@ Heavy imports live inside the commands so ``wgradcache count`` starts fast.
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
@@ -354,13 +353,6 @@ def _short(v) -> str:
 
     s = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
     return s if len(s) <= 60 else s[:57] + "..."
-
-
-def run() -> None:  # pragma: no cover - console-script shim
-    try:
-        main()
-    except KeyboardInterrupt:
-        sys.exit(130)
 
 
 __all__ = ["main", "RunFailed"]
