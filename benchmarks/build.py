@@ -16,13 +16,8 @@ then, in this order (``--repeat`` cycles the whole order and keeps the median):
                emission in the workers, publishing)
   build 1      the same with 1 worker
 
-``--prototypes`` adds two sides that are not in src, to size two suggested changes:
-
-  one-pass W   a fresh process runs one loky pass over the specs, each task emitting,
-               compiling and listing one job (no separate emit phase, no chunk barriers, no
-               publishing): what build W would cost with that orchestration
-  sys-compile  ours-compile with codegen through the system libLLVM-22 C API
-               (``codegen.SystemLLVM``) instead of llvmlite's assertion-enabled LLVM
+``--llvmlite`` adds ``ours-llvmlite``: ours-compile with codegen through llvmlite's LLVM (an
+assertions build; the fallback when no libLLVM-22 loads) instead of the system libLLVM-22.
 
 and prints (1) build W and ours-compile against llc+lld, and how close build W comes to
 its floor, the codegen seconds of ours-compile divided by W; (2) build W against build 1;
@@ -117,11 +112,13 @@ def run_llc_lld(jobs: list[EmittedJob], workers: int, workdir: Path) -> tuple[fl
 
 # ---- our compile side alone -----------------------------------------------------------
 
-def _compile_timed(target: str, ir: str) -> tuple[bytes, dict]:
-    """In a loky worker: what ``build._compile_task`` does, with its phases timed."""
+def _compile_timed(target: str, ir: str, backend: str = "libllvm") -> tuple[bytes, dict]:
+    """In a loky worker: what ``build._job_task`` compiles, with its phases timed."""
     from wgradcache.compile.codegen import CodegenOptions, compile_ir
     from wgradcache.compile.isa import isa_stats
+    from wgradcache.compile.toolchain import CODEGEN_ENV
 
+    os.environ[CODEGEN_ENV] = backend
     obj = compile_ir(ir, target, CodegenOptions())
     t0 = time.perf_counter()
     isa_stats(obj.asm)
@@ -130,42 +127,13 @@ def _compile_timed(target: str, ir: str) -> tuple[bytes, dict]:
     return obj.hsaco, t
 
 
-def _compile_sys(target: str, ir: str) -> tuple[bytes, dict]:
-    """In a loky worker: ``_compile_timed`` with the system libLLVM doing the codegen."""
-    import subprocess as sp
-
-    from codegen import SystemLLVM
-
-    from wgradcache.compile.disasm import disassemble
-    from wgradcache.compile.isa import isa_stats
-
-    global _SYS
-    if "_SYS" not in globals():
-        _SYS = SystemLLVM()
-    t0 = time.perf_counter()
-    lld = sp.Popen([shutil.which("ld.lld-22"), "-shared", "/dev/stdin", "-o", "/dev/stdout"],
-                   stdin=sp.PIPE, stdout=sp.PIPE)
-    obj = _SYS.emit_object(with_code_object_version(ir), target)
-    t1 = time.perf_counter()
-    lld.stdin.write(obj)
-    lld.stdin.close()
-    asm = disassemble(obj, target)
-    t2 = time.perf_counter()
-    hsaco = lld.stdout.read()
-    lld.wait()
-    t3 = time.perf_counter()
-    isa_stats(asm)
-    return hsaco, {"codegen": t1 - t0, "listing": t2 - t1, "link": t3 - t2,
-                   "isa_stats": time.perf_counter() - t3}
-
-
 def _warm() -> int:
     import wgradcache.compile.codegen  # noqa: F401 - import cost, not LLVM's
 
     return os.getpid()
 
 
-def run_ours_compile(jobs: list[EmittedJob], workers: int, task=_compile_timed
+def run_ours_compile(jobs: list[EmittedJob], workers: int, backend: str = "libllvm"
                      ) -> tuple[float, list[bytes], list[dict]]:
     import joblib
 
@@ -173,7 +141,7 @@ def run_ours_compile(jobs: list[EmittedJob], workers: int, task=_compile_timed
         joblib.Parallel(n_jobs=workers)(joblib.delayed(_warm)() for _ in range(workers))
         t0 = time.perf_counter()
         res = joblib.Parallel(n_jobs=workers, batch_size=1, pre_dispatch="2*n_jobs")(
-            joblib.delayed(task)(j.spec.target, j.ir) for j in jobs)
+            joblib.delayed(_compile_timed)(j.spec.target, j.ir, backend) for j in jobs)
         wall = time.perf_counter() - t0
     return wall, [r[0] for r in res], [r[1] for r in res]
 
@@ -190,40 +158,6 @@ t0 = time.perf_counter()
 s = build(BuildRequest(target=specs[0].target, jobs=workers, cache_dir=cache_dir), specs=specs)
 print(json.dumps({**s.to_json(), "failures": s.failures, "wall": time.perf_counter() - t0}))
 """
-
-
-_CHILD_ONE_PASS = """
-import json, sys, time
-t0 = time.perf_counter()
-import joblib
-from wgradcache.spec import from_label
-
-def task(label):
-    from wgradcache.build import _metadata
-    from wgradcache.compile.codegen import CodegenOptions, compile_ir
-    from wgradcache.emit import emit_ir
-    spec = from_label(label)
-    obj = compile_ir(emit_ir(spec).ir_text, spec.target, CodegenOptions())
-    _metadata(obj)
-    return obj.hsaco
-
-labels, workers = json.loads(sys.argv[1]), int(sys.argv[2])
-with joblib.parallel_config(backend="loky"):
-    out = list(joblib.Parallel(n_jobs=workers, batch_size=1, pre_dispatch="2*n_jobs",
-                               return_as="generator_unordered")(
-        joblib.delayed(task)(x) for x in labels))
-print(json.dumps({"wall": time.perf_counter() - t0, "n": len(out)}))
-"""
-
-
-def run_one_pass(specs: list[KernelSpec], workers: int) -> float:
-    """Prototype orchestration: emit + compile + list per task, one pass, fresh process."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD_ONE_PASS,
-                           json.dumps([s.label() for s in specs]), str(workers)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"one-pass prototype failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["wall"]
 
 
 def run_build(specs: list[KernelSpec], workers: int, cache_dir: Path) -> dict:
@@ -355,13 +289,11 @@ def report(jobs, workers, ref, ours, build_w, build_1, phases, protos=None) -> N
     print(f"(2) build 1 {build_1['wall']:.1f} s / build {workers} {bw:.1f} s = "
           f"{build_1['wall'] / bw:.2f}x (goal >= 1.8)")
     if protos:
-        one, sys_wall, sys_phases = protos
-        sys_cg = sum(p["codegen"] for p in sys_phases)
-        print(f"    prototypes (not in src): one-pass {workers} {one:.1f} s = "
-              f"{build_1['wall'] / one:.2f}x of build 1, {ref / one:.2f}x llc+lld, "
-              f"{one / codegen_floor:.2f}x the floor; sys-compile {sys_wall:.1f} s = "
-              f"{ref / sys_wall:.2f}x llc+lld, its codegen {sys_cg:.1f} s = "
-              f"{sys_cg / sums['codegen']:.2f}x of llvmlite's")
+        lite_wall, lite_phases = protos
+        lite_cg = sum(p["codegen"] for p in lite_phases)
+        print(f"    ours-llvmlite (codegen in llvmlite's LLVM) {lite_wall:.1f} s = "
+              f"{ref / lite_wall:.2f}x llc+lld; its codegen {lite_cg:.1f} s = "
+              f"{lite_cg / sums['codegen']:.2f}x of libLLVM's")
     total = sum(sums.values())
     print(f"(4) where our time goes, summed over the {n} jobs (emit serial here, the rest "
           f"in the ours-compile workers):")
@@ -396,8 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--skip-subset", action="store_true", help="with --full: only (3)")
     ap.add_argument("--save", type=Path, default=None,
                     help="write the per-job figures (median cycle) and the sides as JSON")
-    ap.add_argument("--prototypes", action="store_true",
-                    help="also time one-pass orchestration and system-libLLVM codegen")
+    ap.add_argument("--llvmlite", action="store_true",
+                    help="also time ours-compile with codegen in llvmlite's LLVM")
     args = ap.parse_args(argv)
 
     if not args.skip_subset:
@@ -405,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
         specs = spread_specs(select_jobs(BuildRequest(target=args.target)), n)
         print(f"emitting {len(specs)} jobs ...", flush=True)
         jobs = emit_jobs(specs)
-        refs, ourss, b_w, b_1, ones, syss = [], [], [], [], [], []
+        refs, ourss, b_w, b_1, lites = [], [], [], [], []
         with tempfile.TemporaryDirectory(prefix="wgc-benchbuild-") as tmp:
             tmpd = Path(tmp)
             for r in range(args.repeat):
@@ -424,14 +356,13 @@ def main(argv: list[str] | None = None) -> None:
                 same_b = sum(a == b for a, b in zip(our_bytes, built, strict=True))
                 line = (f"  llc+lld {ref:.1f} s, ours-compile {ours:.1f} s, build "
                         f"{args.workers} {bw['wall']:.1f} s, build 1 {b1['wall']:.1f} s")
-                if args.prototypes:
-                    print("  one-pass, sys-compile ...", flush=True)
-                    ones.append(run_one_pass(specs, args.workers))
-                    sys_wall, sys_bytes, sys_phases = run_ours_compile(jobs, args.workers,
-                                                                       _compile_sys)
-                    syss.append((sys_wall, sys_phases))
-                    same_s = sum(a == b for a, b in zip(ref_bytes, sys_bytes, strict=True))
-                    line += (f", one-pass {ones[-1]:.1f} s, sys-compile {sys_wall:.1f} s "
+                if args.llvmlite:
+                    print("  ours-llvmlite ...", flush=True)
+                    lite_wall, lite_bytes, lite_phases = run_ours_compile(jobs, args.workers,
+                                                                          "llvmlite")
+                    lites.append((lite_wall, lite_phases))
+                    same_s = sum(a == b for a, b in zip(ref_bytes, lite_bytes, strict=True))
+                    line += (f", ours-llvmlite {lite_wall:.1f} s "
                              f"(identical to llc+lld: {same_s}/{len(jobs)})")
                 print(line)
                 print(f"  identical code objects: llc+lld vs ours-compile {same}/{len(jobs)}, "
@@ -446,15 +377,15 @@ def main(argv: list[str] | None = None) -> None:
         bw = sorted(b_w, key=lambda b: b["wall"])[(len(b_w) - 1) // 2]
         b1 = sorted(b_1, key=lambda b: b["wall"])[(len(b_1) - 1) // 2]
         protos = None
-        if args.prototypes:
-            sys_wall = mid(w for w, _ in syss)
-            protos = (mid(ones), sys_wall, next(p for w, p in syss if w == sys_wall))
+        if args.llvmlite:
+            lite_wall = mid(w for w, _ in lites)
+            protos = (lite_wall, next(p for w, p in lites if w == lite_wall))
         report(jobs, args.workers, mid(refs), ours_wall, bw, b1, phases, protos)
         if args.save:
             args.save.write_text(json.dumps({
                 "workers": args.workers, "llc_lld": refs, "ours_compile": [w for w, _ in ourss],
-                "build_w": b_w, "build_1": b_1, "one_pass": ones,
-                "sys_compile": [w for w, _ in syss],
+                "build_w": b_w, "build_1": b_1,
+                "ours_llvmlite": [w for w, _ in lites],
                 "jobs": [{"label": j.spec.label(), "ir_bytes": len(j.ir), **j.seconds, **ph}
                          for j, ph in zip(jobs, phases, strict=True)]}, indent=1))
     if args.full:

@@ -9,7 +9,8 @@ what one job waits; CPU time (this process plus its children) is what a full bui
 since every core is busy then.
 
 Pipelines:
-  ours           compile_ir: in-process codegen, ld.lld started before codegen and fed
+  ours           compile_ir: in-process codegen through the system libLLVM-22 (Debian's, no
+                 assertions: what llc-22 runs on), ld.lld started before codegen and fed
                  through a pipe, listing from the in-process disassembler
   ours-late      same, linker started after codegen (its start-up no longer overlaps)
   ours-objdump   listing from llvm-objdump (started before codegen, fed through a pipe)
@@ -18,10 +19,8 @@ Pipelines:
   llc+lld        llc-22 -O3 -filetype=obj to a file, then ld.lld-22 -shared (the reference)
   llc|lld        llc writes the object into a pipe that ld.lld-22 reads
   llc+lld+dis    llc+lld plus llvm-objdump-22: the same artefacts as ``ours``
-  sys-obj        a prototype, not in src: codegen in this process through the LLVM C API
-                 of the system's libLLVM-22 (Debian's, built without assertions; loaded
-                 with ctypes as compile/disasm.py does), ld.lld fed through a pipe
-  sys            sys-obj plus the in-process disassembler: the same artefacts as ``ours``
+  ours-llvmlite  ours with codegen through llvmlite's LLVM (an assertions build), the
+                 fallback when no libLLVM-22 loads (``WGRADCACHE_CODEGEN=llvmlite``)
 
 ``load_ir_jobs()`` is the IR source: by default (``--source walk``) the 20 gfx1250 jobs of
 ``WALK_LABELS``, real kernels from our walk emitted with ``wgradcache.emit.emit_ir``;
@@ -32,8 +31,6 @@ targets), kept to compare with figures measured before the generators existed.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import functools
 import math
 import os
 import resource
@@ -49,9 +46,8 @@ from pathlib import Path
 
 from wgradcache.compile import codegen
 from wgradcache.compile.codegen import CodegenOptions, compile_ir
-from wgradcache.compile.disasm import disassemble
 from wgradcache.compile.samples import gemm_kernel, mma_kernel
-from wgradcache.compile.toolchain import find_llvm_library, with_code_object_version
+from wgradcache.compile.toolchain import CODEGEN_ENV, with_code_object_version
 from wgradcache.spec import KernelSpec, from_label
 
 
@@ -189,89 +185,24 @@ def _jobs_from_args(paths: list[str], default_target: str) -> list[IrJob]:
     return jobs
 
 
+def _with_backend(backend: str, fn, *args, **kwargs):
+    """``fn`` with ``$WGRADCACHE_CODEGEN`` set to ``backend`` (read at every compile)."""
+    old = os.environ.get(CODEGEN_ENV)
+    os.environ[CODEGEN_ENV] = backend
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if old is None:
+            del os.environ[CODEGEN_ENV]
+        else:
+            os.environ[CODEGEN_ENV] = old
+
+
 def _tool(name: str) -> str:
     found = shutil.which(name)
     if not found:
         sys.exit(f"benchmark needs {name} on PATH (Debian package llvm-22 / lld-22)")
     return found
-
-
-class SystemLLVM:
-    """Codegen through the LLVM C API of the system libLLVM (what ``llc-22`` runs on).
-
-    A measurement of what src/wgradcache/compile/codegen.py would gain by using it instead
-    of llvmlite's LLVM, which is built with assertions. No verifier here (``compile_ir``
-    would keep llvmlite's parse + verify, or call ``LLVMVerifyModule``).
-    """
-
-    _OBJECT_FILE, _OPT_AGGRESSIVE, _DEFAULT = 1, 3, 0
-
-    def __init__(self):
-        path = find_llvm_library()
-        if path is None:
-            sys.exit("no system libLLVM-22 found (Debian package libllvm22)")
-        lib = ctypes.CDLL(str(path))
-        for name in ("TargetInfo", "Target", "TargetMC", "AsmPrinter"):
-            getattr(lib, f"LLVMInitializeAMDGPU{name}")()
-        vp, cp = ctypes.c_void_p, ctypes.c_char_p
-        sig = {
-            "LLVMContextCreate": (vp, []),
-            "LLVMContextDispose": (None, [vp]),
-            "LLVMCreateMemoryBufferWithMemoryRangeCopy": (vp, [cp, ctypes.c_size_t, cp]),
-            "LLVMParseIRInContext": (ctypes.c_int, [vp, vp, ctypes.POINTER(vp),
-                                                    ctypes.POINTER(cp)]),
-            "LLVMGetTargetFromTriple": (ctypes.c_int, [cp, ctypes.POINTER(vp),
-                                                       ctypes.POINTER(cp)]),
-            "LLVMCreateTargetMachine": (vp, [vp, cp, cp, cp, ctypes.c_int, ctypes.c_int,
-                                             ctypes.c_int]),
-            "LLVMTargetMachineEmitToMemoryBuffer": (ctypes.c_int, [vp, vp, ctypes.c_int,
-                                                                   ctypes.POINTER(cp),
-                                                                   ctypes.POINTER(vp)]),
-            "LLVMGetBufferStart": (vp, [vp]),
-            "LLVMGetBufferSize": (ctypes.c_size_t, [vp]),
-            "LLVMDisposeMemoryBuffer": (None, [vp]),
-            "LLVMDisposeModule": (None, [vp]),
-        }
-        for name, (res, args) in sig.items():
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = res, args
-        self.lib = lib
-        self._machines: dict[str, int] = {}
-
-    def _machine(self, cpu: str) -> int:
-        if cpu not in self._machines:
-            lib, target, err = self.lib, ctypes.c_void_p(), ctypes.c_char_p()
-            if lib.LLVMGetTargetFromTriple(b"amdgcn-amd-amdhsa", ctypes.byref(target),
-                                           ctypes.byref(err)):
-                raise RuntimeError(err.value)
-            self._machines[cpu] = lib.LLVMCreateTargetMachine(
-                target, b"amdgcn-amd-amdhsa", cpu.encode(), b"", self._OPT_AGGRESSIVE,
-                self._DEFAULT, self._DEFAULT)
-        return self._machines[cpu]
-
-    def emit_object(self, ir: str, cpu: str) -> bytes:
-        lib = self.lib
-        ctx = lib.LLVMContextCreate()
-        try:
-            data = ir.encode()
-            buf = lib.LLVMCreateMemoryBufferWithMemoryRangeCopy(data, len(data), b"job")
-            mod, err = ctypes.c_void_p(), ctypes.c_char_p()
-            if lib.LLVMParseIRInContext(ctx, buf, ctypes.byref(mod), ctypes.byref(err)):
-                raise RuntimeError(f"parse: {err.value}")  # (buffer owned by the parser)
-            out = ctypes.c_void_p()
-            try:
-                if lib.LLVMTargetMachineEmitToMemoryBuffer(self._machine(cpu), mod,
-                                                           self._OBJECT_FILE,
-                                                           ctypes.byref(err),
-                                                           ctypes.byref(out)):
-                    raise RuntimeError(f"codegen: {err.value}")
-            finally:
-                lib.LLVMDisposeModule(mod)
-            obj = ctypes.string_at(lib.LLVMGetBufferStart(out), lib.LLVMGetBufferSize(out))
-            lib.LLVMDisposeMemoryBuffer(out)
-            return obj
-        finally:
-            lib.LLVMContextDispose(ctx)
 
 
 class Pipelines:
@@ -295,26 +226,9 @@ class Pipelines:
             "llc+lld": lambda j: self._llc_lld(j, disassemble=False),
             "llc|lld": self._llc_pipe_lld,
             "llc+lld+dis": lambda j: self._llc_lld(j, disassemble=True),
-            "sys-obj": lambda j: self._system(j, listing=False),
-            "sys": lambda j: self._system(j, listing=True),
+            "ours-llvmlite": lambda j: _with_backend("llvmlite", compile_ir, j.ir, j.target,
+                                                     opts).hsaco,
         }
-
-    @functools.cached_property
-    def _sys(self) -> SystemLLVM:
-        return SystemLLVM()
-
-    def _system(self, job: IrJob, listing: bool) -> bytes:
-        lld = subprocess.Popen([self.lld, "-shared", "/dev/stdin", "-o", "/dev/stdout"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        obj = self._sys.emit_object(with_code_object_version(job.ir), job.target)
-        lld.stdin.write(obj)
-        lld.stdin.close()
-        if listing:
-            disassemble(obj, job.target)
-        out = lld.stdout.read()
-        if lld.wait() != 0:
-            raise RuntimeError("ld.lld failed")
-        return out
 
     def _ll(self, job: IrJob) -> Path:
         path = self.dir / f"{job.name}.ll"
@@ -356,11 +270,12 @@ def _measure(fn: Callable[[IrJob], bytes], job: IrJob) -> tuple[float, float, by
     return time.perf_counter() - w0, _cpu() - c0, out
 
 
-def _phases(jobs: list[IrJob], repeat: int) -> dict[str, float]:
+def _phases(jobs: list[IrJob], repeat: int, backend: str) -> dict[str, float]:
     """Median per job of compile_ir's own timings, summed over jobs (where ours spends)."""
     sums: dict[str, float] = {}
     for job in jobs:
-        runs = [compile_ir(job.ir, job.target).timings for _ in range(repeat)]
+        runs = [_with_backend(backend, compile_ir, job.ir, job.target).timings
+                for _ in range(repeat)]
         for key in runs[0]:
             sums[key] = sums.get(key, 0.0) + statistics.median(r[key] for r in runs)
     return sums
@@ -383,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.pipelines:
             pipes = {k: v for k, v in pipes.items() if k in args.pipelines.split(",")}
         for job in jobs:  # warm up: LLVM init, target machines, page cache of the tools
-            compile_ir(job.ir, job.target)
+            for backend in ("libllvm", "llvmlite"):
+                _with_backend(backend, compile_ir, job.ir, job.target)
         wall: dict[str, dict[str, list[float]]] = {p: {j.name: [] for j in jobs} for p in pipes}
         cpu: dict[str, dict[str, list[float]]] = {p: {j.name: [] for j in jobs} for p in pipes}
         reference: dict[str, bytes] = {}
@@ -395,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
                     cpu[name][job.name].append(c)
                     if reference.setdefault(job.name, out) != out:
                         print(f"warning: {name} gives other bytes for {job.name}")
-        phases = _phases(jobs, args.repeat)
+        phases = {b: _phases(jobs, args.repeat, b) for b in ("libllvm", "llvmlite")}
 
     def total(table: dict[str, list[float]]) -> float:
         return sum(statistics.median(v) for v in table.values())
@@ -408,8 +324,9 @@ def main(argv: list[str] | None = None) -> None:
         w, c = total(wall[name]), total(cpu[name])
         print(f"{name:14s} {w:8.3f} {w / total(wall[base]):10.2f} {c:8.3f} "
               f"{c / total(cpu[base]):10.2f}")
-    print("ours, where the wall time goes (s): "
-          + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+    for backend, sums in phases.items():
+        print(f"ours ({backend}), where the wall time goes (s): "
+              + ", ".join(f"{k} {v:.3f}" for k, v in sums.items()))
     width = max(len(j.name) for j in jobs)
     print(f"\n{'job':{width}s} " + " ".join(f"{p:>11s}" for p in pipes) + "   (median wall ms)")
     for job in jobs:

@@ -26,6 +26,7 @@ from .cache.store import (
     blank_symbol,
     content_key,
     sha256_bytes,
+    stage2_name,
 )
 from .jobs import default_jobdata, resolve_selection, walk
 from .spec import KernelSpec, validate
@@ -373,10 +374,6 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
         cache.append_stats({**summary.to_json(), "when": time.time(), "generator": gen,
                             "toolchain": tdigest, "request": _request_doc(req)})
     return summary
-
-
-def stage2_name(dw_dtype: str, replicas: int) -> str:
-    return f"{dw_dtype}-wsr{replicas}"
 
 
 def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, toolchain: dict,

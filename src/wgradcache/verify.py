@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache.store import CorruptEntry, TargetCache, sha256_bytes
+from .cache.store import CorruptEntry, TargetCache, sha256_bytes, stage2_name
 from .spec import DTYPE_KEYS, KernelSpec, lds_bytes
 from .targets import get_target
 
@@ -191,7 +191,7 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
                  if sp.reduction == "two_stage"}
     stage2 = cache.stage2_entries()
     for dw, r in sorted(two_stage):
-        name = f"{dw}-wsr{r}"
+        name = stage2_name(dw, r)
         entry = stage2.get(name)
         rep.checked += 1
         if not isinstance(entry, dict):

@@ -9,8 +9,9 @@ import stat
 import pytest
 from llvmlite import binding
 
-from wgradcache.compile import toolchain
+from wgradcache.compile import libllvm, toolchain
 from wgradcache.compile.codegen import TRIPLE, _llvm
+from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.samples import mma_kernel
 from wgradcache.compile.toolchain import (
     CODE_OBJECT_VERSION,
@@ -81,11 +82,14 @@ def test_real_linker_is_llvm_22():
     assert re.search(r"LLD 22\.", toolchain.tool_version(find_linker()))
 
 
-def test_identity_fields_and_digest():
+def test_identity_fields_and_digest(monkeypatch):
+    monkeypatch.delenv(toolchain.CODEGEN_ENV, raising=False)
     ident = toolchain_identity()
     assert ident is toolchain_identity()  # cached per process
-    assert ident.llvm_version == ".".join(map(str, binding.llvm_version_info))
-    assert re.fullmatch(r"[0-9a-f]{64}", ident.llvmlite_digest)
+    assert ident.codegen == "libllvm"  # make deps installs llvm-22
+    assert ident.llvm_version == system_llvm().version
+    assert ident.llvm_version.startswith("22.")
+    assert re.fullmatch(r"[0-9a-f]{64}", ident.codegen_digest)
     assert ident.code_object_version == CODE_OBJECT_VERSION == 5
     assert ident.linker_path == str(find_linker())
     assert ident.to_dict()["linker_version"] == ident.linker_version
@@ -94,7 +98,29 @@ def test_identity_fields_and_digest():
     # Where the linker lives does not change the key; what it is does.
     assert dataclasses.replace(ident, linker_path="/elsewhere/ld.lld").digest() == digest
     assert dataclasses.replace(ident, linker_version="LLD 23.0.0").digest() != digest
-    assert dataclasses.replace(ident, llvmlite_digest="0" * 64).digest() != digest
+    assert dataclasses.replace(ident, codegen_digest="0" * 64).digest() != digest
+    # The other backend is another toolchain: its objects never share keys with these.
+    monkeypatch.setenv(toolchain.CODEGEN_ENV, "llvmlite")
+    other = toolchain_identity()
+    assert other.codegen == "llvmlite" and other.digest() != digest
+    assert other.llvm_version == ".".join(map(str, binding.llvm_version_info))
+
+
+def test_codegen_backend_choice(monkeypatch):
+    monkeypatch.setenv(toolchain.CODEGEN_ENV, "")
+    assert toolchain.codegen_backend() == "libllvm"
+    monkeypatch.setenv(toolchain.CODEGEN_ENV, "llvmlite")
+    assert toolchain.codegen_backend() == "llvmlite"
+    monkeypatch.setenv(toolchain.CODEGEN_ENV, "gcc")
+    with pytest.raises(ToolchainError, match="expected one of auto, libllvm, llvmlite"):
+        toolchain.codegen_backend()
+    # No libLLVM: auto falls back to llvmlite; asking for libllvm says how to get it.
+    monkeypatch.setattr(libllvm, "system_llvm", lambda: None)
+    monkeypatch.setenv(toolchain.CODEGEN_ENV, "auto")
+    assert toolchain.codegen_backend() == "llvmlite"
+    monkeypatch.setenv(toolchain.CODEGEN_ENV, "libllvm")
+    with pytest.raises(ToolchainError, match="install `llvm-22`"):
+        toolchain.codegen_backend()
 
 
 def _abi_version(ir: str, target: str = "gfx942") -> int:

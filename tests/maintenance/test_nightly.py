@@ -104,19 +104,41 @@ def test_gc_under_a_size_bound_keeps_what_remains_verifiable(small_cache, tmp_pa
     c = TargetCache(root, "gfx1250")
     total = sum(c.blob_path(k).stat().st_size for k in c.blob_keys())
     bound = total // 2
-    for i, key in enumerate(c.blob_keys()):  # a known LRU order
-        c.stamp_used(key, 1000.0 + i)
+    stamps = {key: 1000.0 + i for i, key in enumerate(c.blob_keys())}  # a known LRU order
+    for key, when in stamps.items():
+        c.stamp_used(key, when)
+    stage2 = {e["blob"] for e in c.stage2_entries().values()}
+    assert len(stage2) == 2
     rep = gc(c, None, max_size=bound)
     assert rep.bytes_after <= bound < rep.bytes_before == total
     kept = c.blob_keys()
-    oldest_kept = min(c.last_used(k) for k in kept)
     assert all(c.last_used(k) == 0.0 for k in rep.evicted_blobs)  # stamps removed with blobs
-    assert oldest_kept >= 1000.0 + len(rep.evicted_blobs)
+    # Least recently used first; a stage-2 kernel goes only after the blobs that need it.
+    assert (max(stamps[k] for k in rep.evicted_blobs if k not in stage2)
+            < min(c.last_used(k) for k in kept if k not in stage2))
     assert sum(c.blob_path(k).stat().st_size for k in kept) <= bound
     v = verify(VerifyRequest(cache_dir=str(root), level="structure", device="emulator",
                              geometries_file=str(small_cache["geometries"])))
     assert v.ok, v.failures
     assert v.targets["gfx1250"]["complete"] is False
+
+
+def test_gc_keeps_a_stage2_kernel_while_a_two_stage_blob_needs_it(small_cache, tmp_path):
+    """The stage-2 kernels are the least recently stamped here, yet a bound that needs one
+    eviction takes an ordinary blob: each stage-2 kernel is used when its users are."""
+    root = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], root)
+    c = TargetCache(root, "gfx1250")
+    stage2 = {e["blob"] for e in c.stage2_entries().values()}
+    for i, key in enumerate(sorted(c.blob_keys(), key=lambda k: (k not in stage2, k))):
+        c.stamp_used(key, 1000.0 + i)
+    total = sum(c.blob_path(k).stat().st_size for k in c.blob_keys())
+    rep = gc(c, None, max_size=total - 1)
+    assert len(rep.evicted_blobs) == 1 and rep.evicted_blobs[0] not in stage2
+    assert stage2 <= set(c.blob_keys()) and len(c.stage2_entries()) == 2
+    v = verify(VerifyRequest(cache_dir=str(root), level="structure", device="emulator",
+                             geometries_file=str(small_cache["geometries"])))
+    assert v.ok, v.failures
 
 
 def test_parse_size():

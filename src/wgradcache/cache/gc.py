@@ -7,7 +7,8 @@ an older tool version wrote the blob first and the entry in a second hold.
 
 "Least recently used" is the explicit stamp ``used/<content key>`` that builds and
 ``select`` write, not atime (often disabled, and touched by backups). A blob an entry still
-needs is only removed together with every entry that needs it.
+needs is only removed together with every entry that needs it, and a stage-2 reduce kernel
+only after every two-stage blob that needs it (it counts as used when they were).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .store import CorruptEntry, TargetCache
+from .store import CorruptEntry, TargetCache, stage2_of
 
 __all__ = ["GcReport", "gc", "parse_size"]
 
@@ -79,6 +80,7 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
         sizes = _blob_bytes(cache)
         rep.bytes_before = sum(sizes.values())
         needs: dict[str, list[str]] = {}
+        stage2_users: dict[str, set[str]] = {}  # stage-2 name -> blobs of two-stage entries
         for ik, entry in cache.iter_entries():
             if isinstance(entry, CorruptEntry):
                 rep.corrupt_entries.append(ik)
@@ -91,9 +93,15 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
                     cache.remove_entry(ik)
                 continue
             needs.setdefault(entry.get("blob", ""), []).append(ik)
+            companion = stage2_of(entry.get("identity") or {})
+            if companion:
+                stage2_users.setdefault(companion, set()).add(entry.get("blob", ""))
+        users_of: dict[str, set[str]] = {}  # stage-2 blob -> the blobs that need it
         for name, entry in cache.stage2_entries().items():
             if isinstance(entry, dict):
                 needs.setdefault(entry.get("blob", ""), []).append(f"stage2:{name}")
+                users_of.setdefault(entry.get("blob", ""), set()).update(
+                    stage2_users.get(name, ()))
         now = time.time()
         if orphans or stale:
             for key in list(sizes):
@@ -107,7 +115,14 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
                 del sizes[key]
         if max_size is not None:
             total = sum(sizes.values())
-            for key in sorted(sizes, key=lambda k: (cache.last_used(k), k)):
+
+            def lru(key: str) -> tuple[float, int, str]:
+                """Oldest first; a stage-2 kernel after the last of its users."""
+                used = max([cache.last_used(key)]
+                           + [cache.last_used(u) for u in users_of.get(key, ())])
+                return used, key in users_of, key
+
+            for key in sorted(sizes, key=lru):
                 if total <= max_size:
                     break
                 rep.evicted_blobs.append(key)

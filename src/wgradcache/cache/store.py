@@ -54,6 +54,18 @@ def blank_symbol(ir_text: str, symbol: str) -> str:
     return ir_text.replace(symbol, _SYMBOL_BLANK)
 
 
+def stage2_name(dw_dtype: str, replicas: int) -> str:
+    """The companion name of the stage-2 reduce kernel for (dW dtype, R): ``fp16-wsr8``."""
+    return f"{dw_dtype}-wsr{replicas}"
+
+
+def stage2_of(identity: dict) -> str | None:
+    """The stage-2 companion an entry's identity (canonical spec) needs, or None."""
+    if identity.get("reduction") != "two_stage":
+        return None
+    return stage2_name(identity["dw_dtype"], identity["ws_replicas"])
+
+
 def content_key(ir_text: str, symbol: str, target: str, options: dict, toolchain: dict) -> str:
     """sha256(IR with the symbol blanked, target, codegen options, toolchain identity)."""
     h = hashlib.sha256()

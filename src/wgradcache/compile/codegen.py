@@ -34,13 +34,16 @@ import contextlib
 import functools
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available
+from wgradcache.compile.libllvm import LLVMIRError, system_llvm
 from wgradcache.compile.toolchain import (
     CODE_OBJECT_VERSION,
     ToolchainError,
+    codegen_backend,
     find_disassembler,
     find_linker,
     with_code_object_version,
@@ -157,7 +160,7 @@ class _Tool:
         self.proc.communicate()
 
 
-def _parse(ir: str):
+def _parse_llvmlite(ir: str):
     binding = _llvm()
     try:
         mod = binding.parse_assembly(ir)
@@ -168,6 +171,28 @@ def _parse(ir: str):
     except RuntimeError as e:
         raise CodegenError(f"LLVM IR does not verify: {e}") from None
     return mod
+
+
+@contextlib.contextmanager
+def _parsed(ir: str, backend: str) -> Iterator:
+    """The parsed, verified module of ``backend`` (``libllvm``: a handle valid inside)."""
+    if backend == "llvmlite":
+        yield _parse_llvmlite(ir)
+        return
+    try:
+        with system_llvm().module(ir) as mod:
+            yield mod
+    except LLVMIRError as e:
+        raise CodegenError(str(e)) from None
+
+
+def _emit(mod, target: str, options: CodegenOptions, backend: str, assembly: bool) -> bytes:
+    """Codegen of a module from ``_parsed`` (which it changes: one emit per parse)."""
+    if backend == "llvmlite":
+        tm = _target_machine(target, options.opt_level, options.features)
+        return tm.emit_assembly(mod).encode() if assembly else tm.emit_object(mod)
+    return system_llvm().emit_module(mod, target, options.opt_level, options.features,
+                                     assembly)
 
 
 def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None, *,
@@ -215,17 +240,18 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
                      "/dev/stdin"])
     ir = with_code_object_version(ir_text, options.code_object_version)
 
+    backend = codegen_backend()
+
     t: dict[str, float] = {}
     t0 = time.perf_counter()
     tools = [_Tool(a) for a in argv] if early_tools else []
     try:
         t1 = time.perf_counter()
-        mod = _parse(ir)
-        t["parse"] = time.perf_counter() - t1
-        tm = _target_machine(target, options.opt_level, options.features)
-        t2 = time.perf_counter()
-        obj = tm.emit_object(mod)
-        t["codegen"] = time.perf_counter() - t2
+        with _parsed(ir, backend) as mod:
+            t["parse"] = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            obj = _emit(mod, target, options, backend, assembly=False)
+            t["codegen"] = time.perf_counter() - t2
         tools = tools or [_Tool(a) for a in argv]
         for tool in reversed(tools):  # objdump first: it has more work than the linker
             tool.send(obj)
@@ -235,8 +261,10 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
             asm, kind = disassemble(obj, target, options.features), "disassembly"
         elif lister == "objdump":
             asm, kind = tools[1].finish().decode(), "disassembly"
-        elif lister == "codegen":
-            asm, kind = tm.emit_assembly(_parse(ir)), "assembly"  # codegen mutates its module
+        elif lister == "codegen":  # a second parse: codegen changed the first module
+            with _parsed(ir, backend) as mod:
+                asm = _emit(mod, target, options, backend, assembly=True).decode()
+            kind = "assembly"
         else:
             asm, kind = "", "none"
         t["listing"] = time.perf_counter() - t3

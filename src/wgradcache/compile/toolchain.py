@@ -1,9 +1,12 @@
-"""The toolchain: which linker and disassembler we run, and the identity that keys the cache.
+"""The toolchain: which LLVM runs codegen, which linker links, and the identity that keys
+the cache.
 
-Codegen is in-process (llvmlite's LLVM); linking needs an LLVM 22 ``ld.lld`` and, for the
-ISA listing, ``llvm-objdump`` is used when present. Everything that can change the bytes
-of a code object goes into :class:`ToolchainIdentity`, so a cache built with another LLVM
-or another linker is never mistaken for this one.
+Codegen is in-process: through the system's libLLVM >= 22 (``libllvm``, no assertions,
+what ``llc-22`` runs on) when there is one, else through llvmlite's LLVM (an assertions
+build, ~1.4x slower, same bytes); ``WGRADCACHE_CODEGEN=libllvm|llvmlite`` forces one.
+Linking needs an LLVM 22 ``ld.lld``. Everything that can change the bytes of a code object
+goes into :class:`ToolchainIdentity`, so a cache built with another LLVM or another linker
+is never mistaken for this one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ __all__ = [
     "MIN_LLVM_MAJOR",
     "ToolchainError",
     "ToolchainIdentity",
+    "CODEGEN_ENV",
+    "codegen_backend",
     "find_linker",
     "find_disassembler",
     "find_llvm_library",
@@ -42,6 +47,9 @@ descriptor layout). The module flag ``amdhsa_code_object_version`` = 500 selects
 
 MIN_LLVM_MAJOR = 22
 """Oldest LLVM whose tools know gfx1250 (linker relocations, disassembler opcodes)."""
+
+CODEGEN_ENV = "WGRADCACHE_CODEGEN"
+CODEGEN_BACKENDS = ("auto", "libllvm", "llvmlite")
 
 _INSTALL_HINT = "install one with `apt-get install lld-22` (Debian/Ubuntu) or `make deps`"
 
@@ -129,15 +137,40 @@ def find_llvm_library() -> Path | None:
     return None
 
 
-def _llvmlite_library() -> Path:
-    from llvmlite.binding import ffi
+def codegen_backend() -> str:
+    """"libllvm" or "llvmlite": what runs codegen in this process (``$WGRADCACHE_CODEGEN``,
+    default "auto": libllvm when a libLLVM >= 22 loads, else llvmlite)."""
+    want = os.environ.get(CODEGEN_ENV, "auto") or "auto"
+    if want not in CODEGEN_BACKENDS:
+        raise ToolchainError(f"{CODEGEN_ENV}={want!r}: expected one of "
+                             f"{', '.join(CODEGEN_BACKENDS)}")
+    if want == "llvmlite":
+        return "llvmlite"
+    from wgradcache.compile.libllvm import system_llvm
 
-    return Path(ffi.lib._name)
+    if system_llvm() is not None:
+        return "libllvm"
+    if want == "libllvm":
+        raise ToolchainError(f"{CODEGEN_ENV}=libllvm but no libLLVM >= {MIN_LLVM_MAJOR} "
+                             f"loads: install `llvm-{MIN_LLVM_MAJOR}` (`make deps`)")
+    return "llvmlite"
+
+
+def _codegen_library(backend: str) -> tuple[str, Path]:
+    """(LLVM version, shared library) of a codegen backend."""
+    if backend == "libllvm":
+        from wgradcache.compile.libllvm import system_llvm
+
+        lib = system_llvm()
+        return lib.version, lib.path
+    from llvmlite.binding import ffi, llvm_version_info
+
+    return ".".join(str(v) for v in llvm_version_info), Path(ffi.lib._name)
 
 
 def _sha256_file(path: Path) -> str:
     """sha256 of a file, remembered per (path, size, mtime) in the user's cache directory:
-    libllvmlite.so is ~180 MB and hashing it was a fifth of a no-op rebuild."""
+    the LLVM libraries are 100-180 MB and hashing one was a fifth of a no-op rebuild."""
     st = path.stat()
     stamp = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     memo = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wgradcache" \
@@ -168,8 +201,9 @@ def _sha256_file(path: Path) -> str:
 class ToolchainIdentity:
     """What produced a code object, beyond the IR and the codegen options."""
 
-    llvm_version: str
-    llvmlite_digest: str  # sha256 of libllvmlite.so: same version string, other build => other key
+    codegen: str  # "libllvm" or "llvmlite" (codegen_backend)
+    llvm_version: str  # of the library that runs codegen
+    codegen_digest: str  # its sha256: same version string, other build => other key
     linker_path: str
     linker_version: str
     code_object_version: int
@@ -190,15 +224,19 @@ class ToolchainIdentity:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
 def toolchain_identity() -> ToolchainIdentity:
-    """The identity of this process's toolchain (computed once: hashing llvmlite takes ~0.2 s)."""
-    from llvmlite import binding
+    """The identity of this process's toolchain."""
+    return _toolchain_identity(codegen_backend())
 
+
+@functools.cache
+def _toolchain_identity(backend: str) -> ToolchainIdentity:
+    version, library = _codegen_library(backend)
     linker = find_linker()
     return ToolchainIdentity(
-        llvm_version=".".join(str(v) for v in binding.llvm_version_info),
-        llvmlite_digest=_sha256_file(_llvmlite_library()),
+        codegen=backend,
+        llvm_version=version,
+        codegen_digest=_sha256_file(library),
         linker_path=str(linker),
         linker_version=tool_version(linker),
         code_object_version=CODE_OBJECT_VERSION,
