@@ -14,6 +14,7 @@ padding). Only instruction lines count, and never ``s_nop``/``s_code_end`` (see 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 __all__ = ["Instruction", "Loop", "parse_listing", "find_loops", "isa_stats", "mma_per_loop"]
@@ -31,6 +32,7 @@ _PADDING = frozenset({"s_code_end", "s_nop"})
 
 CACHE_OPS = ("global_wb", "global_inv", "global_wbinv", "buffer_wbl2", "buffer_inv",
              "buffer_gl0_inv", "buffer_gl1_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
+_CACHE_OP_SET = frozenset(CACHE_OPS)
 ATOMIC_KINDS = ("global_atomic_pk_add_f16", "global_atomic_pk_add_bf16",
                 "global_atomic_add_f32")
 
@@ -67,10 +69,13 @@ def parse_listing(text: str) -> tuple[list[Instruction], dict[str, int]]:
     labels: dict[str, int] = {}
     end_of_block = None
     for raw in text.splitlines():
-        line = _strip_comment(raw)
+        line = _strip_comment(raw) if ("/" in raw or ";" in raw) else raw.strip()
         if not line:
             continue
-        head = line.split(None, 1)[0]
+        head, _, operands = line.partition(" ")
+        if "\t" in head:
+            head, _, rest = head.partition("\t")
+            operands = f"{rest} {operands}" if operands else rest
         if end_of_block:
             if head == end_of_block:
                 end_of_block = None
@@ -78,14 +83,14 @@ def parse_listing(text: str) -> tuple[list[Instruction], dict[str, int]]:
         if head in _SKIP_BLOCKS:
             end_of_block = _SKIP_BLOCKS[head]
             continue
-        m = _OBJDUMP_LABEL.match(line) or _ASM_LABEL.match(line)
-        if m:
-            labels[m.group(1)] = len(code)
+        if line[-1] == ":":  # only labels end with a colon
+            m = _OBJDUMP_LABEL.match(line) or _ASM_LABEL.match(line)
+            if m:
+                labels[m.group(1)] = len(code)
             continue
-        if head.startswith(".") or not _MNEMONIC.match(head) or head in _PADDING:
+        if head[0] == "." or head in _PADDING or not _MNEMONIC.match(head):
             continue
-        operands = line[len(head):].strip()
-        code.append(Instruction(head, operands))
+        code.append(Instruction(head, operands.strip()))
     return code, labels
 
 
@@ -113,6 +118,10 @@ def _is_mma(m: str) -> bool:
 def _is_barrier(m: str) -> bool:
     # gfx12/gfx1250 split a barrier into s_barrier_signal + s_barrier_wait: count it once.
     return m == "s_barrier" or m.startswith("s_barrier_signal")
+
+
+def _is_async_copy(m: str) -> bool:
+    return m.startswith("global_load_async_to_lds_")
 
 
 def _is_cmpswap(m: str) -> bool:
@@ -143,6 +152,16 @@ def _count(code: list[Instruction], pred) -> int:
     return sum(1 for i in code if pred(i.mnemonic))
 
 
+def _by_mnemonic(code: list[Instruction]) -> Counter[str]:
+    return Counter(i.mnemonic for i in code)
+
+
+def _tally(counts: Counter[str], pred) -> int:
+    """Instructions whose mnemonic satisfies ``pred``: one test per distinct mnemonic (a
+    kernel has thousands of instructions but a few dozen mnemonics)."""
+    return sum(n for m, n in counts.items() if pred(m))
+
+
 def isa_stats(asm: str) -> dict[str, int]:
     """Instruction counts by class; every key is always present (a stable schema for JSON).
 
@@ -153,46 +172,46 @@ def isa_stats(asm: str) -> dict[str, int]:
     loops = find_loops(code, labels)
     cas = [lp for lp in loops if _is_cas_loop(lp, code)]
     others = [lp for lp in loops if lp not in cas]
+    n = _by_mnemonic(code)
     s: dict[str, int] = {
         "instructions": len(code),
-        "mma": _count(code, _is_mma),
-        "wmma": _count(code, lambda m: m.startswith(("v_wmma_", "v_swmmac_"))),
-        "mfma": _count(code, lambda m: m.startswith(("v_mfma_", "v_smfmac_"))),
-        "async_copies": _count(code, lambda m: m.startswith("global_load_async_to_lds_")),
-        "async_waits": _count(code, lambda m: m == "s_wait_asynccnt"),
-        "global_load_lds": _count(code, lambda m: m.startswith("global_load_lds_")),
-        "barriers": _count(code, _is_barrier),
-        "global_atomics": _count(code, lambda m: m.startswith("global_atomic_")),
-        "flat_atomics": _count(code, lambda m: m.startswith("flat_atomic_")),
-        "global_atomic_cmpswap": _count(
-            code, lambda m: m.startswith("global_atomic_cmpswap")),
+        "mma": _tally(n, _is_mma),
+        "wmma": _tally(n, lambda m: m.startswith(("v_wmma_", "v_swmmac_"))),
+        "mfma": _tally(n, lambda m: m.startswith(("v_mfma_", "v_smfmac_"))),
+        "async_copies": _tally(n, _is_async_copy),
+        "async_waits": n["s_wait_asynccnt"],
+        "global_load_lds": _tally(n, lambda m: m.startswith("global_load_lds_")),
+        "barriers": _tally(n, _is_barrier),
+        "global_atomics": _tally(n, lambda m: m.startswith("global_atomic_")),
+        "flat_atomics": _tally(n, lambda m: m.startswith("flat_atomic_")),
+        "global_atomic_cmpswap": _tally(n, lambda m: m.startswith("global_atomic_cmpswap")),
     }
     for kind in ATOMIC_KINDS:
-        s[kind] = _count(code, lambda m, k=kind: m == k)
+        s[kind] = n[kind]
     for op in CACHE_OPS:
-        s[op] = _count(code, lambda m, o=op: m == o)
+        s[op] = n[op]
     s["cache_ops"] = sum(s[op] for op in CACHE_OPS)
     # Device-scope cache maintenance: what fencing an agent-scope atomic adds. Workgroup
     # fences around an LDS barrier also invalidate caches (gfx12: global_inv SCOPE_SE,
     # gfx11: buffer_gl0_inv); those are not counted here.
-    s["device_cache_ops"] = sum(1 for i in code if _is_device_cache_op(i))
+    s["device_cache_ops"] = sum(1 for i in code if i.mnemonic in _CACHE_OP_SET
+                                and _is_device_cache_op(i))
     s["cas_loops"] = len(cas)
-    s["ds_loads"] = _count(code, lambda m: m.startswith(("ds_load", "ds_read")))
-    s["ds_stores"] = _count(code, lambda m: m.startswith(("ds_store", "ds_write")))
-    s["global_loads"] = _count(code, lambda m: m.startswith("global_load")
+    s["ds_loads"] = _tally(n, lambda m: m.startswith(("ds_load", "ds_read")))
+    s["ds_stores"] = _tally(n, lambda m: m.startswith(("ds_store", "ds_write")))
+    s["global_loads"] = _tally(n, lambda m: m.startswith("global_load")
                                and not m.startswith(("global_load_async_to_lds_",
                                                      "global_load_lds_")))
-    s["global_stores"] = _count(code, lambda m: m.startswith("global_store"))
-    s["buffer_loads"] = _count(code, lambda m: m.startswith("buffer_load"))
-    s["buffer_stores"] = _count(code, lambda m: m.startswith("buffer_store"))
-    s["scratch_ops"] = _count(code, lambda m: m.startswith("scratch_"))
+    s["global_stores"] = _tally(n, lambda m: m.startswith("global_store"))
+    s["buffer_loads"] = _tally(n, lambda m: m.startswith("buffer_load"))
+    s["buffer_stores"] = _tally(n, lambda m: m.startswith("buffer_store"))
+    s["scratch_ops"] = _tally(n, lambda m: m.startswith("scratch_"))
     s["loops"] = len(loops)
     main = max(others, key=lambda lp: (_count(lp.body(code), _is_mma), lp.end - lp.start),
                default=None)
-    body = main.body(code) if main else []
-    s["main_loop_instructions"] = len(body)
-    s["main_loop_mma"] = _count(body, _is_mma)
-    s["main_loop_barriers"] = _count(body, _is_barrier)
-    s["main_loop_async_copies"] = _count(
-        body, lambda m: m.startswith("global_load_async_to_lds_"))
+    body = _by_mnemonic(main.body(code)) if main else Counter()
+    s["main_loop_instructions"] = sum(body.values())
+    s["main_loop_mma"] = _tally(body, _is_mma)
+    s["main_loop_barriers"] = _tally(body, _is_barrier)
+    s["main_loop_async_copies"] = _tally(body, _is_async_copy)
     return s
