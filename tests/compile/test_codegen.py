@@ -134,6 +134,19 @@ def test_ir_that_does_not_verify(monkeypatch, backend):
         compile_ir(ir, "gfx1250")
 
 
+def test_llc_backend_same_bytes_and_its_errors(monkeypatch):
+    """WGRADCACHE_CODEGEN=llc (the subprocess pipeline the build benchmark compares with):
+    the same code object as in-process codegen; llc's own message on bad IR."""
+    ir = gemm_kernel("gfx1201", tile_k=32)
+    ours = compile_ir(ir, "gfx1201")
+    monkeypatch.setenv(CODEGEN_ENV, "llc")
+    via_llc = compile_ir(ir, "gfx1201")
+    assert via_llc.hsaco == ours.hsaco and isa_stats(via_llc.asm) == isa_stats(ours.asm)
+    assert via_llc.timings["parse"] < 1e-3 < via_llc.timings["codegen"]  # llc parses
+    with pytest.raises(CodegenError, match=r"llc failed: .*error: expected type"):
+        compile_ir("define amdgpu_kernel void @k( {", "gfx1201")
+
+
 def test_bad_arguments():
     with pytest.raises(KeyError, match="gfx9000"):
         compile_ir(mma_kernel("gfx1250"), "gfx9000")

@@ -111,8 +111,12 @@ def test_codegen_backend_choice(monkeypatch):
     assert toolchain.codegen_backend() == "libllvm"
     monkeypatch.setenv(toolchain.CODEGEN_ENV, "llvmlite")
     assert toolchain.codegen_backend() == "llvmlite"
+    monkeypatch.setenv(toolchain.CODEGEN_ENV, "llc")
+    assert toolchain.codegen_backend() == "llc"
+    assert toolchain_identity().codegen == "llc"
+    assert toolchain_identity().llvm_version.startswith("Debian LLVM version 22.")
     monkeypatch.setenv(toolchain.CODEGEN_ENV, "gcc")
-    with pytest.raises(ToolchainError, match="expected one of auto, libllvm, llvmlite"):
+    with pytest.raises(ToolchainError, match="expected one of auto, libllvm, llvmlite, llc"):
         toolchain.codegen_backend()
     # No libLLVM: auto falls back to llvmlite; asking for libllvm says how to get it.
     monkeypatch.setattr(libllvm, "system_llvm", lambda: None)

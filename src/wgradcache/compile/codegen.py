@@ -46,6 +46,7 @@ from wgradcache.compile.toolchain import (
     codegen_backend,
     find_disassembler,
     find_linker,
+    find_llc,
     with_code_object_version,
 )
 from wgradcache.targets import get_target
@@ -175,7 +176,11 @@ def _parse_llvmlite(ir: str):
 
 @contextlib.contextmanager
 def _parsed(ir: str, backend: str) -> Iterator:
-    """The parsed, verified module of ``backend`` (``libllvm``: a handle valid inside)."""
+    """The parsed, verified module of ``backend`` (``libllvm``: a handle valid inside;
+    ``llc``: the text, which llc parses)."""
+    if backend == "llc":
+        yield ir
+        return
     if backend == "llvmlite":
         yield _parse_llvmlite(ir)
         return
@@ -188,11 +193,30 @@ def _parsed(ir: str, backend: str) -> Iterator:
 
 def _emit(mod, target: str, options: CodegenOptions, backend: str, assembly: bool) -> bytes:
     """Codegen of a module from ``_parsed`` (which it changes: one emit per parse)."""
+    if backend == "llc":
+        return _llc(mod, target, options, assembly)
     if backend == "llvmlite":
         tm = _target_machine(target, options.opt_level, options.features)
         return tm.emit_assembly(mod).encode() if assembly else tm.emit_object(mod)
     return system_llvm().emit_module(mod, target, options.opt_level, options.features,
                                      assembly)
+
+
+def _llc(ir: str, target: str, options: CodegenOptions, assembly: bool) -> bytes:
+    """``llc`` as a subprocess, IR on stdin, the object (or ``.s``) on stdout."""
+    argv = [str(find_llc()), f"-O{options.opt_level}", f"-mtriple={TRIPLE}",
+            f"-mcpu={target}", f"-filetype={'asm' if assembly else 'obj'}", "-o", "-", "-"]
+    if options.features:
+        argv.insert(4, f"-mattr={options.features}")
+    try:
+        out = subprocess.run(argv, input=ir.encode(), capture_output=True,
+                             timeout=_TOOL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise CodegenError(f"llc timed out after {_TOOL_TIMEOUT} s") from None
+    if out.returncode != 0:
+        msg = out.stderr.decode(errors="replace").strip() or f"exit status {out.returncode}"
+        raise CodegenError(f"llc failed: {msg}")
+    return out.stdout
 
 
 def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None, *,

@@ -30,6 +30,7 @@ __all__ = [
     "codegen_backend",
     "find_linker",
     "find_disassembler",
+    "find_llc",
     "find_llvm_library",
     "tool_version",
     "toolchain_identity",
@@ -49,7 +50,7 @@ MIN_LLVM_MAJOR = 22
 """Oldest LLVM whose tools know gfx1250 (linker relocations, disassembler opcodes)."""
 
 CODEGEN_ENV = "WGRADCACHE_CODEGEN"
-CODEGEN_BACKENDS = ("auto", "libllvm", "llvmlite")
+CODEGEN_BACKENDS = ("auto", "libllvm", "llvmlite", "llc")
 
 _INSTALL_HINT = "install one with `apt-get install lld-22` (Debian/Ubuntu) or `make deps`"
 
@@ -113,6 +114,15 @@ def find_disassembler() -> Path | None:
     return _find_tool("llvm-objdump", f"llvm-objdump-{MIN_LLVM_MAJOR}", "llvm-objdump")
 
 
+def find_llc() -> Path:
+    """An LLVM 22 ``llc``: the subprocess codegen (``WGRADCACHE_CODEGEN=llc``)."""
+    found = _find_tool("llc", f"llc-{MIN_LLVM_MAJOR}", "llc")
+    if found is None:
+        raise ToolchainError(f"{CODEGEN_ENV}=llc but no llc >= {MIN_LLVM_MAJOR} found in "
+                             f"$ROCM_PATH/llvm/bin or on PATH: install `llvm-{MIN_LLVM_MAJOR}`")
+    return found
+
+
 def find_llvm_library() -> Path | None:
     """A shared libLLVM (>= 22 is checked by the loader in ``disasm``) for in-process listing.
 
@@ -138,14 +148,15 @@ def find_llvm_library() -> Path | None:
 
 
 def codegen_backend() -> str:
-    """"libllvm" or "llvmlite": what runs codegen in this process (``$WGRADCACHE_CODEGEN``,
-    default "auto": libllvm when a libLLVM >= 22 loads, else llvmlite)."""
+    """What runs codegen (``$WGRADCACHE_CODEGEN``): "libllvm" (in-process, the default when
+    a libLLVM >= 22 loads), "llvmlite" (in-process, the fallback) or "llc" (an ``llc``
+    process per job: what benchmarks/build.py compares our build with, same orchestration)."""
     want = os.environ.get(CODEGEN_ENV, "auto") or "auto"
     if want not in CODEGEN_BACKENDS:
         raise ToolchainError(f"{CODEGEN_ENV}={want!r}: expected one of "
                              f"{', '.join(CODEGEN_BACKENDS)}")
-    if want == "llvmlite":
-        return "llvmlite"
+    if want in ("llvmlite", "llc"):
+        return want
     from wgradcache.compile.libllvm import system_llvm
 
     if system_llvm() is not None:
@@ -157,7 +168,11 @@ def codegen_backend() -> str:
 
 
 def _codegen_library(backend: str) -> tuple[str, Path]:
-    """(LLVM version, shared library) of a codegen backend."""
+    """(LLVM version, the file whose bytes decide codegen) of a backend; llc's is its
+    version line and the libLLVM it runs on (Debian's llc is a thin front of it)."""
+    if backend == "llc":
+        llc = find_llc()
+        return tool_version(llc), find_llvm_library() or llc
     if backend == "libllvm":
         from wgradcache.compile.libllvm import system_llvm
 
@@ -201,7 +216,7 @@ def _sha256_file(path: Path) -> str:
 class ToolchainIdentity:
     """What produced a code object, beyond the IR and the codegen options."""
 
-    codegen: str  # "libllvm" or "llvmlite" (codegen_backend)
+    codegen: str  # "libllvm", "llvmlite" or "llc" (codegen_backend)
     llvm_version: str  # of the library that runs codegen
     codegen_digest: str  # its sha256: same version string, other build => other key
     linker_path: str
