@@ -16,11 +16,15 @@ loaded once per process) adds ~4 ms. So the object always comes from ``emit_obje
 from the in-process disassembler, ``llvm-objdump``, or a second codegen; ``isa_stats``
 gives the same numbers on all three (tested).
 
-Where the time goes: codegen is ~80 % of a job. llvmlite's LLVM is built with assertions
-(``llvmlite.binding.llvm_assertions_state == "on"``), so each codegen pass runs ~1.2x
-slower than in Debian's ``llc-22`` (same passes, same output); not starting ``llc`` (~30 ms
-of libLLVM loading per process) wins that back, and the whole job (object + listing) costs
-~0.8x the CPU of ``llc`` + ``ld.lld`` (object only).
+Which LLVM runs codegen (``toolchain.codegen_backend``): the system's libLLVM-22 through its C
+API (``libllvm``) by default; llvmlite's LLVM when there is none; an ``llc`` process per job
+on request (``WGRADCACHE_CODEGEN=llc``, the reference pipeline of benchmarks/build.py). All
+three give byte-identical code objects (tested). Codegen is ~90 % of a job. llvmlite's LLVM
+is built with assertions (``llvmlite.binding.llvm_assertions_state == "on"``) and spends
+~1.6x the CPU of Debian's libLLVM-22 on the same passes, which is why it is only the
+fallback. Measured on 20 real jobs (benchmarks/codegen.py): object + listing through
+libLLVM cost 0.94x the wall and 1.02x the CPU of ``llc-22`` + ``ld.lld-22`` (object only);
+the object alone 0.85x / 0.92x; through llvmlite 1.37x / 1.43x.
 
 Overlap. The linker is started before parsing and reads the object from a pipe: its ~30 ms
 of start-up runs while this process does codegen (a gain in latency when a core is idle,

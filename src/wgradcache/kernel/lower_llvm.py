@@ -1,11 +1,22 @@
-"""Lowering: KernelDef -> LLVM IR text for one AMDGPU target, through ``llvmlite.ir``.
+"""Lowering: KernelDef -> LLVM IR text for one AMDGPU target, built as text directly.
+
+Why text and not ``llvmlite.ir``: building the module through llvmlite's object model spent
+most of ``lower()`` in that model (name deduplication, per-object ``__str__`` / ``format``),
+and lowering was ~15 % of a cache build. The text is now built with f-strings, one small
+helper per construct, and is byte-identical to what ``llvmlite.ir`` (0.50) printed for the
+same kernel, so content keys of existing cache entries stay valid. The formatting follows
+llvmlite's: every value, block and global is referenced quoted (``%"v12"``, ``@"lds.a"``),
+labels are bare when they are simple identifiers, ``phi``/``select`` carry an empty flag list
+(two spaces), half/float constants print as the hex of their double value (``%#16x``, so
+0.0 is space-padded), bfloat as ``0xRXXXX``, and intrinsic parameters are named ``%".N"``.
 
 Layout after tinygrad's LLVM renderer: per-op tables (``_INT_BINOPS``, ``_ICMP``, ...), the
 per-target differences as data (``_MMA_INTRINSICS``), and one ``_Lowering`` that walks the
-structured regions 1:1 (a FOR becomes a header with phis + ``add_incoming``, an IF becomes
-``if_then`` / ``if_else`` + phis). Opaque pointers carry their address space; addresses are
-``gep``s, never integer casts. Anything the target cannot do fails here, naming the op, the
-dtype and the target, before LLVM can abort the process with ``Cannot select``.
+structured regions 1:1 (a FOR becomes a header with phis whose incomings are filled at the
+latch, an IF becomes then/else blocks + phis). Opaque pointers carry their address space;
+addresses are ``getelementptr``s, never integer casts. Anything the target cannot do fails
+here, naming the op, the dtype and the target, before LLVM can abort the process with
+``Cannot select``.
 
 Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
 
@@ -29,13 +40,14 @@ The same KernelDef always gives byte-identical text (names come from value ids).
 
 from __future__ import annotations
 
-import llvmlite.ir as ll
-from llvmlite.ir import instructions as ll_instr
-from llvmlite.ir import types as ll_types
+import re
+import struct
+from collections.abc import Callable
+from functools import cache
 
 from ..targets import get_target
 from .builder import _f32_to_bf16_bits
-from .ir import DType, GroupOp, KernelDef, Ops, Value, bf16, f16, f32
+from .ir import DType, GroupOp, KernelDef, Ops, Value, bf16, f16, f32, walk
 
 __all__ = ["LoweringError", "lower", "DATA_LAYOUT", "TRIPLE"]
 
@@ -52,47 +64,30 @@ class LoweringError(ValueError):
     """The kernel uses something the target (or this lowering) does not support."""
 
 
-class BFloatType(ll_types._BaseFloatType):
-    """LLVM ``bfloat`` (llvmlite has none); constants print as ``0xRXXXX``."""
+# A lowered value is its LLVM type text and its reference text: ("float", '%"v12"').
+LValue = tuple[str, str]
 
-    null = "0.0"
-    intrinsic_name = "bf16"
-
-    def __str__(self) -> str:
-        return "bfloat"
-
-    def format_constant(self, value) -> str:
-        return f"0xR{int(_f32_to_bf16_bits(value)):04X}"
+# -- types -----------------------------------------------------------------------------------
+_SCALAR_TYPES = {"i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
+                 "f16": "half", "bf16": "bfloat", "f32": "float", "void": "void"}
 
 
-BFloatType._create_instance()
-
-
-class _AtomicFAdd(ll_instr.Instruction):
-    """``atomicrmw fadd`` with a sync scope and alignment (llvmlite's AtomicRMW has neither)."""
-
-    def __init__(self, parent, ptr, val, scope: str, ordering: str, align: int, name=""):
-        super().__init__(parent, ll.VoidType(), "atomicrmw", (ptr, val), name=name)
-        self.scope, self.ordering, self.align = scope, ordering, align
-
-    def descr(self, buf):
-        p, v = self.operands
-        buf.append(f"atomicrmw fadd {p.type} {p.get_reference()}, {v.type} {v.get_reference()} "
-                   f'syncscope("{self.scope}") {self.ordering}, align {self.align}'
-                   f"{self._stringify_metadata(leading_comma=True)}\n")
-
-
-_SCALAR_TYPES = {"i1": ll.IntType(1), "i8": ll.IntType(8), "i16": ll.IntType(16),
-                 "i32": ll.IntType(32), "i64": ll.IntType(64), "f16": ll.HalfType(),
-                 "bf16": BFloatType(), "f32": ll.FloatType(), "void": ll.VoidType()}
-
-
-def ltype(dt: DType) -> ll.Type:
-    """The LLVM type of an IR dtype (pointers are opaque with their address space)."""
+@cache
+def ltype(dt: DType) -> str:
+    """The LLVM type text of an IR dtype (pointers are opaque with their address space)."""
     if dt.is_ptr:
-        return ll.PointerType(addrspace=dt.addrspace)
+        return f"ptr addrspace({dt.addrspace})" if dt.addrspace else "ptr"
     base = _SCALAR_TYPES[dt.scalar]
-    return ll.VectorType(base, dt.count) if dt.is_vector else base
+    return f"<{dt.count} x {base}>" if dt.is_vector else base
+
+
+@cache
+def _vector_parts(ty: str) -> tuple[int, str] | None:
+    """(count, element type) of a vector type text ``<N x T>``; None for a scalar."""
+    if not ty.startswith("<"):
+        return None
+    n, elem = ty[1:-1].split(" x ", 1)
+    return int(n), elem
 
 
 def _mangle(dt: DType) -> str:
@@ -101,21 +96,101 @@ def _mangle(dt: DType) -> str:
     return f"v{dt.count}{s}" if dt.is_vector else s
 
 
+# -- constants (llvmlite's spelling) ---------------------------------------------------------
+def _hex_double(x: float) -> str:
+    """The IEEE double bits as ``%#16x``: how llvmlite prints half and float constants."""
+    return format(struct.unpack("Q", struct.pack("d", x))[0], "#16x")
+
+
+def _round_half(x) -> float:
+    try:
+        return struct.unpack("e", struct.pack("e", x))[0]
+    except struct.error:  # as llvmlite: fall back to single precision
+        return struct.unpack("f", struct.pack("f", x))[0]
+
+
+_FLOAT_CONST: dict[str, Callable[[object], str]] = {
+    "f32": lambda x: _hex_double(struct.unpack("f", struct.pack("f", x))[0]),
+    "f16": lambda x: _hex_double(_round_half(x)),
+    "bf16": lambda x: f"0xR{int(_f32_to_bf16_bits(x)):04X}",
+}
+_NULL = {"f32": "0.0", "f16": "0.0", "bf16": "0.0", "ptr": "null"}  # ints: "0"
+
+
+def _scalar_const(scalar: str, x) -> str:
+    """One element's constant text; None is the type's null, bools are ``true``/``false``."""
+    if x is None:
+        return _NULL.get(scalar, "0")
+    fmt = _FLOAT_CONST.get(scalar)
+    if fmt is not None:
+        return fmt(x)
+    return str(x).lower() if isinstance(x, bool) else str(x)
+
+
+def _const(dt: DType, x) -> str:
+    """Constant text of ``x`` (a sequence for a vector dtype)."""
+    if not dt.is_vector:
+        return _scalar_const(dt.scalar, x)
+    el = ltype(dt.base)
+    return "<" + ", ".join([f"{el} {_scalar_const(dt.scalar, e)}" for e in x]) + ">"
+
+
+def _splat(ty: str, elem_text: str) -> str:
+    """``elem_text`` of type ``ty``, elementwise for a vector (llvmlite never prints
+    ``zeroinitializer`` or a bare ``undef`` for vectors built from one value)."""
+    parts = _vector_parts(ty)
+    if parts is None:
+        return elem_text
+    n, el = parts
+    return "<" + ", ".join([f"{el} {elem_text}"] * n) + ">"
+
+
+def _null(ty: str) -> str:
+    parts = _vector_parts(ty)
+    el = parts[1] if parts else ty
+    z = "0.0" if el in ("float", "half", "bfloat") else "null" if el.startswith("ptr") else "0"
+    return _splat(ty, z)
+
+
+def _int(x) -> str:
+    """An integer operand taken from an op's ``arg``."""
+    return str(x).lower() if isinstance(x, bool) else str(x)
+
+
+# -- names -----------------------------------------------------------------------------------
+_BARE_LABEL = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*$")
+
+
+def _escape(name: str) -> str:
+    if "\\" in name or '"' in name:
+        return name.replace("\\", "\\5c").replace('"', "\\22")
+    return name
+
+
+class _Block:
+    """A basic block: its (unique) name, reference and instruction lines."""
+
+    __slots__ = ("name", "ref", "lines")
+
+    def __init__(self, name: str):
+        self.name, self.ref, self.lines = name, f'%"{_escape(name)}"', []
+
+    def label(self) -> str:
+        name = self.name if _BARE_LABEL.match(self.name) else f'"{_escape(self.name)}"'
+        return f"{name}:"
+
+
+# -- per-op tables ---------------------------------------------------------------------------
 _INT_BINOPS = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.UDIV: "udiv",
                Ops.UREM: "urem", Ops.SDIV: "sdiv", Ops.SREM: "srem", Ops.SHL: "shl",
-               Ops.LSHR: "lshr", Ops.ASHR: "ashr", Ops.AND: "and_", Ops.OR: "or_",
+               Ops.LSHR: "lshr", Ops.ASHR: "ashr", Ops.AND: "and", Ops.OR: "or",
                Ops.XOR: "xor"}
-_INT_MINMAX = {Ops.SMIN: "llvm.smin", Ops.SMAX: "llvm.smax", Ops.UMIN: "llvm.umin",
-               Ops.UMAX: "llvm.umax"}
+_MINMAX = {Ops.SMIN: "llvm.smin", Ops.SMAX: "llvm.smax", Ops.UMIN: "llvm.umin",
+           Ops.UMAX: "llvm.umax", Ops.FMIN: "llvm.minnum", Ops.FMAX: "llvm.maxnum"}
 _FLOAT_BINOPS = {Ops.FADD: "fadd", Ops.FSUB: "fsub", Ops.FMUL: "fmul", Ops.FDIV: "fdiv"}
-_FLOAT_MINMAX = {Ops.FMIN: "llvm.minnum", Ops.FMAX: "llvm.maxnum"}
-_ICMP = {"eq": ("signed", "=="), "ne": ("signed", "!="), "slt": ("signed", "<"),
-         "sle": ("signed", "<="), "sgt": ("signed", ">"), "sge": ("signed", ">="),
-         "ult": ("unsigned", "<"), "ule": ("unsigned", "<="), "ugt": ("unsigned", ">"),
-         "uge": ("unsigned", ">=")}
-_FCMP = {"oeq": ("ordered", "=="), "one": ("ordered", "!="), "olt": ("ordered", "<"),
-         "ole": ("ordered", "<="), "ogt": ("ordered", ">"), "oge": ("ordered", ">="),
-         "une": ("unordered", "!="), "ord": ("ordered", "ord"), "uno": ("unordered", "uno")}
+# the predicate names are LLVM's
+_ICMP = frozenset({"eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"})
+_FCMP = frozenset({"oeq", "one", "olt", "ole", "ogt", "oge", "une", "ord", "uno"})
 _CASTS = {Ops.SITOFP: "sitofp", Ops.UITOFP: "uitofp", Ops.FPTOSI: "fptosi",
           Ops.FPTOUI: "fptoui", Ops.TRUNC: "trunc", Ops.ZEXT: "zext", Ops.SEXT: "sext",
           Ops.BITCAST: "bitcast"}
@@ -138,12 +213,14 @@ _MMA_INTRINSICS = {
 _ASYNC_COPY = {4: "llvm.amdgcn.global.load.async.to.lds.b32",
                8: "llvm.amdgcn.global.load.async.to.lds.b64",
                16: "llvm.amdgcn.global.load.async.to.lds.b128"}
-_I1, _I16, _I32 = ll.IntType(1), ll.IntType(16), ll.IntType(32)
+_NOFINE = ", !amdgpu.no.fine.grained.memory !0"  # !0 is always the empty node
+_MODULE_FLAGS = ["!llvm.module.flags = !{ !1 }", "!0 = !{  }",
+                 '!1 = !{ i32 1, !"amdhsa_code_object_version", i32 500 }']
 
 
 def lower(kd: KernelDef, target: str) -> str:
     """LLVM IR text of ``kd`` for ``target`` (e.g. "gfx1250"); deterministic."""
-    return str(_Lowering(kd, target).module)
+    return _Lowering(kd, target).text()
 
 
 class _Lowering:
@@ -151,66 +228,83 @@ class _Lowering:
         self.kd = kd
         self.target = get_target(target)
         self.forms = {a.form for a in self.target.atoms.values()}
-        self.module = ll.Module(name=kd.name)
-        self.module.triple = TRIPLE
-        self.module.data_layout = DATA_LAYOUT
-        self.decls: dict[str, ll.Function] = {}
+        self.decls: dict[str, tuple[str, str, str]] = {}  # name -> (ret, ref, declare line)
         self.values: dict[int, object] = {}
-        self.nofine = self.module.add_metadata([])
+        # the function's name scope, deduplicated as llvmlite's NameScope does
+        self.used: set[str] = {""}
+        self.suffix: dict[str, int] = {}
+        self.blocks: list[_Block] = []
         self.define_kernel()
-        flag = self.module.add_metadata([ll.Constant(_I32, 1),
-                                         ll.MetaDataString(self.module,
-                                                           "amdhsa_code_object_version"),
-                                         ll.Constant(_I32, 500)])
-        self.module.add_named_metadata("llvm.module.flags", flag)
+
+    def text(self) -> str:
+        kd = self.kd
+        out = [f'; ModuleID = "{kd.name}"', f'target triple = "{TRIPLE}"',
+               f'target datalayout = "{DATA_LAYOUT}"', "", self.prototype, "{"]
+        for blk in self.blocks:
+            out.append(blk.label())
+            out += blk.lines
+        out += ["}", ""]
+        out += self.lds_lines
+        for _, _, decl in self.decls.values():
+            out += [decl, ""]
+        return "\n".join(out + _MODULE_FLAGS)
 
     # -- module pieces ---------------------------------------------------------------------
     def fail(self, v: Value, why: str):
         raise LoweringError(f"{self.kd.name}: {v.op.name} %{v.id} ({v.dtype!r}) on "
                             f"{self.target.name}: {why}")
 
-    def intrinsic(self, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+    def unique(self, name: str) -> str:
+        """``name``, or ``name.N`` with the next free N when taken (llvmlite's rule)."""
+        if name in self.used:
+            base = name
+            while name in self.used:
+                n = self.suffix[base] = self.suffix.get(base, 0) + 1
+                name = f"{base}.{n}"
+        self.used.add(name)
+        return name
+
+    def intrinsic(self, name: str, ret: str, args: list[str]) -> str:
+        """Declare ``name`` once (in first-use order); returns the name."""
         if name not in self.decls:
-            self.decls[name] = ll.Function(self.module, ll.FunctionType(ret, args), name=name)
-        return self.decls[name]
+            params = ", ".join([f'{t} %".{i}"' for i, t in enumerate(args, 1)])
+            ref = f'@"{_escape(name)}"'
+            self.decls[name] = (ret, ref, f"declare {ret} {ref}({params})")
+        return name
 
     def define_kernel(self):
         kd = self.kd
-        fnty = ll.FunctionType(ll.VoidType(), [ltype(a.dtype) for a in kd.args])
-        fn = ll.Function(self.module, fnty, name=kd.name)
-        fn.calling_convention = "amdgpu_kernel"
-        # llvmlite knows no string attributes: add them to the set directly
-        set.add(fn.attributes, f'"amdgpu-flat-work-group-size"="{kd.block_size},'
-                               f'{kd.block_size}"')
-        set.add(fn.attributes, '"uniform-work-group-size"="true"')
-        for a, la, v in zip(kd.args, fn.args, kd.arg_values, strict=True):
-            la.name = a.name
+        # llvmlite names each parameter and the return value ".N" before the real names
+        for _ in range(len(kd.args) + 1):
+            self.unique("")
+        params = []
+        for a, v in zip(kd.args, kd.arg_values, strict=True):
+            ty = ltype(a.dtype)
+            ref = f'%"{_escape(self.unique(a.name))}"'
+            attrs = ""
             if a.dtype.is_ptr:
-                if a.noalias:
-                    la.add_attribute("noalias")
-                la.add_attribute("nonnull")
-                if a.readonly:
-                    set.add(la.attributes, "readonly")
-                la.attributes.align = a.align
-            self.values[v.id] = la
-        self.fn = fn
-        self.lds = {}
+                attrs = ("noalias " if a.noalias else "") + "nonnull " + \
+                    ("readonly " if a.readonly else "") + (f"align {a.align:d} " if a.align else "")
+            params.append(f"{ty} {attrs}{ref}")
+            self.values[v.id] = (ty, ref)
+        b = kd.block_size
+        self.prototype = (f'define amdgpu_kernel void @"{_escape(kd.name)}"({", ".join(params)}) '
+                          f'"amdgpu-flat-work-group-size"="{b},{b}" '
+                          '"uniform-work-group-size"="true"')
+        self.lds: dict[str, LValue] = {}
+        self.lds_lines = []
         for alloc in kd.lds:
-            gv = ll.GlobalVariable(self.module, ll.ArrayType(ll.IntType(8), alloc.nbytes),
-                                   name=f"lds.{alloc.name}", addrspace=3)
-            gv.linkage = "internal"
-            gv.initializer = ll.Constant(gv.value_type, ll.Undefined)
-            gv.align = max(16, alloc.align)
-            gv.type = ll.PointerType(addrspace=3)  # opaque, as every other pointer here
-            self.lds[alloc.name] = gv
-        self.b = ll.IRBuilder(fn.append_basic_block("entry"))
+            ref = f'@"{_escape(f"lds.{alloc.name}")}"'
+            self.lds_lines.append(f"{ref} = internal addrspace(3) global [{alloc.nbytes:d} x i8] "
+                                  f"undef, align {max(16, alloc.align):d}")
+            self.lds[alloc.name] = ("ptr addrspace(3)", ref)
+        self.position(self.new_block("entry"))
         self.hw_ids()
         self.block(kd.body)
-        self.b.ret_void()
+        self.void("ret void")
 
     def hw_ids(self):
         """Materialise the hardware ids the kernel uses, once, in the entry block."""
-        from .ir import walk
         seen: dict[tuple, Value] = {}
         for v in walk(self.kd.body):
             for s in v.src:
@@ -228,20 +322,52 @@ class _Lowering:
                 name = "llvm.amdgcn.workitem.id.x"
             else:
                 name = f"llvm.amdgcn.workgroup.id.{'xyz'[s.arg]}"
-            self.values[s.id] = self.b.call(self.intrinsic(name, _I32, []), [],
-                                            name=f"v{s.id}")
+            self.values[s.id] = self.call(self.intrinsic(name, "i32", []), [], f"v{s.id}")
+
+    # -- emission --------------------------------------------------------------------------
+    def new_block(self, name: str) -> _Block:
+        blk = _Block(self.unique(name))
+        self.blocks.append(blk)
+        return blk
+
+    def position(self, blk: _Block):
+        self.cur, self.lines = blk, blk.lines
+
+    def emit(self, name: str, ty: str, text: str) -> LValue:
+        """Append ``%"name" = text`` to the current block."""
+        ref = f'%"{self.unique(name)}"'
+        self.lines.append(f"  {ref} = {text}")
+        return ty, ref
+
+    def void(self, text: str):
+        self.lines.append("  " + text)
+
+    def br(self, blk: _Block):
+        self.void(f"br label {blk.ref}")
+
+    def call(self, fn: str, args: list[LValue], name: str = "") -> LValue | None:
+        ret, ref, _ = self.decls[fn]
+        text = f"call {ret} {ref}({', '.join([f'{t} {r}' for t, r in args])})"
+        if ret == "void":
+            self.void(text)
+            return None
+        return self.emit(name, ret, text)
+
+    def cast(self, op: str, x: LValue, ty: str, name: str) -> LValue:
+        """``op x to ty``; nothing when ``x`` already has type ``ty`` (as llvmlite)."""
+        if x[0] == ty:
+            return x
+        return self.emit(name, ty, f"{op} {x[0]} {x[1]} to {ty}")
+
+    def phi(self, ty: str, incoming: list[tuple[LValue, _Block]]) -> str:
+        return f"phi  {ty} " + ", ".join([f"[{x[1]}, {b.ref}]" for x, b in incoming])
 
     # -- values ----------------------------------------------------------------------------
     def val(self, v: Value):
         if v.id in self.values:
             return self.values[v.id]
         if v.op is Ops.CONST:
-            ty = ltype(v.dtype)
-            if v.dtype.is_vector:
-                c = ll.Constant(ty, [ll.Constant(ty.element, x) for x in v.arg])
-            else:
-                c = ll.Constant(ty, v.arg)
-            self.values[v.id] = c
+            c = self.values[v.id] = (ltype(v.dtype), _const(v.dtype, v.arg))
             return c
         if v.op is Ops.LDS_ALLOC:
             return self.lds[v.arg]
@@ -254,57 +380,56 @@ class _Lowering:
                 self.values[v.id] = out
 
     def stmt(self, v: Value):  # noqa: C901 - one dispatch over the op groups
-        b, op, name = self.b, v.op, f"v{v.id}"
-        src = v.src
-        if op in _INT_BINOPS:
-            return getattr(b, _INT_BINOPS[op])(self.val(src[0]), self.val(src[1]), name=name)
-        if op in _INT_MINMAX or op in _FLOAT_MINMAX:
-            fn = (_INT_MINMAX | _FLOAT_MINMAX)[op]
+        op, name, src = v.op, f"v{v.id}", v.src
+        if op in _INT_BINOPS or op in _FLOAT_BINOPS:
+            (ty, a), (_, b) = self.val(src[0]), self.val(src[1])
+            return self.emit(name, ty, f"{_INT_BINOPS.get(op) or _FLOAT_BINOPS[op]} {ty} {a}, {b}")
+        if op in _MINMAX:
             ty = ltype(v.dtype)
-            f = self.intrinsic(f"{fn}.{_mangle(v.dtype)}", ty, [ty, ty])
-            return b.call(f, [self.val(s) for s in src], name=name)
-        if op in _FLOAT_BINOPS:
-            return getattr(b, _FLOAT_BINOPS[op])(self.val(src[0]), self.val(src[1]), name=name)
+            f = self.intrinsic(f"{_MINMAX[op]}.{_mangle(v.dtype)}", ty, [ty, ty])
+            return self.call(f, [self.val(s) for s in src], name)
         if op is Ops.NOT:
-            return b.not_(self.val(src[0]), name=name)
+            ty, a = self.val(src[0])
+            return self.emit(name, ty, f"xor {ty} {a}, {_splat(ty, '-1')}")
         if op is Ops.FNEG:
-            return b.fneg(self.val(src[0]), name=name)
-        if op is Ops.ICMP:
-            kind, sym = _ICMP[v.arg]
-            fn = b.icmp_signed if kind == "signed" else b.icmp_unsigned
-            return fn(sym, self.val(src[0]), self.val(src[1]), name=name)
-        if op is Ops.FCMP:
-            kind, sym = _FCMP[v.arg]
-            fn = b.fcmp_ordered if kind == "ordered" else b.fcmp_unordered
-            return fn(sym, self.val(src[0]), self.val(src[1]), name=name)
+            ty, a = self.val(src[0])
+            return self.emit(name, ty, f"fneg {ty} {a}")
+        if op is Ops.ICMP or op is Ops.FCMP:
+            if v.arg not in (_ICMP if op is Ops.ICMP else _FCMP):
+                self.fail(v, f"unknown predicate {v.arg!r}")
+            (ty, a), (_, b) = self.val(src[0]), self.val(src[1])
+            parts = _vector_parts(ty)
+            rty = f"<{parts[0]} x i1>" if parts else "i1"
+            return self.emit(name, rty, f"{op.name.lower()} {v.arg} {ty} {a}, {b}")
         if op is Ops.SELECT:
-            return b.select(*(self.val(s) for s in src), name=name)
+            (ct, c), (ty, a), (bt, b) = (self.val(s) for s in src)
+            return self.emit(name, ty, f"select  {ct} {c}, {ty} {a}, {bt} {b}")
         if op is Ops.FMA:
             ty = ltype(v.dtype)
             f = self.intrinsic(f"llvm.fma.{_mangle(v.dtype)}", ty, [ty, ty, ty])
-            return b.call(f, [self.val(s) for s in src], name=name)
+            return self.call(f, [self.val(s) for s in src], name)
         if op is Ops.FPCAST:
             return self.fpcast(self.val(src[0]), src[0].dtype, v.dtype, name)
         if op in _CASTS:
-            return getattr(b, _CASTS[op])(self.val(src[0]), ltype(v.dtype), name=name)
+            return self.cast(_CASTS[op], self.val(src[0]), ltype(v.dtype), name)
         if op is Ops.PTR_CAST:
             return self.val(src[0])  # opaque pointers: the element type lives in the IR only
         if op in GroupOp.Vector:
             return self.vector(v, name)
         if op is Ops.GEP:
-            return b.gep(self.val(src[0]), [self.val(src[1])],
-                         source_etype=ltype(src[0].dtype.elem), name=name)
+            (pt, p), (it, i) = self.val(src[0]), self.val(src[1])
+            return self.emit(name, pt, f"getelementptr {ltype(src[0].dtype.elem)}, {pt} {p}, "
+                                       f"{it} {i}")
         if op in GroupOp.Memory:
             return self.memory(v, name)
         if op is Ops.ASYNC_WAIT:
             self.need_async(v)
-            f = self.intrinsic("llvm.amdgcn.s.wait.asynccnt", ll.VoidType(), [_I16])
-            b.call(f, [ll.Constant(_I16, v.arg)])
-            return None
+            f = self.intrinsic("llvm.amdgcn.s.wait.asynccnt", "void", ["i16"])
+            return self.call(f, [("i16", _int(v.arg))])
         if op is Ops.BARRIER:
-            b.fence("release", "workgroup")
-            b.call(self.intrinsic("llvm.amdgcn.s.barrier", ll.VoidType(), []), [])
-            b.fence("acquire", "workgroup")
+            self.void('fence syncscope("workgroup") release')
+            self.call(self.intrinsic("llvm.amdgcn.s.barrier", "void", []), [])
+            self.void('fence syncscope("workgroup") acquire')
             return None
         if op is Ops.MMA:
             return self.mma(v, name)
@@ -316,98 +441,97 @@ class _Lowering:
             return self.values[src[0].id][v.arg]
         self.fail(v, "no lowering rule")
 
-    def fpcast(self, x, sd: DType, dd: DType, name: str):
+    def fpcast(self, x: LValue, sd: DType, dd: DType, name: str) -> LValue:
         if sd.scalar != "f32" and dd.scalar != "f32":  # f16 <-> bf16: exact through f32
-            x = self.b.fpext(x, ltype(f32.vec(sd.count)), name=name + ".f32")
+            x = self.cast("fpext", x, ltype(f32.vec(sd.count)), name + ".f32")
             sd = f32.vec(sd.count)
-        if dd.bits > sd.bits:
-            return self.b.fpext(x, ltype(dd), name=name)
-        return self.b.fptrunc(x, ltype(dd), name=name)
+        return self.cast("fpext" if dd.bits > sd.bits else "fptrunc", x, ltype(dd), name)
 
-    def vector(self, v: Value, name: str):
-        b, src = self.b, v.src
+    def vector(self, v: Value, name: str) -> LValue:
+        src = v.src
         if v.op is Ops.VBUILD:
-            out = ll.Constant(ltype(v.dtype), ll.Undefined)
-            for i, s in enumerate(src):
-                nm = name if i == len(src) - 1 else f"{name}.{i}"
-                out = b.insert_element(out, self.val(s), ll.Constant(_I32, i), name=nm)
-            return out
+            return self.build(ltype(v.dtype), [self.val(s) for s in src], name)
         if v.op is Ops.VEXTRACT:
-            return b.extract_element(self.val(src[0]), ll.Constant(_I32, v.arg), name=name)
+            ty, x = self.val(src[0])
+            return self.emit(name, _vector_parts(ty)[1],
+                             f"extractelement {ty} {x}, i32 {_int(v.arg)}")
         if v.op is Ops.VINSERT:
-            return b.insert_element(self.val(src[0]), self.val(src[1]), ll.Constant(_I32, v.arg),
-                                    name=name)
+            (ty, x), (et, e) = self.val(src[0]), self.val(src[1])
+            return self.emit(name, ty, f"insertelement {ty} {x}, {et} {e}, i32 {_int(v.arg)}")
         a, c = src
         if not a.dtype.is_vector:  # shuffles of scalars: build the vector element by element
-            out = ll.Constant(ltype(v.dtype), ll.Undefined)
-            for i, m in enumerate(v.arg):
-                out = b.insert_element(out, self.val(a if m == 0 else c), ll.Constant(_I32, i),
-                                       name=f"{name}.{i}" if i < len(v.arg) - 1 else name)
-            return out
-        mask = ll.Constant(ll.VectorType(_I32, len(v.arg)), [ll.Constant(_I32, m)
-                                                               for m in v.arg])
-        return b.shuffle_vector(self.val(a), self.val(c), mask, name=name)
+            pick = (self.val(a), self.val(c))
+            return self.build(ltype(v.dtype), [pick[m != 0] for m in v.arg], name)
+        (at, x), (ct, y) = self.val(a), self.val(c)
+        mask = ", ".join([f"i32 {_int(m)}" for m in v.arg])
+        return self.emit(name, f"<{len(v.arg)} x {_vector_parts(at)[1]}>",
+                         f"shufflevector {at} {x}, {ct} {y}, <{len(v.arg)} x i32> <{mask}>")
+
+    def build(self, ty: str, elems: list[LValue], name: str) -> LValue:
+        """A vector from scalars: insertelements into undef; the last one is ``name``."""
+        out = (ty, _splat(ty, "undef"))
+        last = len(elems) - 1
+        for i, (et, e) in enumerate(elems):
+            out = self.emit(name if i == last else f"{name}.{i}", ty,
+                            f"insertelement {ty} {out[1]}, {et} {e}, i32 {i}")
+        return out
 
     # -- memory ----------------------------------------------------------------------------
-    def predicated(self, v: Value, n_fixed: int, emit, result_type=None, name=""):
+    def predicated(self, v: Value, n_fixed: int, emit, result_type: str | None = None,
+                   name: str = ""):
         """Run ``emit()`` only where the predicate holds; a result merges 0 elsewhere."""
         if len(v.src) == n_fixed:
             return emit()
         pred = self.val(v.src[n_fixed])
-        before = self.b.block
-        then_block, done = self.branch(pred, f"v{v.id}.do", f"v{v.id}.done")
+        before = self.cur
+        self.branch(pred, f"v{v.id}.do", f"v{v.id}.done")
+        done = self.blocks[-1]
         out = emit()
-        then_block = self.b.block
-        self.b.branch(done)
-        self.b.position_at_end(done)
+        then_block = self.cur
+        self.br(done)
+        self.position(done)
         if result_type is None:
             return None
-        phi = self.b.phi(result_type, name=name)
-        phi.add_incoming(out, then_block)
-        phi.add_incoming(ll.Constant(result_type, None), before)
-        return phi
+        zero = (result_type, _null(result_type))
+        return self.emit(name, result_type,
+                         self.phi(result_type, [(out, then_block), (zero, before)]))
 
-    def branch(self, pred, then_name: str, else_name: str):
-        """``br pred, then, else`` into two new blocks named after the value (llvmlite's
-        ``if_then`` derives names from the current block, which grow with nesting)."""
-        then = self.fn.append_basic_block(then_name)
-        other = self.fn.append_basic_block(else_name)
-        self.b.cbranch(pred, then, other)
-        self.b.position_at_end(then)
+    def branch(self, pred: LValue, then_name: str, else_name: str) -> tuple[_Block, _Block]:
+        """``br pred, then, else`` into two new blocks named after the value."""
+        then, other = self.new_block(then_name), self.new_block(else_name)
+        self.void(f"br {pred[0]} {pred[1]}, label {then.ref}, label {other.ref}")
+        self.position(then)
         return then, other
 
     def memory(self, v: Value, name: str):
-        b, src, op = self.b, v.src, v.op
+        src, op = v.src, v.op
         if op is Ops.LOAD:
             ty = ltype(v.dtype)
-            p = self.val(src[0])
-            return self.predicated(v, 1, lambda: b.load(p, typ=ty, align=v.arg,
-                                                        name=name + ".ld"), ty, name)
+            pt, p = self.val(src[0])
+            return self.predicated(v, 1, lambda: self.emit(
+                name + ".ld", ty, f"load {ty}, {pt} {p}{_align(v.arg)}"), ty, name)
         if op is Ops.STORE:
-            p, x = self.val(src[0]), self.val(src[1])
-            return self.predicated(v, 2, lambda: b.store(x, p, align=v.arg) and None)
+            (pt, p), (xt, x) = self.val(src[0]), self.val(src[1])
+            return self.predicated(v, 2, lambda: self.void(
+                f"store {xt} {x}, {pt} {p}{_align(v.arg)}"))
         if op is Ops.ATOMIC_ADD:
-            p, x = self.val(src[0]), self.val(src[1])
-
-            def emit():
-                inst = _AtomicFAdd(b.block, p, x, "agent", "monotonic", 4)
-                inst.set_metadata("amdgpu.no.fine.grained.memory", self.nofine)
-                b._insert(inst)
-            return self.predicated(v, 2, emit)
+            (pt, p), (xt, x) = self.val(src[0]), self.val(src[1])
+            return self.predicated(v, 2, lambda: self.void(
+                f'atomicrmw fadd {pt} {p}, {xt} {x} syncscope("agent") monotonic, align 4'
+                + _NOFINE))
         self.need_async(v)
         p, d = self.val(src[0]), self.val(src[1])
-        ptr1, ptr3 = ll.PointerType(addrspace=1), ll.PointerType(addrspace=3)
-        f = self.intrinsic(_ASYNC_COPY[v.arg], ll.VoidType(), [ptr1, ptr3, _I32, _I32])
+        f = self.intrinsic(_ASYNC_COPY[v.arg], "void",
+                           ["ptr addrspace(1)", "ptr addrspace(3)", "i32", "i32"])
         # offset 0 (applies to both addresses), cpol 0 (default cache policy)
-        return self.predicated(v, 2, lambda: b.call(f, [p, d, ll.Constant(_I32, 0),
-                                                        ll.Constant(_I32, 0)]) and None)
+        return self.predicated(v, 2, lambda: self.call(f, [p, d, ("i32", "0"), ("i32", "0")]))
 
     def need_async(self, v: Value):
         if not self.target.async_lds_copy:
             self.fail(v, "no async global->LDS copies on this target (gfx1250 only)")
 
     # -- matrix ----------------------------------------------------------------------------
-    def mma(self, v: Value, name: str):
+    def mma(self, v: Value, name: str) -> LValue:
         form = v.arg
         if form not in self.forms:
             self.fail(v, f"MMA form {form!r} does not exist here (target has "
@@ -415,73 +539,73 @@ class _Lowering:
         ab = v.src[0].dtype
         intr, op_dt, style = _MMA_INTRINSICS[(form, ab.scalar)]
         a, bb, c = (self.val(s) for s in v.src)
-        if op_dt != ab:  # bf16 as integer vectors on gfx11/gfx12/mfma
-            a = self.b.bitcast(a, ltype(op_dt), name=name + ".a")
-            bb = self.b.bitcast(bb, ltype(op_dt), name=name + ".b")
         at, ct = ltype(op_dt), ltype(v.dtype)
+        if op_dt != ab:  # bf16 as integer vectors on gfx11/gfx12/mfma
+            a = self.cast("bitcast", a, at, name + ".a")
+            bb = self.cast("bitcast", bb, at, name + ".b")
         if style == "mods":  # gfx1250: neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b (immarg)
-            f = self.intrinsic(intr, ct, [_I1, at, _I1, at, _I16, ct, _I1, _I1])
-            false = ll.Constant(_I1, 0)
-            args = [false, a, false, bb, ll.Constant(_I16, 0), c, false, false]
+            f = self.intrinsic(intr, ct, ["i1", at, "i1", at, "i16", ct, "i1", "i1"])
+            false = ("i1", "0")
+            args = [false, a, false, bb, ("i16", "0"), c, false, false]
         elif style == "mfma":  # A, B, C, cbsz, abid, blgp
-            f = self.intrinsic(intr, ct, [at, at, ct, _I32, _I32, _I32])
-            args = [a, bb, c] + [ll.Constant(_I32, 0)] * 3
+            f = self.intrinsic(intr, ct, [at, at, ct, "i32", "i32", "i32"])
+            args = [a, bb, c] + [("i32", "0")] * 3
         else:
             f = self.intrinsic(intr, ct, [at, at, ct])
             args = [a, bb, c]
-        return self.b.call(f, args, name=name)
+        return self.call(f, args, name)
 
     # -- control ---------------------------------------------------------------------------
-    def for_loop(self, v: Value):
+    def for_loop(self, v: Value) -> list[LValue]:
         r = v.arg
-        b = self.b
         start, stop, step, *inits = (self.val(s) for s in v.src)
-        pre = b.block
-        header = self.fn.append_basic_block(f"for{r.id}.header")
-        body = self.fn.append_basic_block(f"for{r.id}.body")
-        exit_ = self.fn.append_basic_block(f"for{r.id}.exit")
-        b.branch(header)
-        b.position_at_end(header)
-        idx = b.phi(ltype(r.index.dtype), name=f"v{r.index.id}")
-        carried = [b.phi(ltype(c.dtype), name=f"v{c.id}") for c in r.carried]
+        pre = self.cur
+        header = self.new_block(f"for{r.id}.header")
+        body = self.new_block(f"for{r.id}.body")
+        exit_ = self.new_block(f"for{r.id}.exit")
+        self.br(header)
+        self.position(header)
+        # phis first, their incomings are known at the latch: the lines are filled in there
+        ity = ltype(r.index.dtype)
+        idx = self.emit(f"v{r.index.id}", ity, "")
+        carried = [self.emit(f"v{c.id}", ltype(c.dtype), "") for c in r.carried]
         self.values[r.index.id] = idx
         for c, phi in zip(r.carried, carried, strict=True):
             self.values[c.id] = phi
-        b.cbranch(b.icmp_signed("<", idx, stop, name=f"for{r.id}.cond"), body, exit_)
-        b.position_at_end(body)
+        cond = self.emit(f"for{r.id}.cond", "i1", f"icmp slt {ity} {idx[1]}, {stop[1]}")
+        self.void(f"br i1 {cond[1]}, label {body.ref}, label {exit_.ref}")
+        self.position(body)
         self.block(r.body)
         yields = [self.val(y) for y in r.yields]
-        nxt = b.add(idx, step, name=f"for{r.id}.next")
-        latch = b.block
-        b.branch(header)
-        idx.add_incoming(start, pre)
-        idx.add_incoming(nxt, latch)
-        for phi, init, y in zip(carried, inits, yields, strict=True):
-            phi.add_incoming(init, pre)
-            phi.add_incoming(y, latch)
-        b.position_at_end(exit_)
+        nxt = self.emit(f"for{r.id}.next", ity, f"add {ity} {idx[1]}, {step[1]}")
+        latch = self.cur
+        self.br(header)
+        incoming = [[(start, pre), (nxt, latch)]]
+        incoming += [[(init, pre), (y, latch)] for init, y in zip(inits, yields, strict=True)]
+        for i, (phi, inc) in enumerate(zip([idx, *carried], incoming, strict=True)):
+            header.lines[i] += self.phi(phi[0], inc)
+        self.position(exit_)
         return carried  # LOOP_RESULT slots: the header phis (the values when the loop exits)
 
-    def if_region(self, v: Value):
+    def if_region(self, v: Value) -> list[LValue]:
         r = v.arg
-        b = self.b
         pred = self.val(v.src[0])
         _, other = self.branch(pred, f"if{r.id}.then", f"if{r.id}.else")
         self.block(r.then)
         ty = [self.val(y) for y in r.then_yields]
-        then_block = b.block
-        end = self.fn.append_basic_block(f"if{r.id}.end")
-        b.branch(end)
-        b.position_at_end(other)
+        then_block = self.cur
+        end = self.new_block(f"if{r.id}.end")
+        self.br(end)
+        self.position(other)
         self.block(r.else_)
         ey = [self.val(y) for y in r.else_yields]
-        else_block = b.block
-        b.branch(end)
-        b.position_at_end(end)
-        out = []
-        for i, (t, e) in enumerate(zip(ty, ey, strict=True)):
-            phi = b.phi(t.type, name=f"if{r.id}.{i}")
-            phi.add_incoming(t, then_block)
-            phi.add_incoming(e, else_block)
-            out.append(phi)
-        return out
+        else_block = self.cur
+        self.br(end)
+        self.position(end)
+        return [self.emit(f"if{r.id}.{i}", t[0], self.phi(t[0], [(t, then_block),
+                                                                 (e, else_block)]))
+                for i, (t, e) in enumerate(zip(ty, ey, strict=True))]
+
+
+def _align(a) -> str:
+    return "" if a is None else f", align {a:d}"
