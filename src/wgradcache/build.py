@@ -86,7 +86,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def job_cost(spec: KernelSpec) -> float:
-    """Expected relative compile cost: unrolled MMAs plus per-element load code."""
+    """Expected relative compile cost: unrolled MMAs plus per-element load code. Balances
+    shards and orders a build longest first."""
     mma = spec.tile_m * spec.tile_n * spec.tile_k / (16 * 16 * 32)
     va, vb = spec.load_vec_a, spec.load_vec_b
     loads = spec.tile_k * (spec.tile_m / va + spec.tile_n / vb) / spec.block_size
@@ -362,13 +363,20 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
         else:
             publish(res, res["meta"], res["hsaco"])
 
+    # Longest first (LPT): the last jobs of a chunk are then short, so the chunk barriers
+    # and the end of the build leave a worker idle for little time.
+    pending.sort(key=job_cost, reverse=True)
+    stage2 = _start_stage2(cache, specs, options, toolchain, tdigest, gen, req.job_timeout)
     root = str(cache.root)
-    _run_chunked(_job_task, [(s, options, toolchain, validate_specs, root) for s in pending],
-                 req, n_jobs, on_result, key_of=lambda t: t[0].identity_key(),
-                 retry=lambda t: _job_alone(*t, timeout=req.job_timeout))
-
-    _build_stage2(cache, specs, options, toolchain, tdigest, gen,
-                  req.job_timeout, summary)
+    try:
+        _run_chunked(_job_task, [(s, options, toolchain, validate_specs, root) for s in pending],
+                     req, n_jobs, on_result, key_of=lambda t: t[0].identity_key(),
+                     retry=lambda t: _job_alone(*t, timeout=req.job_timeout))
+    except BaseException:
+        for *_, job in stage2:
+            job.cancel()
+        raise
+    _finish_stage2(cache, stage2, tdigest, gen, summary)
     summary.seconds = time.monotonic() - t0
     with cache.lock():
         cache.append_stats({**summary.to_json(), "when": time.time(), "generator": gen,
@@ -376,16 +384,18 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
     return summary
 
 
-def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, toolchain: dict,
-                  tdigest: str, gen: str, timeout: float, summary: BuildSummary) -> None:
-    """The stage-2 reduce kernel of every (dW dtype, R) a two-stage job here needs.
+def _start_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict,
+                  toolchain: dict, tdigest: str, gen: str, timeout: float) -> list[tuple]:
+    """The stage-2 reduce kernel of every (dW dtype, R) a two-stage job here needs: those
+    up to date are skipped, those with the same IR relinked, the rest started compiling in
+    isolated children (collected by ``_finish_stage2`` after the main pass, so their
+    start-up and codegen overlap it).
 
     Keyed by (dW dtype, R) only, so a handful per target; they are companions of the
     two-stage entries (``stage2/<dtype>-wsr<R>.json``), not walk jobs, and do not count
     as jobs. A failure is a failure of every two-stage job that needs it.
     """
-    import json
-
+    started = []
     needed = sorted({(s.dw_dtype, s.ws_replicas) for s in specs if s.reduction == "two_stage"})
     for dw, r in needed:
         name = stage2_name(dw, r)
@@ -394,7 +404,7 @@ def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, to
                 and have.get("toolchain_digest") == tdigest and cache.has_blob(have["blob"])):
             continue  # up to date without emitting, as the entries are
         from .compile.codegen import CodegenOptions
-        from .compile.isolate import compile_isolated
+        from .compile.isolate import IsolatedCompile
         from .kernel.lower_llvm import lower
         from .wgrad.stage2 import build_stage2
 
@@ -406,7 +416,17 @@ def _build_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict, to
                 cache.write_stage2(name, {**have, "generator_digest": gen,
                                           "toolchain_digest": tdigest})
             continue
-        out = compile_isolated(ir, cache.target, CodegenOptions(), timeout=timeout)
+        started.append((name, dw, r, kd, ckey,
+                        IsolatedCompile(ir, cache.target, CodegenOptions(), timeout=timeout)))
+    return started
+
+
+def _finish_stage2(cache: TargetCache, started: list[tuple], tdigest: str, gen: str,
+                   summary: BuildSummary) -> None:
+    import json
+
+    for name, dw, r, kd, ckey, job in started:
+        out = job.outcome()
         if not out.ok:
             summary.failed += 1
             summary.failures.append({"label": f"stage2 {name}", "reason": out.error})

@@ -14,6 +14,7 @@ handles their death itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from wgradcache.compile.codegen import CodegenOptions, CompiledObject
 
-__all__ = ["CompileOutcome", "compile_isolated", "llvm_error_message"]
+__all__ = ["CompileOutcome", "IsolatedCompile", "compile_isolated", "llvm_error_message"]
 
 _MAX_MESSAGE = 2000
 
@@ -67,30 +68,64 @@ def _env() -> dict[str, str]:
     return env
 
 
+class IsolatedCompile:
+    """A ``compile_ir`` started in a child process now, collected with ``outcome()``.
+
+    Starting early lets a caller overlap a few one-off compiles (the build's stage-2
+    kernels) with other work. The timeout runs from ``outcome()``.
+    """
+
+    def __init__(self, ir_text: str, target: str, options: CodegenOptions | None = None,
+                 timeout: float = 300, *, listing: str = "auto"):
+        request = pickle.dumps({"ir": ir_text, "target": target, "listing": listing,
+                                "options": (options or CodegenOptions()).to_dict()})
+        self.timeout = timeout
+        self.proc = subprocess.Popen([sys.executable, "-m", "wgradcache.compile.worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=_env(),
+                                     start_new_session=True)
+        # The child reads its request before importing anything: a write larger than the
+        # pipe waits only for its interpreter to start.
+        stdin, self.proc.stdin = self.proc.stdin, None  # so communicate() leaves it alone
+        try:
+            stdin.write(request)
+        except BrokenPipeError:
+            pass  # it died already: outcome() reports how
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                stdin.close()
+
+    def cancel(self) -> None:
+        """Kill the child (and its tools) if it still runs."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate()
+
+    def outcome(self) -> CompileOutcome:
+        """Wait for the child; never raises for a failed compile."""
+        proc = self.proc
+        try:
+            out, err = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return CompileOutcome(False, None, f"codegen timed out after {self.timeout:g} s; "
+                                               "the process was killed")
+        stderr = err.decode(errors="replace")
+        if proc.returncode == 0 and out:
+            status, payload = pickle.loads(out)
+            if status == "ok":
+                return CompileOutcome(True, payload, "")
+            return CompileOutcome(False, None, payload)
+        detail = llvm_error_message(stderr)
+        return CompileOutcome(False, None, f"{_describe_exit(proc.returncode)}: {detail}"
+                              if detail else _describe_exit(proc.returncode))
+
+
 def compile_isolated(ir_text: str, target: str, options: CodegenOptions | None = None,
                      timeout: float = 300, *, listing: str = "auto") -> CompileOutcome:
     """``compile_ir`` in a child process; never raises for a failed compile.
 
     A timeout kills the child and its tools (its own process group) and says so.
     """
-    request = pickle.dumps({"ir": ir_text, "target": target, "listing": listing,
-                            "options": (options or CodegenOptions()).to_dict()})
-    proc = subprocess.Popen([sys.executable, "-m", "wgradcache.compile.worker"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_env(), start_new_session=True)
-    try:
-        out, err = proc.communicate(request, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return CompileOutcome(False, None, f"codegen timed out after {timeout:g} s; "
-                                           "the process was killed")
-    stderr = err.decode(errors="replace")
-    if proc.returncode == 0 and out:
-        status, payload = pickle.loads(out)
-        if status == "ok":
-            return CompileOutcome(True, payload, "")
-        return CompileOutcome(False, None, payload)
-    detail = llvm_error_message(stderr)
-    return CompileOutcome(False, None, f"{_describe_exit(proc.returncode)}: {detail}"
-                          if detail else _describe_exit(proc.returncode))
+    return IsolatedCompile(ir_text, target, options, timeout, listing=listing).outcome()
