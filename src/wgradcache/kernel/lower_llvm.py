@@ -9,14 +9,17 @@ llvmlite's: every value, block and global is referenced quoted (``%"v12"``, ``@"
 labels are bare when they are simple identifiers, ``phi``/``select`` carry an empty flag list
 (two spaces), half/float constants print as the hex of their double value (``%#16x``, so
 0.0 is space-padded), bfloat as ``0xRXXXX``, and intrinsic parameters are named ``%".N"``.
+llvmlite's build-time operand type checks are gone with it: ``verify.verify`` (run by
+``KernelBuilder.finish``) holds kernels to the IR's typing rules, and LLVM's parser rejects
+anything left.
 
-Layout after tinygrad's LLVM renderer: per-op tables (``_INT_BINOPS``, ``_ICMP``, ...), the
-per-target differences as data (``_MMA_INTRINSICS``), and one ``_Lowering`` that walks the
-structured regions 1:1 (a FOR becomes a header with phis whose incomings are filled at the
-latch, an IF becomes then/else blocks + phis). Opaque pointers carry their address space;
-addresses are ``getelementptr``s, never integer casts. Anything the target cannot do fails
-here, naming the op, the dtype and the target, before LLVM can abort the process with
-``Cannot select``.
+Layout after tinygrad's LLVM renderer: per-op tables (``_BINOPS``, ``_ICMP``, ...), the
+per-target differences as data (``_MMA_INTRINSICS``), one rule per op kind (``_RULES``), and
+one ``_Lowering`` that walks the structured regions 1:1 (a FOR becomes a header with phis
+whose incomings are filled in at the latch, an IF becomes then/else blocks + phis). Opaque
+pointers carry their address space; addresses are ``getelementptr``s, never integer casts.
+Anything the target cannot do fails here, naming the op, the dtype and the target, before
+LLVM can abort the process with ``Cannot select``.
 
 Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
 
@@ -47,7 +50,7 @@ from functools import cache
 
 from ..targets import get_target
 from .builder import _f32_to_bf16_bits
-from .ir import DType, GroupOp, KernelDef, Ops, Value, bf16, f16, f32, walk
+from .ir import DType, GroupOp, KernelDef, Ops, Value, bf16, f16, f32
 
 __all__ = ["LoweringError", "lower", "DATA_LAYOUT", "TRIPLE"]
 
@@ -118,26 +121,26 @@ _NULL = {"f32": "0.0", "f16": "0.0", "bf16": "0.0", "ptr": "null"}  # ints: "0"
 
 
 def _scalar_const(scalar: str, x) -> str:
-    """One element's constant text; None is the type's null, bools are ``true``/``false``."""
+    """One element's constant text; None is the type's null."""
     if x is None:
         return _NULL.get(scalar, "0")
     fmt = _FLOAT_CONST.get(scalar)
-    if fmt is not None:
-        return fmt(x)
-    return str(x).lower() if isinstance(x, bool) else str(x)
+    return _int(x) if fmt is None else fmt(x)
 
 
 def _const(dt: DType, x) -> str:
-    """Constant text of ``x`` (a sequence for a vector dtype)."""
+    """Constant text of ``x`` (a sequence for a vector dtype; None is null everywhere)."""
     if not dt.is_vector:
         return _scalar_const(dt.scalar, x)
+    if x is None:
+        x = (None,) * dt.count
     el = ltype(dt.base)
     return "<" + ", ".join([f"{el} {_scalar_const(dt.scalar, e)}" for e in x]) + ">"
 
 
 def _splat(ty: str, elem_text: str) -> str:
-    """``elem_text`` of type ``ty``, elementwise for a vector (llvmlite never prints
-    ``zeroinitializer`` or a bare ``undef`` for vectors built from one value)."""
+    """``elem_text`` as a value of ``ty``: in every element of a vector (llvmlite spells
+    vector constants element by element, never ``zeroinitializer``)."""
     parts = _vector_parts(ty)
     if parts is None:
         return elem_text
@@ -145,16 +148,13 @@ def _splat(ty: str, elem_text: str) -> str:
     return "<" + ", ".join([f"{el} {elem_text}"] * n) + ">"
 
 
-def _null(ty: str) -> str:
-    parts = _vector_parts(ty)
-    el = parts[1] if parts else ty
-    z = "0.0" if el in ("float", "half", "bfloat") else "null" if el.startswith("ptr") else "0"
-    return _splat(ty, z)
-
-
 def _int(x) -> str:
-    """An integer operand taken from an op's ``arg``."""
+    """An integer constant (llvmlite spells bools ``true``/``false``)."""
     return str(x).lower() if isinstance(x, bool) else str(x)
+
+
+def _align(a) -> str:
+    return "" if a is None else f", align {a:d}"
 
 
 # -- names -----------------------------------------------------------------------------------
@@ -181,13 +181,14 @@ class _Block:
 
 
 # -- per-op tables ---------------------------------------------------------------------------
-_INT_BINOPS = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.UDIV: "udiv",
-               Ops.UREM: "urem", Ops.SDIV: "sdiv", Ops.SREM: "srem", Ops.SHL: "shl",
-               Ops.LSHR: "lshr", Ops.ASHR: "ashr", Ops.AND: "and", Ops.OR: "or",
-               Ops.XOR: "xor"}
-_MINMAX = {Ops.SMIN: "llvm.smin", Ops.SMAX: "llvm.smax", Ops.UMIN: "llvm.umin",
-           Ops.UMAX: "llvm.umax", Ops.FMIN: "llvm.minnum", Ops.FMAX: "llvm.maxnum"}
-_FLOAT_BINOPS = {Ops.FADD: "fadd", Ops.FSUB: "fsub", Ops.FMUL: "fmul", Ops.FDIV: "fdiv"}
+_BINOPS = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.UDIV: "udiv",
+           Ops.UREM: "urem", Ops.SDIV: "sdiv", Ops.SREM: "srem", Ops.SHL: "shl",
+           Ops.LSHR: "lshr", Ops.ASHR: "ashr", Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor",
+           Ops.FADD: "fadd", Ops.FSUB: "fsub", Ops.FMUL: "fmul", Ops.FDIV: "fdiv"}
+# elementwise intrinsics, overloaded on the result type: llvm.smin.i32, llvm.fma.v2f16 ...
+_INTRINSIC_OPS = {Ops.SMIN: "llvm.smin", Ops.SMAX: "llvm.smax", Ops.UMIN: "llvm.umin",
+                  Ops.UMAX: "llvm.umax", Ops.FMIN: "llvm.minnum", Ops.FMAX: "llvm.maxnum",
+                  Ops.FMA: "llvm.fma"}
 # the predicate names are LLVM's
 _ICMP = frozenset({"eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"})
 _FCMP = frozenset({"oeq", "one", "olt", "ole", "ogt", "oge", "une", "ord", "uno"})
@@ -216,6 +217,23 @@ _ASYNC_COPY = {4: "llvm.amdgcn.global.load.async.to.lds.b32",
 _NOFINE = ", !amdgpu.no.fine.grained.memory !0"  # !0 is always the empty node
 _MODULE_FLAGS = ["!llvm.module.flags = !{ !1 }", "!0 = !{  }",
                  '!1 = !{ i32 1, !"amdhsa_code_object_version", i32 500 }']
+
+
+def _hw_uses(stmts, seen: dict[tuple, Value]):
+    """The first hardware-id value per (op, axis) among statement operands and region
+    yields, in ``ir.walk`` order (a region's yields before its statements)."""
+    tid, wid = Ops.THREAD_ID, Ops.WORKGROUP_ID
+    for v in stmts:
+        uses, inner, r = v.src, (), v.arg
+        if v.op is Ops.FOR:
+            uses, inner = uses + r.yields, (r.body,)
+        elif v.op is Ops.IF:
+            uses, inner = uses + r.then_yields + r.else_yields, (r.then, r.else_)
+        for s in uses:
+            if s.op is tid or s.op is wid:
+                seen.setdefault((s.op.name, s.arg), s)
+        for body in inner:
+            _hw_uses(body, seen)
 
 
 def lower(kd: KernelDef, target: str) -> str:
@@ -281,11 +299,12 @@ class _Lowering:
         for a, v in zip(kd.args, kd.arg_values, strict=True):
             ty = ltype(a.dtype)
             ref = f'%"{_escape(self.unique(a.name))}"'
-            attrs = ""
+            attrs = []  # llvmlite's order: the flags sorted, then align
             if a.dtype.is_ptr:
-                attrs = ("noalias " if a.noalias else "") + "nonnull " + \
-                    ("readonly " if a.readonly else "") + (f"align {a.align:d} " if a.align else "")
-            params.append(f"{ty} {attrs}{ref}")
+                attrs = [f for f, on in (("noalias", a.noalias), ("nonnull", True),
+                                         ("readonly", a.readonly)) if on]
+                attrs += [f"align {a.align:d}"] if a.align else []
+            params.append(" ".join([ty, *attrs, ref]))
             self.values[v.id] = (ty, ref)
         b = kd.block_size
         self.prototype = (f'define amdgpu_kernel void @"{_escape(kd.name)}"({", ".join(params)}) '
@@ -306,16 +325,7 @@ class _Lowering:
     def hw_ids(self):
         """Materialise the hardware ids the kernel uses, once, in the entry block."""
         seen: dict[tuple, Value] = {}
-        for v in walk(self.kd.body):
-            for s in v.src:
-                if s.op in (Ops.THREAD_ID, Ops.WORKGROUP_ID):
-                    seen.setdefault((s.op.name, s.arg), s)
-            if v.op in (Ops.FOR, Ops.IF):
-                r = v.arg
-                ys = r.yields if v.op is Ops.FOR else r.then_yields + r.else_yields
-                for s in ys:
-                    if s.op in (Ops.THREAD_ID, Ops.WORKGROUP_ID):
-                        seen.setdefault((s.op.name, s.arg), s)
+        _hw_uses(self.kd.body, seen)
         for key in sorted(seen, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
             s = seen[key]
             if s.op is Ops.THREAD_ID:
@@ -375,71 +385,69 @@ class _Lowering:
 
     def block(self, stmts):
         for v in stmts:
-            out = self.stmt(v)
+            rule = _RULES.get(v.op)
+            if rule is None:
+                self.fail(v, "no lowering rule")
+            out = rule(self, v, f"v{v.id}")
             if out is not None:
                 self.values[v.id] = out
 
-    def stmt(self, v: Value):  # noqa: C901 - one dispatch over the op groups
-        op, name, src = v.op, f"v{v.id}", v.src
-        if op in _INT_BINOPS or op in _FLOAT_BINOPS:
-            (ty, a), (_, b) = self.val(src[0]), self.val(src[1])
-            return self.emit(name, ty, f"{_INT_BINOPS.get(op) or _FLOAT_BINOPS[op]} {ty} {a}, {b}")
-        if op in _MINMAX:
-            ty = ltype(v.dtype)
-            f = self.intrinsic(f"{_MINMAX[op]}.{_mangle(v.dtype)}", ty, [ty, ty])
-            return self.call(f, [self.val(s) for s in src], name)
-        if op is Ops.NOT:
-            ty, a = self.val(src[0])
-            return self.emit(name, ty, f"xor {ty} {a}, {_splat(ty, '-1')}")
-        if op is Ops.FNEG:
-            ty, a = self.val(src[0])
-            return self.emit(name, ty, f"fneg {ty} {a}")
-        if op is Ops.ICMP or op is Ops.FCMP:
-            if v.arg not in (_ICMP if op is Ops.ICMP else _FCMP):
-                self.fail(v, f"unknown predicate {v.arg!r}")
-            (ty, a), (_, b) = self.val(src[0]), self.val(src[1])
-            parts = _vector_parts(ty)
-            rty = f"<{parts[0]} x i1>" if parts else "i1"
-            return self.emit(name, rty, f"{op.name.lower()} {v.arg} {ty} {a}, {b}")
-        if op is Ops.SELECT:
-            (ct, c), (ty, a), (bt, b) = (self.val(s) for s in src)
-            return self.emit(name, ty, f"select  {ct} {c}, {ty} {a}, {bt} {b}")
-        if op is Ops.FMA:
-            ty = ltype(v.dtype)
-            f = self.intrinsic(f"llvm.fma.{_mangle(v.dtype)}", ty, [ty, ty, ty])
-            return self.call(f, [self.val(s) for s in src], name)
-        if op is Ops.FPCAST:
-            return self.fpcast(self.val(src[0]), src[0].dtype, v.dtype, name)
-        if op in _CASTS:
-            return self.cast(_CASTS[op], self.val(src[0]), ltype(v.dtype), name)
-        if op is Ops.PTR_CAST:
-            return self.val(src[0])  # opaque pointers: the element type lives in the IR only
-        if op in GroupOp.Vector:
-            return self.vector(v, name)
-        if op is Ops.GEP:
-            (pt, p), (it, i) = self.val(src[0]), self.val(src[1])
-            return self.emit(name, pt, f"getelementptr {ltype(src[0].dtype.elem)}, {pt} {p}, "
-                                       f"{it} {i}")
-        if op in GroupOp.Memory:
-            return self.memory(v, name)
-        if op is Ops.ASYNC_WAIT:
-            self.need_async(v)
-            f = self.intrinsic("llvm.amdgcn.s.wait.asynccnt", "void", ["i16"])
-            return self.call(f, [("i16", _int(v.arg))])
-        if op is Ops.BARRIER:
-            self.void('fence syncscope("workgroup") release')
-            self.call(self.intrinsic("llvm.amdgcn.s.barrier", "void", []), [])
-            self.void('fence syncscope("workgroup") acquire')
-            return None
-        if op is Ops.MMA:
-            return self.mma(v, name)
-        if op is Ops.FOR:
-            return self.for_loop(v)
-        if op is Ops.IF:
-            return self.if_region(v)
-        if op in (Ops.LOOP_RESULT, Ops.IF_RESULT):
-            return self.values[src[0].id][v.arg]
-        self.fail(v, "no lowering rule")
+    # -- one rule per op kind (see _RULES): (self, v, name) -> lowered value(s) or None --
+    def binop(self, v: Value, name: str) -> LValue:
+        (ty, a), (_, b) = self.val(v.src[0]), self.val(v.src[1])
+        return self.emit(name, ty, f"{_BINOPS[v.op]} {ty} {a}, {b}")
+
+    def elementwise_call(self, v: Value, name: str) -> LValue:
+        ty = ltype(v.dtype)
+        f = self.intrinsic(f"{_INTRINSIC_OPS[v.op]}.{_mangle(v.dtype)}", ty, [ty] * len(v.src))
+        return self.call(f, [self.val(s) for s in v.src], name)
+
+    def not_(self, v: Value, name: str) -> LValue:
+        ty, a = self.val(v.src[0])
+        return self.emit(name, ty, f"xor {ty} {a}, {_splat(ty, '-1')}")
+
+    def fneg(self, v: Value, name: str) -> LValue:
+        ty, a = self.val(v.src[0])
+        return self.emit(name, ty, f"fneg {ty} {a}")
+
+    def compare(self, v: Value, name: str) -> LValue:
+        kind, preds = ("icmp", _ICMP) if v.op is Ops.ICMP else ("fcmp", _FCMP)
+        if v.arg not in preds:
+            self.fail(v, f"unknown predicate {v.arg!r}")
+        (ty, a), (_, b) = self.val(v.src[0]), self.val(v.src[1])
+        parts = _vector_parts(ty)
+        rty = f"<{parts[0]} x i1>" if parts else "i1"
+        return self.emit(name, rty, f"{kind} {v.arg} {ty} {a}, {b}")
+
+    def select(self, v: Value, name: str) -> LValue:
+        (ct, c), (ty, a), (bt, b) = (self.val(s) for s in v.src)
+        return self.emit(name, ty, f"select  {ct} {c}, {ty} {a}, {bt} {b}")
+
+    def convert(self, v: Value, name: str) -> LValue:
+        if v.op is Ops.FPCAST:
+            return self.fpcast(self.val(v.src[0]), v.src[0].dtype, v.dtype, name)
+        return self.cast(_CASTS[v.op], self.val(v.src[0]), ltype(v.dtype), name)
+
+    def ptr_cast(self, v: Value, name: str) -> LValue:
+        return self.val(v.src[0])  # opaque pointers: the element type lives in the IR only
+
+    def gep(self, v: Value, name: str) -> LValue:
+        (pt, p), (it, i) = self.val(v.src[0]), self.val(v.src[1])
+        return self.emit(name, pt, f"getelementptr {ltype(v.src[0].dtype.elem)}, {pt} {p}, "
+                                   f"{it} {i}")
+
+    def async_wait(self, v: Value, name: str) -> None:
+        self.need_async(v)
+        f = self.intrinsic("llvm.amdgcn.s.wait.asynccnt", "void", ["i16"])
+        self.call(f, [("i16", _int(v.arg))])
+
+    def barrier(self, v: Value, name: str) -> None:
+        self.void('fence syncscope("workgroup") release')
+        self.call(self.intrinsic("llvm.amdgcn.s.barrier", "void", []), [])
+        self.void('fence syncscope("workgroup") acquire')
+
+    def result(self, v: Value, name: str) -> LValue:
+        return self.values[v.src[0].id][v.arg]
 
     def fpcast(self, x: LValue, sd: DType, dd: DType, name: str) -> LValue:
         if sd.scalar != "f32" and dd.scalar != "f32":  # f16 <-> bf16: exact through f32
@@ -477,24 +485,23 @@ class _Lowering:
         return out
 
     # -- memory ----------------------------------------------------------------------------
-    def predicated(self, v: Value, n_fixed: int, emit, result_type: str | None = None,
-                   name: str = ""):
-        """Run ``emit()`` only where the predicate holds; a result merges 0 elsewhere."""
+    def predicated(self, v: Value, n_fixed: int, emit, result: bool = False):
+        """Run ``emit()`` only where the predicate holds; a result (of ``v.dtype``, named
+        after ``v``) merges 0 elsewhere."""
         if len(v.src) == n_fixed:
             return emit()
         pred = self.val(v.src[n_fixed])
         before = self.cur
-        self.branch(pred, f"v{v.id}.do", f"v{v.id}.done")
-        done = self.blocks[-1]
+        _, done = self.branch(pred, f"v{v.id}.do", f"v{v.id}.done")
         out = emit()
         then_block = self.cur
         self.br(done)
         self.position(done)
-        if result_type is None:
+        if not result:
             return None
-        zero = (result_type, _null(result_type))
-        return self.emit(name, result_type,
-                         self.phi(result_type, [(out, then_block), (zero, before)]))
+        ty = ltype(v.dtype)
+        zero = (ty, _const(v.dtype, None))
+        return self.emit(f"v{v.id}", ty, self.phi(ty, [(out, then_block), (zero, before)]))
 
     def branch(self, pred: LValue, then_name: str, else_name: str) -> tuple[_Block, _Block]:
         """``br pred, then, else`` into two new blocks named after the value."""
@@ -509,7 +516,7 @@ class _Lowering:
             ty = ltype(v.dtype)
             pt, p = self.val(src[0])
             return self.predicated(v, 1, lambda: self.emit(
-                name + ".ld", ty, f"load {ty}, {pt} {p}{_align(v.arg)}"), ty, name)
+                name + ".ld", ty, f"load {ty}, {pt} {p}{_align(v.arg)}"), result=True)
         if op is Ops.STORE:
             (pt, p), (xt, x) = self.val(src[0]), self.val(src[1])
             return self.predicated(v, 2, lambda: self.void(
@@ -556,7 +563,7 @@ class _Lowering:
         return self.call(f, args, name)
 
     # -- control ---------------------------------------------------------------------------
-    def for_loop(self, v: Value) -> list[LValue]:
+    def for_loop(self, v: Value, name: str) -> list[LValue]:
         r = v.arg
         start, stop, step, *inits = (self.val(s) for s in v.src)
         pre = self.cur
@@ -587,7 +594,7 @@ class _Lowering:
         self.position(exit_)
         return carried  # LOOP_RESULT slots: the header phis (the values when the loop exits)
 
-    def if_region(self, v: Value) -> list[LValue]:
+    def if_region(self, v: Value, name: str) -> list[LValue]:
         r = v.arg
         pred = self.val(v.src[0])
         _, other = self.branch(pred, f"if{r.id}.then", f"if{r.id}.else")
@@ -607,5 +614,16 @@ class _Lowering:
                 for i, (t, e) in enumerate(zip(ty, ey, strict=True))]
 
 
-def _align(a) -> str:
-    return "" if a is None else f", align {a:d}"
+# op -> rule; an op missing here fails with "no lowering rule"
+_RULES: dict[Ops, Callable] = {
+    **dict.fromkeys(_BINOPS, _Lowering.binop),
+    **dict.fromkeys(_INTRINSIC_OPS, _Lowering.elementwise_call),
+    **dict.fromkeys(_CASTS, _Lowering.convert), **dict.fromkeys(GroupOp.Vector, _Lowering.vector),
+    **dict.fromkeys(GroupOp.Memory, _Lowering.memory),
+    Ops.FPCAST: _Lowering.convert, Ops.NOT: _Lowering.not_,
+    Ops.FNEG: _Lowering.fneg, Ops.ICMP: _Lowering.compare, Ops.FCMP: _Lowering.compare,
+    Ops.SELECT: _Lowering.select, Ops.PTR_CAST: _Lowering.ptr_cast, Ops.GEP: _Lowering.gep,
+    Ops.ASYNC_WAIT: _Lowering.async_wait, Ops.BARRIER: _Lowering.barrier, Ops.MMA: _Lowering.mma,
+    Ops.FOR: _Lowering.for_loop, Ops.IF: _Lowering.if_region,
+    Ops.LOOP_RESULT: _Lowering.result, Ops.IF_RESULT: _Lowering.result,
+}
