@@ -18,6 +18,8 @@ then, in this order (``--repeat`` cycles the whole order and keeps the median):
                instead of in-process codegen, everything else identical (the subprocess
                pipeline at the same parallelism, with the same emission and publishing)
   build 1      the same with 1 worker
+  scaling      W processes compiling one job at once vs one process (what this machine
+               gives LLVM codegen: the ceiling of build 1 / build W)
 
 ``--llvmlite`` adds ``ours-llvmlite``: ours-compile with codegen through llvmlite's LLVM (an
 assertions build; the fallback when no libLLVM-22 loads) instead of the system libLLVM-22.
@@ -182,6 +184,35 @@ def run_build(specs: list[KernelSpec], workers: int, cache_dir: Path,
     return {**res, "process": elapsed}
 
 
+_CHILD_SCALING = """
+import sys, time
+from wgradcache.compile.codegen import compile_ir
+from wgradcache.emit import emit_ir
+from wgradcache.spec import from_label
+spec = from_label(sys.argv[1])
+ir = emit_ir(spec).ir_text
+compile_ir(ir, spec.target)
+t0, n = time.perf_counter(), 0
+while time.perf_counter() - t0 < float(sys.argv[2]):
+    compile_ir(ir, spec.target)
+    n += 1
+print(n / (time.perf_counter() - t0))
+"""
+SCALING_LABEL = "gfx1250-fp16-t128x32x64-w2x1-v8x8-sync-cshuffle-none"
+
+
+def machine_scaling(workers: int, seconds: float = 12.0) -> float:
+    """Throughput of ``workers`` processes compiling the same job at once over one process:
+    what this machine gives LLVM codegen (its working set shares caches and memory), the
+    ceiling for ``build 1 / build W`` apart from the pure-Python phases."""
+    def run(n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", _CHILD_SCALING, SCALING_LABEL,
+                                   str(seconds)], stdout=subprocess.PIPE, text=True)
+                 for _ in range(n)]
+        return sum(float(p.communicate()[0]) for p in procs)
+    return run(workers) / run(1)
+
+
 def cache_blobs(cache_dir: Path, target: str, specs: list[KernelSpec]) -> list[bytes | None]:
     cache = TargetCache(cache_dir, target)
     out = []
@@ -277,7 +308,7 @@ def _vec_key(s: KernelSpec) -> str:
 
 
 def report(jobs, workers, ref, ours, build_w, build_1, phases, protos=None,
-           build_llc=None) -> None:
+           build_llc=None, scaling=None) -> None:
     n = len(jobs)
     sums = {k: 0.0 for k in PHASES}
     for job, ph in zip(jobs, phases, strict=True):
@@ -302,6 +333,10 @@ def report(jobs, workers, ref, ours, build_w, build_1, phases, protos=None,
           f"ours-compile {ours / codegen_floor:.2f}x (goal <= 1.10)")
     print(f"(2) build 1 {build_1['wall']:.1f} s / build {workers} {bw:.1f} s = "
           f"{build_1['wall'] / bw:.2f}x (goal >= 1.8)")
+    if scaling:
+        print(f"    this machine: {workers} processes compiling one job at once give "
+              f"{scaling:.2f}x the codegen throughput of one (LLVM shares caches and memory "
+              f"bandwidth; a pure-Python loop scales ~{workers}x)")
     if protos:
         lite_wall, lite_phases = protos
         lite_cg = sum(p["codegen"] for p in lite_phases)
@@ -401,7 +436,9 @@ def main(argv: list[str] | None = None) -> None:
             lite_wall = mid(w for w, _ in lites)
             protos = (lite_wall, next(p for w, p in lites if w == lite_wall))
         bl = sorted(bls, key=lambda b: b["wall"])[(len(bls) - 1) // 2]
-        report(jobs, args.workers, mid(refs), ours_wall, bw, b1, phases, protos, bl)
+        print("machine scaling probe ...", flush=True)
+        scaling = machine_scaling(args.workers)
+        report(jobs, args.workers, mid(refs), ours_wall, bw, b1, phases, protos, bl, scaling)
         if args.save:
             args.save.write_text(json.dumps({
                 "workers": args.workers, "llc_lld": refs, "ours_compile": [w for w, _ in ourss],
