@@ -19,14 +19,15 @@ def _default_cache_dir() -> str:
 
 
 class _Group(click.Group):
-    """Turns library errors about user input into one-line exit-2 errors."""
+    """Turns library errors about user input or set-up into one-line exit-2 errors."""
 
     def invoke(self, ctx: click.Context):
+        from .compile.toolchain import ToolchainError
         from .jobs import GeometryFileError, SelectionError
 
         try:
             return super().invoke(ctx)
-        except (GeometryFileError, SelectionError) as e:
+        except (GeometryFileError, SelectionError, ToolchainError) as e:
             if debug():
                 raise
             raise UserError(str(e)) from None

@@ -39,13 +39,13 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
         ok, why = validate(spec)
         if not ok:
             raise ValueError(f"{spec.label()}: {why}")
+    options, toolchain, _ = codegen_context()  # a set-up error before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     label = spec.label()
     k = emit_ir(spec, check=check)
     files = {"ll": str(out / f"{label}.ll")}
     Path(files["ll"]).write_text(k.ir_text)
-    options, toolchain, _ = codegen_context()
     res = compile_isolated(k.ir_text, spec.target, CodegenOptions(), timeout=timeout,
                            listing="assembly")
     doc: dict = {"label": label, "identity_key": spec.identity_key(), "symbol": k.symbol,

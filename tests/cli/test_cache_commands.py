@@ -63,3 +63,16 @@ def test_emulate_pass_and_cannot_serve():
              "2,3,9,9,16,3,3")
     assert r.exit_code == 2
     assert "vec_b 8 does not divide cpg=3" in r.output
+
+
+def test_bad_codegen_backend_is_a_one_line_error(monkeypatch, tmp_path):
+    """A set-up problem (here $WGRADCACHE_CODEGEN) is one line, exit 2, nothing written."""
+    monkeypatch.setenv("WGRADCACHE_CODEGEN", "gcc")
+    for args in (["build", "--target", "gfx1250", "--limit", "1",
+                  "--cache-dir", str(tmp_path / "cache")],
+                 ["compile", LABEL, "--out", str(tmp_path / "out")]):
+        r = _run(*args)
+        assert r.exit_code == 2, r.output
+        assert r.output == ("error: WGRADCACHE_CODEGEN='gcc': expected one of auto, libllvm, "
+                            "llvmlite, llc\n")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
