@@ -119,6 +119,11 @@ def build(targets, dtypes, variants, geometries, limit, jobs, job_timeout, retry
     """Walk, plan, compile and publish the jobs of each target into the cache.
 
     Exit 0 when nothing failed, 1 when a job failed, 2 for bad input.
+
+    Codegen runs in the workers through the system libLLVM-22 (Debian's libllvm22);
+    WGRADCACHE_CODEGEN=llvmlite uses llvmlite's LLVM instead (same bytes, slower), =llc an
+    llc-22 process per job. The choice is part of the toolchain identity, so entries built
+    one way are rebuilt the other way.
     """
     from .buildrun import run_builds
 
