@@ -120,6 +120,10 @@ def ptr(elem: DType, addrspace: int = GLOBAL) -> DType:
 class Ops(enum.Enum):
     """Every op of the IR, by section. ``arg`` and ``src`` per op are in the comments."""
 
+    # Members are singletons compared by identity: hash them by identity too (C-level),
+    # not by Enum's Python-level hash of the name, which was ~5 % of building a kernel.
+    __hash__ = object.__hash__
+
     # ** 1 -- kernel-wide definitions (not statements) **
     ARG = enum.auto()  # arg=index into KernelDef.args
     LDS_ALLOC = enum.auto()  # arg=name of a KernelDef.lds allocation; dtype ptr(.., LDS)
