@@ -156,3 +156,18 @@ def test_module_flag_conflict_is_an_error():
     v6 = with_code_object_version(mma_kernel("gfx1250"), 6)
     with pytest.raises(ValueError, match="600"):
         with_code_object_version(v6, 5)
+
+
+def test_an_unusable_libllvm_does_not_hide_a_good_one(monkeypatch, tmp_path):
+    """The libLLVM beside a ROCm linker comes first; one that does not load (here: not a
+    library; in life, an older ROCm's LLVM) is skipped for Debian's 22."""
+    _fake_tool(tmp_path / "rocm" / "llvm" / "bin" / "ld.lld", "AMD LLD 19.0.0")
+    bad = tmp_path / "rocm" / "llvm" / "lib" / "libLLVM.so"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not an ELF")
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    candidates = toolchain.llvm_library_candidates()
+    assert candidates[0] == bad and candidates.count(bad) == 1
+    assert system_llvm().path in candidates
+    lib = libllvm.system_llvm.__wrapped__()  # uncached: this environment's choice
+    assert lib is not None and lib.path != bad and lib.version.startswith("22.")

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from wgradcache.compile.toolchain import MIN_LLVM_MAJOR, find_llvm_library
+from wgradcache.compile.toolchain import MIN_LLVM_MAJOR, llvm_library_candidates
 
 __all__ = ["LLVMLibrary", "LLVMIRError", "system_llvm"]
 
@@ -165,11 +165,11 @@ class LLVMLibrary:
 
 @functools.lru_cache(maxsize=1)
 def system_llvm() -> LLVMLibrary | None:
-    """This process's libLLVM >= 22, loaded once; None when there is no usable one."""
-    path = find_llvm_library()
-    if path is None:
-        return None
-    try:
-        return LLVMLibrary(path)
-    except (OSError, AttributeError):
-        return None
+    """This process's libLLVM >= 22, loaded once: the first candidate that loads, is new
+    enough and has the C API we call; None when there is none."""
+    for path in llvm_library_candidates():
+        try:
+            return LLVMLibrary(path)
+        except (OSError, AttributeError):
+            continue
+    return None

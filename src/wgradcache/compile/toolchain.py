@@ -31,7 +31,7 @@ __all__ = [
     "find_linker",
     "find_disassembler",
     "find_llc",
-    "find_llvm_library",
+    "llvm_library_candidates",
     "tool_version",
     "toolchain_identity",
     "with_code_object_version",
@@ -123,12 +123,13 @@ def find_llc() -> Path:
     return found
 
 
-def find_llvm_library() -> Path | None:
-    """A shared libLLVM (>= 22 is checked by the loader in ``disasm``) for in-process listing.
+def llvm_library_candidates() -> list[Path]:
+    """Shared libLLVMs to try, in order (``libllvm`` loads the first that is >= 22).
 
-    Looked for beside the linker first (``<linker dir>/../lib``: Debian's ld.lld-22 links
-    against the libLLVM of ``/usr/lib/llvm-22/lib``), then in ``$ROCM_PATH/llvm/lib`` and
-    ``/usr/lib/llvm-22/lib``. None when there is none; listing then falls back.
+    Beside the linker first (``<linker dir>/../lib``: Debian's ld.lld-22 links against the
+    libLLVM of ``/usr/lib/llvm-22/lib``), then ``$ROCM_PATH/llvm/lib``, then
+    ``/usr/lib/llvm-22/lib``: an older ROCm's LLVM next to its linker does not hide
+    Debian's 22.
     """
     dirs = []
     try:
@@ -139,12 +140,11 @@ def find_llvm_library() -> Path | None:
     if rocm:
         dirs.append(Path(rocm) / "llvm" / "lib")
     dirs.append(Path(f"/usr/lib/llvm-{MIN_LLVM_MAJOR}/lib"))
-    for d in dirs:
-        libs = sorted(p for pat in ("libLLVM.so*", "libLLVM-*.so*") for p in d.glob(pat)
-                      if p.is_file())
-        if libs:
-            return libs[0]
-    return None
+    out: list[Path] = []
+    for d in dict.fromkeys(dirs):
+        out += sorted(p for pat in ("libLLVM.so*", "libLLVM-*.so*") for p in d.glob(pat)
+                      if p.is_file() and p not in out)
+    return out
 
 
 def codegen_backend() -> str:
@@ -172,7 +172,10 @@ def _codegen_library(backend: str) -> tuple[str, Path]:
     version line and the libLLVM it runs on (Debian's llc is a thin front of it)."""
     if backend == "llc":
         llc = find_llc()
-        return tool_version(llc), find_llvm_library() or llc
+        from wgradcache.compile.libllvm import system_llvm
+
+        lib = system_llvm()
+        return tool_version(llc), lib.path if lib else llc
     if backend == "libllvm":
         from wgradcache.compile.libllvm import system_llvm
 
