@@ -250,6 +250,25 @@ def _spec_from_label(label: str):
         raise UserError(str(e)) from None
 
 
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="one JSON object")
+def toolchain(as_json) -> None:
+    """What a build here would use: codegen library, linker, disassembler, and the toolchain
+    digest that every content key includes (a different digest rebuilds everything).
+
+    WGRADCACHE_CODEGEN=libllvm|llvmlite|llc picks the codegen (default: libllvm when a
+    libLLVM >= 22 loads, else llvmlite).
+    """
+    from .compile.toolchain import toolchain_report
+
+    doc = toolchain_report()
+    if as_json:
+        emit_json(doc)
+    else:
+        table("toolchain", ("item", "value"), ((k, "" if v is None else str(v))
+                                                for k, v in doc.items()), numeric_from=2)
+
+
 @main.command(name="compile")
 @click.argument("label")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out",

@@ -76,3 +76,17 @@ def test_bad_codegen_backend_is_a_one_line_error(monkeypatch, tmp_path):
         assert r.output == ("error: WGRADCACHE_CODEGEN='gcc': expected one of auto, libllvm, "
                             "llvmlite, llc\n")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+def test_toolchain_names_the_digest_the_cache_was_built_with(small_cache, monkeypatch):
+    monkeypatch.delenv("WGRADCACHE_CODEGEN", raising=False)
+    doc = json.loads(_run("toolchain", "--json").stdout)
+    entry = json.loads(_run("show", LABEL, "--cache-dir", str(small_cache["cache"])).stdout)
+    assert doc["toolchain_digest"] == entry["toolchain_digest"]
+    assert (doc["codegen"], doc["disassembler"]) == ("libllvm", "libllvm")
+    assert doc["libllvm"].startswith("/usr/lib/llvm-22/lib/libLLVM")
+    monkeypatch.setenv("WGRADCACHE_CODEGEN", "llvmlite")
+    other = json.loads(_run("toolchain", "--json").stdout)
+    assert other["codegen"] == "llvmlite" and other["codegen_env"] == "llvmlite"
+    assert other["toolchain_digest"] != doc["toolchain_digest"]
+    assert "codegen_digest" in _run("toolchain").stdout

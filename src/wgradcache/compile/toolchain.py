@@ -34,6 +34,7 @@ __all__ = [
     "llvm_library_candidates",
     "tool_version",
     "toolchain_identity",
+    "toolchain_report",
     "with_code_object_version",
 ]
 
@@ -259,6 +260,25 @@ def _toolchain_identity(backend: str) -> ToolchainIdentity:
         linker_version=tool_version(linker),
         code_object_version=CODE_OBJECT_VERSION,
     )
+
+
+def toolchain_report() -> dict:
+    """What this machine would build with, for ``wgradcache toolchain``: the identity (what
+    keys the cache), where each tool is, and the digest that content keys include."""
+    ident = toolchain_identity()
+    from wgradcache.compile.libllvm import system_llvm
+
+    lib = system_llvm()
+    llc = _find_tool("llc", f"llc-{MIN_LLVM_MAJOR}", "llc")
+    return {
+        **ident.to_dict(),
+        "toolchain_digest": ident.digest(),
+        "codegen_env": os.environ.get(CODEGEN_ENV, ""),
+        "libllvm": str(lib.path) if lib else None,
+        "llc": str(llc) if llc else None,
+        "disassembler": ("libllvm" if lib else
+                         str(find_disassembler() or "") or "none (second codegen)"),
+    }
 
 
 _COV_FLAG = re.compile(r'!"amdhsa_code_object_version",\s*i32\s+(\d+)')
