@@ -214,6 +214,9 @@ def _run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: in
     unfinished tasks alone. Chunks are large (a barrier each) because deaths are rare."""
     if not tasks:
         return
+    if n_jobs == 1 and req.backend != "dask":
+        _run_one_worker(fn, tasks, req, on_result, retry)
+        return
     import joblib
 
     chunk = max(n_jobs * 32, 64)
@@ -238,10 +241,35 @@ def _run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: in
                         on_result(res)
 
 
-def build(req: BuildRequest, progress: Callable[[int], None] | None = None,
-          on_total: Callable[[int], None] | None = None,
+def _run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
+                    on_result: Callable[[dict], None], retry: Callable[[tuple], dict]) -> None:
+    """One worker process, one task at a time. joblib runs ``n_jobs=1`` in this process
+    (``SequentialBackend``), where an LLVM exit would end the build and no timeout holds;
+    loky's executor keeps the worker a separate process. A dead worker or a timeout
+    retries that task alone and replaces the worker."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from joblib.externals.loky import get_reusable_executor
+
+    executor = get_reusable_executor(max_workers=1)
+    for t in tasks:
+        try:
+            res = executor.submit(fn, *t).result(timeout=req.job_timeout)
+        except Exception as e:  # TerminatedWorkerError, BrokenProcessPool, a timeout
+            if isinstance(e, FutureTimeout):
+                executor.shutdown(wait=False, kill_workers=True)
+            executor = get_reusable_executor(max_workers=1)
+            res = retry(t)
+        on_result(res)
+
+
+def build(req: BuildRequest, progress: Callable[[int, float], None] | None = None,
+          on_total: Callable[[int, float], None] | None = None,
           specs: list[KernelSpec] | None = None, validate_specs: bool = True) -> BuildSummary:
     """Bring the cache up to date for the requested jobs; see the module docstring.
+
+    ``on_total(jobs, work)`` is called once the plan is made (work: the ``job_cost`` sum of
+    the jobs left to compile); ``progress(jobs, work)`` as jobs settle.
 
     ``specs`` replaces the walk (library use); ``validate_specs=False`` compiles specs the
     rules refuse (how the tests plant a job that makes LLVM exit).
@@ -250,7 +278,7 @@ def build(req: BuildRequest, progress: Callable[[int], None] | None = None,
 
     t0 = time.monotonic()
     return _build(req, TargetCache(req.cache_dir, req.target), generator_digest(), t0,
-                  progress or (lambda n: None), on_total, specs, validate_specs)
+                  progress or (lambda n, work: None), on_total, specs, validate_specs)
 
 
 def _entry(spec: KernelSpec, ik: str, ref: BlobRef, emitted: dict, meta: dict, gen: str,
@@ -270,16 +298,16 @@ def _entry(spec: KernelSpec, ik: str, ref: BlobRef, emitted: dict, meta: dict, g
 
 
 def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
-           progress: Callable[[int], None], on_total, specs: list[KernelSpec] | None,
+           progress: Callable[[int, float], None], on_total,
+           specs: list[KernelSpec] | None,
            validate_specs: bool) -> BuildSummary:
     import json
 
     options, toolchain, tdigest = codegen_context()
     specs = select_jobs(req) if specs is None else specs
     summary = BuildSummary(target=req.target, jobs=len(specs))
-    if on_total:
-        on_total(len(specs))
     n_jobs = req.jobs or os.cpu_count() or 1
+    planned = 0  # jobs settled by the plan (rejected, up to date, failed before)
     by_ik: dict[str, KernelSpec] = {}
     pending: list[KernelSpec] = []
     for spec in specs:
@@ -290,7 +318,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
             with cache.lock():
                 cache.append_reject({"identity_key": ik, "label": spec.label(), "reason": why,
                                      "toolchain": tdigest})
-            progress(1)
+            planned += 1
             continue
         try:
             entry = cache.read_entry(ik)
@@ -300,7 +328,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
                 and entry.get("toolchain_digest") == tdigest
                 and cache.has_blob(entry.get("blob", ""))):
             summary.up_to_date += 1
-            progress(1)
+            planned += 1
             continue
         fail = cache.read_failure(ik)
         if (fail and not req.retry_failed and fail.get("generator_digest") == gen
@@ -308,10 +336,14 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
             summary.failed += 1
             summary.failures.append({"label": spec.label(), "reason": fail.get("reason", ""),
                                      "previous": True})
-            progress(1)
+            planned += 1
             continue
         by_ik[ik] = spec
         pending.append(spec)
+    # The bar and its ETA follow expected compile work (the jobs run longest first).
+    if on_total:
+        on_total(len(specs), sum(job_cost(s) for s in pending))
+    progress(planned, 0.0)
 
     def record_failure(spec: KernelSpec, reason: str) -> None:
         ik = spec.identity_key()
@@ -335,7 +367,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
             elif not cache.has_blob(ckey):
                 record_failure(by_ik[ik], "blob removed while relinking (concurrent gc); "
                                           "build again")
-                progress(1)
+                progress(1, job_cost(by_ik[ik]))
                 return
             else:  # relink: the entry records what is on disk
                 ref = cache.blob_ref(ckey)
@@ -347,17 +379,17 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
             summary.relinked += 1
         else:
             summary.built += 1
-        progress(1)
+        progress(1, job_cost(by_ik[ik]))
 
     def on_result(res: dict) -> None:
         if "error" in res:
             record_failure(by_ik[res["ik"]], res["error"])
-            progress(1)
+            progress(1, job_cost(by_ik[res["ik"]]))
         elif res.get("relink"):
             meta = _read_sidecar(cache, res["ckey"])
             if meta is None:  # vanished since the worker looked
                 record_failure(by_ik[res["ik"]], "blob removed while relinking; build again")
-                progress(1)
+                progress(1, job_cost(by_ik[res["ik"]]))
             else:
                 publish(res, meta, None)
         else:

@@ -72,13 +72,14 @@ def _one(req: BuildRequest, show_progress: bool) -> BuildSummary:
 def _with_progress(req: BuildRequest, show_progress: bool) -> BuildSummary:
     state: dict = {}
 
-    def on_total(n: int) -> None:
-        state["bar"] = progress(n, f"build {req.target}", enabled=show_progress)
+    def on_total(n: int, work: float) -> None:
+        state["bar"] = progress(n, f"build {req.target}", enabled=show_progress,
+                                work_total=work)
         state["advance"] = state["bar"].__enter__()
 
-    def advance(n: int) -> None:
+    def advance(n: int, work: float) -> None:
         if "advance" in state:
-            state["advance"](n)
+            state["advance"](n, work)
 
     try:
         return build(req, progress=advance, on_total=on_total)

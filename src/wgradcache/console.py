@@ -68,13 +68,15 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
 class progress:  # noqa: N801 - used as a context manager like rich's
     """A rich progress bar (done/total, rate, ETA) on stderr; off when not a terminal.
 
-    ``with progress(total, "build") as advance: advance(1)``.
+    ``with progress(total, "build") as advance: advance(1)``. With ``work_total`` the bar and
+    the ETA follow work units (``advance(1, work=cost)``) while the count and the rate stay
+    in items: a build runs its longest jobs first, so an ETA by job count starts far too long.
     """
 
-    def __init__(self, total: int, description: str, enabled: bool = True):
+    def __init__(self, total: int, description: str, enabled: bool = True,
+                 work_total: float | None = None):
         from rich.progress import (
             BarColumn,
-            MofNCompleteColumn,
             Progress,
             TextColumn,
             TimeElapsedColumn,
@@ -82,29 +84,38 @@ class progress:  # noqa: N801 - used as a context manager like rich's
         )
 
         self._p = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.description}"), BarColumn(),
+            TextColumn("{task.fields[done]}/{task.fields[items]}"),
             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
             console=console(stderr=True),
             disable=not enabled or not sys.stderr.isatty(), transient=False)
         self._total, self._description = total, description
-        self._rate_at = 0.0
+        self._work_total = work_total
+        self._done = 0
+        self._started = self._rate_at = 0.0
 
     def __enter__(self):
         self._p.start()
-        self._task = self._p.add_task(self._description, total=self._total, rate="")
+        self._started = time.monotonic()
+        total = self._total if self._work_total is None else self._work_total
+        self._task = self._p.add_task(self._description, total=total, rate="", done=0,
+                                      items=self._total)
         return self.advance
 
-    def advance(self, n: int = 1) -> None:
-        self._p.advance(self._task, n)
-        # rich's speed sums every sample of its window: asked on each of thousands of quick
-        # advances (a no-op rebuild) it was a quarter of the run. Twice a second is enough.
+    def advance(self, n: int = 1, work: float | None = None) -> None:
+        self._done += n
+        step = n if self._work_total is None else (work if work is not None else 0.0)
+        # Fields are refreshed at most twice a second: thousands of quick advances (a
+        # no-op rebuild) must not each pay for a re-render or a rate.
         now = time.monotonic()
-        if self._p.disable or now - self._rate_at < 0.5:
+        if self._p.disable:
+            return
+        if now - self._rate_at < 0.5 and self._done < self._total:
+            self._p.advance(self._task, step)
             return
         self._rate_at = now
-        task = self._p.tasks[0]
-        if task.speed:
-            self._p.update(self._task, rate=f"{task.speed:.1f}/s")
+        rate = self._done / max(now - self._started, 1e-9)
+        self._p.update(self._task, advance=step, done=self._done, rate=f"{rate:.1f}/s")
 
     def __exit__(self, *exc) -> None:
         self._p.stop()

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from tests.conftest import small_geometries
-from wgradcache.build import BuildRequest, build
+from wgradcache.build import BuildRequest, build, job_cost
 from wgradcache.cache.store import TargetCache, sha256_bytes
 from wgradcache.cli import main
 from wgradcache.jobs import count, load, walk
@@ -56,6 +58,27 @@ def test_second_build_compiles_nothing_and_says_so(small_cache):
     assert "gfx1250: nothing to compile: all 18 jobs up to date" in r.output
 
 
+def test_progress_counts_jobs_and_weighs_them_by_expected_work(small_cache, tmp_path):
+    """Up-to-date jobs settle at once with no work; compiled jobs carry their job_cost, and
+    the work reported adds up to the total announced after the plan."""
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], cache_dir)
+    cache = TargetCache(cache_dir, "gfx1250")
+    specs = [KernelSpec.from_dict(e["identity"]) for _, e in cache.iter_entries()]
+    stale = sorted(specs, key=lambda s: s.label())[:2]
+    for s in stale:
+        cache.remove_entry(s.identity_key())
+    totals, steps = [], []
+    summary = build(BuildRequest(target="gfx1250", jobs=1, cache_dir=str(cache_dir)),
+                    progress=lambda n, work: steps.append((n, work)),
+                    on_total=lambda n, work: totals.append((n, work)), specs=specs)
+    assert (summary.up_to_date, summary.built + summary.relinked) == (16, 2)
+    assert totals == [(18, pytest.approx(sum(job_cost(s) for s in stale)))]
+    assert steps[0] == (16, 0.0)
+    assert sorted(w for _, w in steps[1:]) == sorted(job_cost(s) for s in stale)
+    assert sum(n for n, _ in steps) == 18
+
+
 def _spec(**kw) -> KernelSpec:
     base = dict(target="gfx1250", dtype="fp16", dw_dtype="fp16", tile_m=32, tile_n=32,
                 tile_k=32, warp_m=1, warp_n=1, vec_a=8, vec_b=8)
@@ -72,11 +95,14 @@ def test_changing_one_geometry_rebuilds_exactly_its_jobs(tmp_path):
     assert (second.built, second.relinked, second.up_to_date) == (1, 0, 1)
 
 
-def test_llvm_exit_is_a_recorded_failure_and_the_rest_is_published(tmp_path):
+@pytest.mark.parametrize("jobs", [2, 1])
+def test_llvm_exit_is_a_recorded_failure_and_the_rest_is_published(tmp_path, jobs):
+    """Also with one worker: joblib would run n_jobs=1 in this process, where LLVM's exit
+    would end the test itself."""
     good = _spec(target="gfx1201")
     # LDS 128 x (128+128+16) x 2 B = 69632 > gfx1201's 65536: LLVM exits the process.
     bad = _spec(target="gfx1201", tile_m=128, tile_n=128, tile_k=128, warp_m=2, warp_n=4)
-    req = BuildRequest(target="gfx1201", cache_dir=str(tmp_path), jobs=2, job_timeout=120)
+    req = BuildRequest(target="gfx1201", cache_dir=str(tmp_path), jobs=jobs, job_timeout=120)
     s = build(req, specs=[good, bad], validate_specs=False)
     assert (s.built, s.failed) == (1, 1)
     assert s.failures[0]["label"] == bad.label()
