@@ -159,3 +159,29 @@ def test_two_overlapping_builds_at_once_leave_a_consistent_cache(tmp_path):
     assert _whole(cache) == 9
     ids = {s.identity_key() for s in walk("gfx1250", ["fp16"], None, load(geo))}
     assert set(cache.entry_keys()) == ids
+
+
+def _task(behaviour: str, key: str) -> dict:
+    """A stand-in for a build job in a worker: returns, hangs, or dies like LLVM's exit."""
+    if behaviour == "hang":
+        time.sleep(120)
+    if behaviour == "die":
+        os._exit(1)
+    return {"ik": key, "pid": os.getpid()}
+
+
+def test_one_worker_survives_a_hung_and_a_dying_job():
+    """--jobs 1: each job runs in a worker process with its own timeout; a hung job is
+    killed, a dying worker replaced, and both are retried alone while the rest go on."""
+    from wgradcache.build import _run_one_worker
+
+    tasks = [("ok", "a"), ("hang", "b"), ("ok", "c"), ("die", "d"), ("ok", "e")]
+    got: list[dict] = []
+    t0 = time.monotonic()
+    _run_one_worker(_task, tasks, BuildRequest(target="gfx1250", job_timeout=8),
+                    got.append, retry=lambda t: {"ik": t[1], "retried": True})
+    assert time.monotonic() - t0 < 60
+    assert [r["ik"] for r in got] == ["a", "b", "c", "d", "e"]
+    assert [r.get("retried", False) for r in got] == [False, True, False, True, False]
+    assert os.getpid() not in {r.get("pid") for r in got}  # never in this process
+    assert got[0]["pid"] != got[2]["pid"] != got[4]["pid"]  # replaced after each failure
