@@ -129,8 +129,9 @@ def _tools() -> tuple:
 class _Tool:
     """A tool process started early, reading its input from a pipe (see module docstring)."""
 
-    def __init__(self, argv: list[str]):
+    def __init__(self, argv: list[str], name: str | None = None):
         self.argv = argv
+        self.name = name or argv[0]  # in error messages
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
 
@@ -150,10 +151,10 @@ class _Tool:
             out, err = self.proc.communicate(timeout=_TOOL_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise CodegenError(f"{self.argv[0]} timed out after {_TOOL_TIMEOUT} s") from None
+            raise CodegenError(f"{self.name} timed out after {_TOOL_TIMEOUT} s") from None
         if self.proc.returncode != 0:
             msg = err.decode(errors="replace").strip() or f"exit status {self.proc.returncode}"
-            raise CodegenError(f"{self.argv[0]} failed: {msg}")
+            raise CodegenError(f"{self.name} failed: {msg}")
         return out
 
     def kill(self) -> None:
@@ -212,15 +213,13 @@ def _llc(ir: str, target: str, options: CodegenOptions, assembly: bool) -> bytes
             f"-mcpu={target}", f"-filetype={'asm' if assembly else 'obj'}", "-o", "-", "-"]
     if options.features:
         argv.insert(4, f"-mattr={options.features}")
+    llc = _Tool(argv, name="llc")
     try:
-        out = subprocess.run(argv, input=ir.encode(), capture_output=True,
-                             timeout=_TOOL_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise CodegenError(f"llc timed out after {_TOOL_TIMEOUT} s") from None
-    if out.returncode != 0:
-        msg = out.stderr.decode(errors="replace").strip() or f"exit status {out.returncode}"
-        raise CodegenError(f"llc failed: {msg}")
-    return out.stdout
+        llc.send(ir.encode())
+        return llc.finish()
+    except BaseException:
+        llc.kill()
+        raise
 
 
 def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None, *,

@@ -96,7 +96,7 @@ class IsolatedCompile:
                 stdin.close()
 
     def cancel(self) -> None:
-        """Kill the child (and its tools) if it still runs."""
+        """Kill the child and its tools (its own process group) if it still runs."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.communicate()
@@ -107,8 +107,7 @@ class IsolatedCompile:
         try:
             out, err = proc.communicate(timeout=self.timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            self.cancel()
             return CompileOutcome(False, None, f"codegen timed out after {self.timeout:g} s; "
                                                "the process was killed")
         stderr = err.decode(errors="replace")

@@ -2,8 +2,8 @@
 
 Why not llvmlite's LLVM for codegen: llvmlite's wheel is an assertions build
 (``llvmlite.binding.llvm_assertions_state == "on"``); the same passes on the same IR cost
-~1.4x the CPU there than in Debian's ``libLLVM-22``, which is what ``llc-22`` runs on, with
-byte-identical objects (benchmarks/codegen.py, tested in tests/compile/test_libllvm.py).
+~1.6x the CPU there than in Debian's ``libLLVM-22``, which is what ``llc-22`` runs on, with
+byte-identical objects (benchmarks/codegen.py; tested in tests/compile/test_codegen.py).
 llvmlite also does not expose LLVM's disassembler. Debian's ``ld.lld-22`` depends on this
 library (package ``libllvm22``), so it is there wherever our linker is.
 
@@ -144,12 +144,6 @@ class LLVMLibrary:
             return ctypes.string_at(lib.LLVMGetBufferStart(out), lib.LLVMGetBufferSize(out))
         finally:
             lib.LLVMDisposeMemoryBuffer(out)
-
-    def emit(self, ir: str, cpu: str, opt_level: int = 3, features: str = "",
-             assembly: bool = False) -> bytes:
-        """Parse, verify and codegen ``ir`` (``module`` then ``emit_module``)."""
-        with self.module(ir) as mod:
-            return self.emit_module(mod, cpu, opt_level, features, assembly)
 
     def disasm_context(self, cpu: str, features: str) -> int:
         """A disassembler for ``cpu``; call under ``self.lock``."""

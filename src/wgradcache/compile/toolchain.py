@@ -3,7 +3,8 @@ the cache.
 
 Codegen is in-process: through the system's libLLVM >= 22 (``libllvm``, no assertions,
 what ``llc-22`` runs on) when there is one, else through llvmlite's LLVM (an assertions
-build, ~1.4x slower, same bytes); ``WGRADCACHE_CODEGEN=libllvm|llvmlite`` forces one.
+build, ~1.6x slower, same bytes); ``WGRADCACHE_CODEGEN=libllvm|llvmlite|llc`` forces one
+(``llc``: a process per job, the benchmarks' reference).
 Linking needs an LLVM 22 ``ld.lld``. Everything that can change the bytes of a code object
 goes into :class:`ToolchainIdentity`, so a cache built with another LLVM or another linker
 is never mistaken for this one.
