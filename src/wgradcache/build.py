@@ -165,18 +165,29 @@ def _read_sidecar(cache: TargetCache, ckey: str) -> dict | None:
         return None
 
 
+def _emit_or_settle(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
+                    cache_root: str) -> tuple[dict, str | None]:
+    """Emit and key one job: (result, IR to compile), or (result, None) when nothing is
+    left to compile here (an emit error, or a blob with this content key exists: the
+    coordinator relinks)."""
+    res = _emit_task(spec, options, toolchain, check)
+    if "error" in res:
+        return res, None
+    ir = res.pop("ir")
+    if _read_sidecar(TargetCache(cache_root, spec.target), res["ckey"]) is not None:
+        return {**res, "relink": True}, None
+    return res, ir
+
+
 def _job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
               cache_root: str) -> dict:
     """One job in a worker: emit, key, and compile unless a blob with that key exists
     (then the coordinator relinks). Never raises; an LLVM exit kills only this worker."""
     from .compile.codegen import CodegenOptions, compile_ir
 
-    res = _emit_task(spec, options, toolchain, check)
-    if "error" in res:
+    res, ir = _emit_or_settle(spec, options, toolchain, check, cache_root)
+    if ir is None:
         return res
-    ir = res.pop("ir")
-    if _read_sidecar(TargetCache(cache_root, spec.target), res["ckey"]) is not None:
-        return {**res, "relink": True}
     try:
         obj = compile_ir(ir, spec.target, CodegenOptions())
         return {**res, "hsaco": obj.hsaco, "meta": _metadata(obj)}
@@ -190,12 +201,10 @@ def _job_alone(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
     from .compile.codegen import CodegenOptions
     from .compile.isolate import compile_isolated
 
-    res = _emit_task(spec, options, toolchain, check)  # pure Python: safe in this process
-    if "error" in res:
+    # emitting is pure Python: safe in this process
+    res, ir = _emit_or_settle(spec, options, toolchain, check, cache_root)
+    if ir is None:
         return res
-    ir = res.pop("ir")
-    if _read_sidecar(TargetCache(cache_root, spec.target), res["ckey"]) is not None:
-        return {**res, "relink": True}
     out = compile_isolated(ir, spec.target, CodegenOptions(), timeout=timeout)
     if not out.ok:
         return {**res, "error": out.error}
@@ -203,6 +212,15 @@ def _job_alone(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
         return {**res, "hsaco": out.obj.hsaco, "meta": _metadata(out.obj)}
     except Exception as e:
         return {**res, "error": f"{type(e).__name__}: {e}"}
+
+
+def _write_blob(cache: TargetCache, ckey: str, hsaco: bytes, meta: dict) -> BlobRef:
+    """The blob, then its metadata sidecar (call under the writer lock)."""
+    import json
+
+    ref = cache.write_blob(ckey, hsaco)
+    atomic_write(cache.blobs / f"{ckey}{SIDE_SUFFIX}", json.dumps(meta, sort_keys=True).encode())
+    return ref
 
 
 # ---- coordinator --------------------------------------------------------------------
@@ -301,8 +319,6 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
            progress: Callable[[int, float], None], on_total,
            specs: list[KernelSpec] | None,
            validate_specs: bool) -> BuildSummary:
-    import json
-
     options, toolchain, tdigest = codegen_context()
     specs = select_jobs(req) if specs is None else specs
     summary = BuildSummary(target=req.target, jobs=len(specs))
@@ -360,9 +376,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
         ik, ckey = res["ik"], res["ckey"]
         with cache.lock():
             if hsaco is not None:
-                ref = cache.write_blob(ckey, hsaco)
-                atomic_write(cache.blobs / f"{ckey}{SIDE_SUFFIX}",
-                             json.dumps(meta, sort_keys=True).encode())
+                ref = _write_blob(cache, ckey, hsaco, meta)
                 summary.bytes += ref.size
             elif not cache.has_blob(ckey):
                 record_failure(by_ik[ik], "blob removed while relinking (concurrent gc); "
@@ -455,8 +469,6 @@ def _start_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict,
 
 def _finish_stage2(cache: TargetCache, started: list[tuple], tdigest: str, gen: str,
                    summary: BuildSummary) -> None:
-    import json
-
     for name, dw, r, kd, ckey, job in started:
         out = job.outcome()
         if not out.ok:
@@ -465,9 +477,7 @@ def _finish_stage2(cache: TargetCache, started: list[tuple], tdigest: str, gen: 
             continue
         meta = _metadata(out.obj)
         with cache.lock():
-            ref = cache.write_blob(ckey, out.obj.hsaco)
-            atomic_write(cache.blobs / f"{ckey}{SIDE_SUFFIX}",
-                         json.dumps(meta, sort_keys=True).encode())
+            ref = _write_blob(cache, ckey, out.obj.hsaco, meta)
             cache.write_stage2(name, {
                 "name": name, "dw_dtype": dw, "ws_replicas": r, "symbol": kd.name,
                 "blob": ckey, "blob_size": ref.size, "blob_sha256": ref.sha256,
