@@ -12,6 +12,7 @@ from llvmlite import binding
 from wgradcache.compile import libllvm, toolchain
 from wgradcache.compile.codegen import TRIPLE, _llvm
 from wgradcache.compile.libllvm import system_llvm
+from wgradcache.compile.lldlink import select_linker
 from wgradcache.compile.samples import mma_kernel
 from wgradcache.compile.toolchain import (
     CODE_OBJECT_VERSION,
@@ -91,7 +92,7 @@ def test_identity_fields_and_digest(monkeypatch):
     assert ident.llvm_version.startswith("22.")
     assert re.fullmatch(r"[0-9a-f]{64}", ident.codegen_digest)
     assert ident.code_object_version == CODE_OBJECT_VERSION == 5
-    assert ident.linker_path == str(find_linker())
+    assert ident.linker_path == str(select_linker().path)
     assert ident.to_dict()["linker_version"] == ident.linker_version
     digest = ident.digest()
     assert re.fullmatch(r"[0-9a-f]{64}", digest)

@@ -26,10 +26,10 @@ fallback. Measured on 20 real jobs (benchmarks/codegen.py): object + listing thr
 libLLVM cost 0.94x the wall and 1.02x the CPU of ``llc-22`` + ``ld.lld-22`` (object only);
 the object alone 0.85x / 0.92x; through llvmlite 1.37x / 1.43x.
 
-Overlap. The linker is started before parsing and reads the object from a pipe: its ~30 ms
-of start-up runs while this process does codegen (a gain in latency when a core is idle,
-neutral in CPU), and while it links this process disassembles. It writes the code object to
-its stdout.
+Linking (``lldlink``): LLD in this process, ~0.7 ms per code object, when its shim can be
+built; else an ``ld.lld`` process started before parsing, reading the object from a pipe,
+so its ~25 ms of start-up runs while this process does codegen and its link while this
+process disassembles; it writes the code object to its stdout.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from dataclasses import asdict, dataclass, field
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available
 from wgradcache.compile.libllvm import LLVMIRError, system_llvm
+from wgradcache.compile.lldlink import LinkError, in_process_lld, select_linker
 from wgradcache.compile.toolchain import (
     CODE_OBJECT_VERSION,
     ToolchainError,
     codegen_backend,
     find_disassembler,
-    find_linker,
     find_llc,
     with_code_object_version,
 )
@@ -122,8 +122,8 @@ def _target_machine(cpu: str, opt_level: int, features: str):
 
 
 @functools.lru_cache(maxsize=1)
-def _tools() -> tuple:
-    return find_linker(), find_disassembler()
+def _objdump():
+    return find_disassembler()
 
 
 class _Tool:
@@ -246,12 +246,19 @@ def _lister(listing: str) -> str:
         return "codegen" if listing == "assembly" else "none"
     if disassembler_available():
         return "llvm"
-    if _tools()[1] is not None:
+    if _objdump() is not None:
         return "objdump"
     if listing == "disassembly":
         raise ToolchainError("no libLLVM >= 22 nor llvm-objdump >= 22 found to disassemble: "
                              "install `llvm-22` or use listing='assembly'")
     return "codegen"
+
+
+def _link_in_process(obj: bytes) -> bytes:
+    try:
+        return in_process_lld().link(obj)
+    except LinkError as e:
+        raise CodegenError(f"ld.lld (in-process) failed: {e}") from None
 
 
 def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
@@ -260,10 +267,12 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
     codegen; ``lister`` forces "llvm", "objdump", "codegen" or "none"."""
     get_target(target)  # unknown names fail here, with the valid ones listed
     lister = lister or _lister(listing)
-    linker, objdump = _tools()
-    argv = [[str(linker), "-shared", "/dev/stdin", "-o", "/dev/stdout"]]
+    linker = select_linker()
+    argv = []  # the tool processes: [ld.lld unless in-process] + [llvm-objdump]
+    if linker.kind == "subprocess":
+        argv.append([str(linker.path), "-shared", "/dev/stdin", "-o", "/dev/stdout"])
     if lister == "objdump":
-        argv.append([str(objdump), "-d", "--symbolize-operands", "--no-show-raw-insn",
+        argv.append([str(_objdump()), "-d", "--symbolize-operands", "--no-show-raw-insn",
                      "/dev/stdin"])
     ir = with_code_object_version(ir_text, options.code_object_version)
 
@@ -282,12 +291,16 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
         tools = tools or [_Tool(a) for a in argv]
         for tool in reversed(tools):  # objdump first: it has more work than the linker
             tool.send(obj)
-        # The linker works while this process lists; each phase is the wall time spent here.
+        t4 = time.perf_counter()
+        hsaco = _link_in_process(obj) if linker.kind == "inprocess" else b""
+        t["link"] = time.perf_counter() - t4
+        # A linker process works while this process lists; each phase is the wall time
+        # spent here.
         t3 = time.perf_counter()
         if lister == "llvm":
             asm, kind = disassemble(obj, target, options.features), "disassembly"
         elif lister == "objdump":
-            asm, kind = tools[1].finish().decode(), "disassembly"
+            asm, kind = tools[-1].finish().decode(), "disassembly"
         elif lister == "codegen":  # a second parse: codegen changed the first module
             with _parsed(ir, backend) as mod:
                 asm = _emit(mod, target, options, backend, assembly=True).decode()
@@ -295,9 +308,10 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
         else:
             asm, kind = "", "none"
         t["listing"] = time.perf_counter() - t3
-        t4 = time.perf_counter()
-        hsaco = tools[0].finish()
-        t["link"] = time.perf_counter() - t4
+        if linker.kind == "subprocess":
+            t4 = time.perf_counter()
+            hsaco = tools[0].finish()
+            t["link"] = time.perf_counter() - t4
     except BaseException:
         for tool in tools:
             tool.kill()

@@ -5,7 +5,8 @@ Codegen is in-process: through the system's libLLVM >= 22 (``libllvm``, no asser
 what ``llc-22`` runs on) when there is one, else through llvmlite's LLVM (an assertions
 build, ~1.6x slower, same bytes); ``WGRADCACHE_CODEGEN=libllvm|llvmlite|llc`` forces one
 (``llc``: a process per job, the benchmarks' reference).
-Linking needs an LLVM 22 ``ld.lld``. Everything that can change the bytes of a code object
+Linking needs LLVM 22's LLD: in-process when it can be built (``lldlink``), else an
+``ld.lld`` process. Everything that can change the bytes of a code object
 goes into :class:`ToolchainIdentity`, so a cache built with another LLVM or another linker
 is never mistaken for this one.
 """
@@ -32,6 +33,9 @@ __all__ = [
     "find_linker",
     "find_disassembler",
     "find_llc",
+    "sha256_file",
+    "user_cache_dir",
+    "version_major",
     "llvm_library_candidates",
     "tool_version",
     "toolchain_identity",
@@ -72,7 +76,7 @@ def tool_version(path: Path | str) -> str:
     return lines[0] if lines else ""
 
 
-def _major(version_line: str) -> int:
+def version_major(version_line: str) -> int:
     m = re.search(r"(?:LLD|version)\s+(\d+)\.", version_line)
     return int(m.group(1)) if m else 0
 
@@ -91,7 +95,7 @@ def _find_tool(rocm_name: str, versioned: str, plain: str) -> Path | None:
     if found:
         return Path(found)
     found = shutil.which(plain)
-    if found and _major(tool_version(found)) >= MIN_LLVM_MAJOR:
+    if found and version_major(tool_version(found)) >= MIN_LLVM_MAJOR:
         return Path(found)
     return None
 
@@ -188,13 +192,18 @@ def _codegen_library(backend: str) -> tuple[str, Path]:
     return ".".join(str(v) for v in llvm_version_info), Path(ffi.lib._name)
 
 
-def _sha256_file(path: Path) -> str:
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/wgradcache`` (default ``~/.cache/wgradcache``): per-machine memos
+    (file digests) and the compiled LLD shim (``lldlink``), never the code object cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wgradcache"
+
+
+def sha256_file(path: Path) -> str:
     """sha256 of a file, remembered per (path, size, mtime) in the user's cache directory:
     the LLVM libraries are 100-180 MB and hashing one was a fifth of a no-op rebuild."""
     st = path.stat()
     stamp = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    memo = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "wgradcache" \
-        / "file-digests.json"
+    memo = user_cache_dir() / "file-digests.json"
     try:
         known = json.loads(memo.read_text())
     except (OSError, ValueError):
@@ -246,19 +255,23 @@ class ToolchainIdentity:
 
 def toolchain_identity() -> ToolchainIdentity:
     """The identity of this process's toolchain."""
-    return _toolchain_identity(codegen_backend())
+    from wgradcache.compile.lldlink import linker_choice
+
+    return _toolchain_identity(codegen_backend(), linker_choice())
 
 
 @functools.cache
-def _toolchain_identity(backend: str) -> ToolchainIdentity:
+def _toolchain_identity(backend: str, linker_choice: str) -> ToolchainIdentity:
+    from wgradcache.compile.lldlink import select_linker
+
     version, library = _codegen_library(backend)
-    linker = find_linker()
+    linker = select_linker()
     return ToolchainIdentity(
         codegen=backend,
         llvm_version=version,
-        codegen_digest=_sha256_file(library),
-        linker_path=str(linker),
-        linker_version=tool_version(linker),
+        codegen_digest=sha256_file(library),
+        linker_path=str(linker.path),
+        linker_version=linker.version,
         code_object_version=CODE_OBJECT_VERSION,
     )
 
@@ -268,6 +281,7 @@ def toolchain_report() -> dict:
     keys the cache), where each tool is, and the digest that content keys include."""
     ident = toolchain_identity()
     from wgradcache.compile.libllvm import system_llvm
+    from wgradcache.compile.lldlink import LINKER_ENV, select_linker
 
     lib = system_llvm()
     llc = _find_tool("llc", f"llc-{MIN_LLVM_MAJOR}", "llc")
@@ -275,6 +289,9 @@ def toolchain_report() -> dict:
         **ident.to_dict(),
         "toolchain_digest": ident.digest(),
         "codegen_env": os.environ.get(CODEGEN_ENV, ""),
+        "linker": select_linker().kind,
+        "linker_note": select_linker().note,
+        "linker_env": os.environ.get(LINKER_ENV, ""),
         "libllvm": str(lib.path) if lib else None,
         "llc": str(llc) if llc else None,
         "disassembler": ("libllvm" if lib else

@@ -1,0 +1,147 @@
+"""The in-process LLD: same bytes and same identity as ld.lld-22, its errors, its fallback."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from wgradcache.compile import lldlink, toolchain
+from wgradcache.compile.codegen import compile_ir
+from wgradcache.compile.libllvm import system_llvm
+from wgradcache.compile.lldlink import LINKER_ENV, LinkError, in_process_lld, select_linker
+from wgradcache.compile.samples import gemm_kernel
+from wgradcache.compile.toolchain import ToolchainError, find_linker, with_code_object_version
+from wgradcache.emit import emit_ir
+from wgradcache.jobs import walk
+
+CASES = [
+    (gemm_kernel("gfx1250", tile_k=64, async_copy=True, atomic=True), "gfx1250"),
+    (gemm_kernel("gfx942", tile_k=32), "gfx942"),
+    (gemm_kernel("gfx1151", "bf16", tile_m=64, tile_n=64, tile_k=32), "gfx1151"),
+]
+
+
+@pytest.fixture
+def fresh_choice():
+    """Forget the per-process linker choice before and after a test that changes it."""
+    lldlink._select_linker.cache_clear()
+    lldlink._in_process.cache_clear()
+    toolchain._toolchain_identity.cache_clear()
+    yield
+    lldlink._select_linker.cache_clear()
+    lldlink._in_process.cache_clear()
+    toolchain._toolchain_identity.cache_clear()
+
+
+def _object(ir: str, target: str) -> bytes:
+    llvm = system_llvm()
+    with llvm.module(with_code_object_version(ir)) as mod:
+        return llvm.emit_module(mod, target, 3, "", False)
+
+
+def _ld_lld(obj: bytes) -> bytes:
+    return subprocess.run([str(find_linker()), "-shared", "/dev/stdin", "-o", "/dev/stdout"],
+                          input=obj, capture_output=True, check=True).stdout
+
+
+def test_default_is_in_process_with_ld_lld_version(monkeypatch, fresh_choice):
+    monkeypatch.delenv(LINKER_ENV, raising=False)
+    linker = select_linker()
+    assert linker.kind == "inprocess" and linker.note == ""  # make deps installs liblld-22-dev
+    assert linker.version == toolchain.tool_version(find_linker())
+    assert linker.version.startswith("Debian LLD 22.")
+
+
+@pytest.mark.parametrize("ir,target", CASES)
+def test_in_process_bytes_equal_ld_lld(ir, target):
+    obj = _object(ir, target)
+    assert in_process_lld().link(obj) == _ld_lld(obj)
+
+
+def test_walk_kernels_equal_ld_lld():
+    """Real kernels of the walk: sync and async K loops, split-K, stage 2."""
+    specs = walk("gfx1250")
+    picked = {}
+    for s in specs:
+        picked.setdefault((s.variant, s.dtype), s)
+    assert len(picked) >= 6
+    for s in list(picked.values())[:6]:
+        obj = _object(emit_ir(s).ir_text, s.target)
+        assert in_process_lld().link(obj) == _ld_lld(obj), s.label()
+
+
+def test_compile_ir_same_bytes_and_identity_either_linker(monkeypatch, fresh_choice):
+    ir, target = CASES[0]
+    monkeypatch.setenv(LINKER_ENV, "inprocess")
+    ours, ident = compile_ir(ir, target), toolchain.toolchain_identity()
+    monkeypatch.setenv(LINKER_ENV, "subprocess")
+    theirs, other = compile_ir(ir, target), toolchain.toolchain_identity()
+    assert ours.hsaco == theirs.hsaco
+    assert ident.linker_path != other.linker_path == str(find_linker())
+    assert ident.digest() == other.digest()  # one cache, whichever linker links
+
+
+def test_link_error_is_lld_message_and_lld_links_again():
+    lld = in_process_lld()
+    with pytest.raises(LinkError, match="error: <object>:1: unknown directive"):
+        lld.link(b"not an ELF object")
+    assert lld.broken == ""
+    obj = _object(*CASES[1])
+    assert lld.link(obj) == _ld_lld(obj)
+    assert not list(lld._workdir().iterdir())  # nothing left behind
+
+
+def test_choice_from_environment(monkeypatch, fresh_choice):
+    monkeypatch.setenv(LINKER_ENV, "subprocess")
+    linker = select_linker()
+    assert (linker.kind, linker.path) == ("subprocess", find_linker())
+    assert linker.note == f"{LINKER_ENV}=subprocess"
+    monkeypatch.setenv(LINKER_ENV, "gold")
+    with pytest.raises(ToolchainError, match="expected one of auto, inprocess, subprocess"):
+        select_linker()
+
+
+def test_without_a_compiler_falls_back_and_says_why(monkeypatch, tmp_path, fresh_choice):
+    """A fresh user cache and no C++ compiler: auto links through ld.lld, the report says
+    why; asking for inprocess is an error naming the missing piece."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    monkeypatch.setenv(LINKER_ENV, "auto")
+    linker = select_linker()
+    assert linker.kind == "subprocess" and "no C++ compiler" in linker.note
+    assert toolchain.toolchain_report()["linker_note"] == linker.note
+    ir, target = CASES[1]
+    obj = _object(ir, target)
+    assert compile_ir(ir, target).hsaco == _ld_lld(obj)
+    lldlink._select_linker.cache_clear()
+    monkeypatch.setenv(LINKER_ENV, "inprocess")
+    with pytest.raises(ToolchainError, match="inprocess but no C\\+\\+ compiler"):
+        select_linker()
+
+
+def test_shim_inputs_name_what_is_missing(tmp_path):
+    lib = tmp_path / "lib" / "libLLVM.so.22.1"
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    ok, why, _ = lldlink.shim_inputs(lib)
+    assert not ok and "no LLD headers" in why and "liblld-22-dev" in why
+    (tmp_path / "include" / "lld" / "Common").mkdir(parents=True)
+    (tmp_path / "include" / "lld" / "Common" / "Driver.h").write_text("")
+    (lib.parent / "liblldCommon.a").write_bytes(b"")
+    ok, why, _ = lldlink.shim_inputs(lib)
+    assert not ok and why.startswith("no liblldELF.a in")
+
+
+def test_shim_is_built_once_per_key(monkeypatch, tmp_path, fresh_choice):
+    """Compiled into the user cache on first use, then found there (no compiler run)."""
+    version = in_process_lld().version
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ok, _, paths = lldlink.shim_inputs(system_llvm().path)
+    assert ok
+    built = lldlink.build_shim(paths)
+    assert built.is_relative_to(tmp_path / "wgradcache" / "lld") and built.stat().st_size
+    monkeypatch.setenv("PATH", "")
+    paths["cxx"] = tmp_path / "absent"  # a second build would fail
+    assert lldlink.build_shim(paths) == built
+    assert lldlink.InProcessLLD(built).version == version
