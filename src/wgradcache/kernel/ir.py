@@ -40,13 +40,29 @@ _SCALAR_BITS = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64,
                 "f16": 16, "bf16": 16, "f32": 32, "ptr": 64, "void": 0}
 
 
-@dataclass(frozen=True)
-class DType:
+class _Interned(type):
+    """``DType(...)`` returns one object per distinct value (tinygrad interns its dtypes
+    too): equality and hashing are then identity, at C speed. Comparing dtypes field by
+    field was the largest single cost of verifying a kernel (~70k values per kernel)."""
+
+    def __call__(cls, scalar: str, count: int = 1, elem: DType | None = None,
+                 addrspace: int = 0):
+        key = (scalar, count, elem, addrspace)
+        found = cls._instances.get(key)
+        if found is None:
+            found = cls._instances[key] = super().__call__(scalar, count, elem, addrspace)
+        return found
+
+
+@dataclass(frozen=True, eq=False)
+class DType(metaclass=_Interned):
     """A scalar, a vector of ``count`` scalars, or a pointer.
 
     Pointers are opaque in LLVM (``ptr addrspace(N)``) but carry a pointee element type
     here: ``gep`` scales by it and ``load`` returns it, and the emulator needs it to read
     bytes. ``ptr_cast`` changes it without emitting anything.
+
+    Interned (``_Interned``): equal dtypes are the same object, also after pickling.
     """
 
     scalar: str
@@ -54,50 +70,39 @@ class DType:
     elem: DType | None = None  # pointee (scalar) type of a pointer
     addrspace: int = 0
 
+    _instances = {}  # the intern table (no annotation: a class attribute, not a field)
+
+    def __reduce__(self):
+        return DType, (self.scalar, self.count, self.elem, self.addrspace)
+
+    # Derived once per interned dtype (read ~150k times per kernel built).
+    base: DType = field(init=False, repr=False)  # element type of a vector; self for a scalar
+    is_vector: bool = field(init=False, repr=False)
+    is_int: bool = field(init=False, repr=False)
+    is_float: bool = field(init=False, repr=False)
+    is_ptr: bool = field(init=False, repr=False)
+    bits: int = field(init=False, repr=False)  # of one element
+    itemsize: int = field(init=False, repr=False)  # bytes of one element (i1: a byte)
+    nbytes: int = field(init=False, repr=False)
+
     def __post_init__(self):
         assert self.scalar in _SCALAR_BITS, self.scalar
         assert self.count >= 1
         assert (self.scalar == "ptr") == (self.elem is not None)
         assert self.scalar != "ptr" or self.count == 1, "no vectors of pointers"
+        bits = _SCALAR_BITS[self.scalar]
+        derived = {
+            "base": DType(self.scalar) if self.count > 1 else self,
+            "is_vector": self.count > 1, "is_int": self.scalar[0] == "i",
+            "is_float": self.scalar in ("f16", "bf16", "f32"), "is_ptr": self.scalar == "ptr",
+            "bits": bits, "itemsize": max(1, bits // 8), "nbytes": max(1, bits // 8) * self.count,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     def vec(self, n: int) -> DType:
         assert self.count == 1 and self.scalar not in ("ptr", "void"), self
         return DType(self.scalar, n) if n > 1 else self
-
-    @property
-    def base(self) -> DType:
-        """The element type of a vector (self for a scalar)."""
-        return DType(self.scalar) if self.count > 1 else self
-
-    @property
-    def is_vector(self) -> bool:
-        return self.count > 1
-
-    @property
-    def is_int(self) -> bool:
-        return self.scalar[0] == "i"
-
-    @property
-    def is_float(self) -> bool:
-        return self.scalar in ("f16", "bf16", "f32")
-
-    @property
-    def is_ptr(self) -> bool:
-        return self.scalar == "ptr"
-
-    @property
-    def bits(self) -> int:
-        """Bits of one element."""
-        return _SCALAR_BITS[self.scalar]
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes of one element in memory (i1 is stored as a byte)."""
-        return max(1, self.bits // 8)
-
-    @property
-    def nbytes(self) -> int:
-        return self.itemsize * self.count
 
     def __repr__(self) -> str:
         if self.is_ptr:
