@@ -14,9 +14,10 @@ then, in this order (``--repeat`` cycles the whole order and keeps the median):
   build W      ``wgradcache.build.build`` on the same specs, fresh cache, W workers, in a
                fresh process (so it pays what ``wgradcache build`` pays: pool start-up,
                emission in the workers, publishing)
-  build W llc  the same build with ``WGRADCACHE_CODEGEN=llc``: an ``llc-22`` process per job
-               instead of in-process codegen, everything else identical (the subprocess
-               pipeline at the same parallelism, with the same emission and publishing)
+  build W llc  the same build with ``WGRADCACHE_CODEGEN=llc WGRADCACHE_LINKER=subprocess``:
+               an ``llc-22`` and an ``ld.lld-22`` process per job instead of in-process
+               codegen and linking, everything else identical (the subprocess pipeline at
+               the same parallelism, with the same emission, listing and publishing)
   build 1      the same with 1 worker
   scaling      W processes compiling one job at once vs one process (what this machine
                gives LLVM codegen: the ceiling of build 1 / build W)
@@ -168,13 +169,17 @@ print(json.dumps({**s.to_json(), "failures": s.failures, "wall": time.perf_count
 def run_build(specs: list[KernelSpec], workers: int, cache_dir: Path,
               backend: str = "libllvm") -> dict:
     """``build()`` in a new interpreter; ``wall`` is the call, ``process`` the whole process.
-    ``backend``: what runs codegen (``$WGRADCACHE_CODEGEN``; "llc" is a subprocess per job)."""
+    ``backend``: what runs codegen (``$WGRADCACHE_CODEGEN``; "llc": an ``llc-22`` and an
+    ``ld.lld-22`` process per job, ``$WGRADCACHE_LINKER=subprocess``)."""
+    from wgradcache.compile.lldlink import LINKER_ENV
     from wgradcache.compile.toolchain import CODEGEN_ENV
+
+    linker = "subprocess" if backend == "llc" else os.environ.get(LINKER_ENV, "auto")
 
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([s.label() for s in specs]),
                            str(cache_dir), str(workers)], capture_output=True, text=True,
-                          env={**os.environ, CODEGEN_ENV: backend})
+                          env={**os.environ, CODEGEN_ENV: backend, LINKER_ENV: linker})
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"build with {workers} workers failed:\n{proc.stderr}")
@@ -322,7 +327,7 @@ def report(jobs, workers, ref, ours, build_w, build_1, phases, protos=None,
           f"(process {build_w['process']:.1f} s)")
     if build_llc:
         bl = build_llc["wall"]
-        print(f"    build {workers} with llc subprocess codegen (same orchestration: emit, "
+        print(f"    build {workers} with llc + ld.lld subprocesses (same orchestration: emit, "
               f"llc, ld.lld, listing, publish) {bl:.1f} s: speed-up of our build "
               f"{bl / bw:.2f}x (goal >= 1.0)")
     print(f"    speed-up of build {workers} over bare llc+lld: {ref / bw:.2f}x (the build also "

@@ -10,9 +10,11 @@ since every core is busy then.
 
 Pipelines:
   ours           compile_ir: in-process codegen through the system libLLVM-22 (Debian's, no
-                 assertions: what llc-22 runs on), ld.lld started before codegen and fed
-                 through a pipe, listing from the in-process disassembler
-  ours-late      same, linker started after codegen (its start-up no longer overlaps)
+                 assertions: what llc-22 runs on), LLD in-process (``lldlink``), listing
+                 from the in-process disassembler
+  ours-lldproc   same with an ld.lld-22 process started before codegen and fed through a
+                 pipe (``WGRADCACHE_LINKER=subprocess``: the fallback without liblld-22-dev)
+  ours-late      ours-lldproc with the linker started after codegen (no overlap)
   ours-objdump   listing from llvm-objdump (started before codegen, fed through a pipe)
   ours-asm       listing from a second in-process codegen (emit_assembly)
   ours-obj       code object only (listing="none"), the like-for-like of llc+lld
@@ -46,6 +48,7 @@ from pathlib import Path
 
 from wgradcache.compile import codegen
 from wgradcache.compile.codegen import CodegenOptions, compile_ir
+from wgradcache.compile.lldlink import LINKER_ENV
 from wgradcache.compile.samples import gemm_kernel, mma_kernel
 from wgradcache.compile.toolchain import CODEGEN_ENV, with_code_object_version
 from wgradcache.spec import KernelSpec, from_label
@@ -193,17 +196,23 @@ def _jobs_from_args(paths: list[str], default_target: str) -> list[IrJob]:
     return jobs
 
 
-def _with_backend(backend: str, fn, *args, **kwargs):
-    """``fn`` with ``$WGRADCACHE_CODEGEN`` set to ``backend`` (read at every compile)."""
-    old = os.environ.get(CODEGEN_ENV)
-    os.environ[CODEGEN_ENV] = backend
+def _with_env(name: str, value: str, fn, *args, **kwargs):
+    """``fn`` with ``$name`` set to ``value`` (``$WGRADCACHE_CODEGEN`` and
+    ``$WGRADCACHE_LINKER`` are read at every compile)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
     try:
         return fn(*args, **kwargs)
     finally:
         if old is None:
-            del os.environ[CODEGEN_ENV]
+            del os.environ[name]
         else:
-            os.environ[CODEGEN_ENV] = old
+            os.environ[name] = old
+
+
+def _with_backend(backend: str, fn, *args, **kwargs):
+    """``fn`` with ``$WGRADCACHE_CODEGEN`` set to ``backend``."""
+    return _with_env(CODEGEN_ENV, backend, fn, *args, **kwargs)
 
 
 def _tool(name: str) -> str:
@@ -225,8 +234,11 @@ class Pipelines:
         opts = CodegenOptions()
         return {
             "ours": lambda j: compile_ir(j.ir, j.target, opts).hsaco,
-            "ours-late": lambda j: codegen._compile(j.ir, j.target, opts, "auto",
-                                                    early_tools=False).hsaco,
+            "ours-lldproc": lambda j: _with_env(LINKER_ENV, "subprocess", compile_ir, j.ir,
+                                                j.target, opts).hsaco,
+            "ours-late": lambda j: _with_env(LINKER_ENV, "subprocess", codegen._compile,
+                                             j.ir, j.target, opts, "auto",
+                                             early_tools=False).hsaco,
             "ours-objdump": lambda j: codegen._compile(j.ir, j.target, opts, "auto", True,
                                                        lister="objdump").hsaco,
             "ours-asm": lambda j: compile_ir(j.ir, j.target, opts, listing="assembly").hsaco,
