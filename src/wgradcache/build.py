@@ -179,12 +179,31 @@ def _emit_or_settle(spec: KernelSpec, options: dict, toolchain: dict, check: boo
     return res, ir
 
 
+def _toolchain_mismatch(toolchain: dict) -> str:
+    """Why this worker must not compile for a coordinator with ``toolchain`` (a dask worker
+    on another machine, say, with another LLVM or LLD: its bytes would be filed under the
+    coordinator's content key), or "" when the two agree."""
+    from .compile.toolchain import ToolchainIdentity, toolchain_identity
+
+    mine = toolchain_identity()
+    if mine.digest() == ToolchainIdentity(**toolchain).digest():
+        return ""
+    theirs = toolchain
+    diff = [k for k, v in mine.to_dict().items() if k != "linker_path" and theirs.get(k) != v]
+    return ("this worker's toolchain differs from the coordinator's in "
+            + ", ".join(f"{k} ({getattr(mine, k)!r} here, {theirs.get(k)!r} there)"
+                        for k in diff))
+
+
 def _job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
               cache_root: str) -> dict:
     """One job in a worker: emit, key, and compile unless a blob with that key exists
     (then the coordinator relinks). Never raises; an LLVM exit kills only this worker."""
     from .compile.codegen import CodegenOptions, compile_ir
 
+    mismatch = _toolchain_mismatch(toolchain)
+    if mismatch:
+        return {"ik": spec.identity_key(), "error": mismatch}
     res, ir = _emit_or_settle(spec, options, toolchain, check, cache_root)
     if ir is None:
         return res

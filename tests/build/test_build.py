@@ -185,3 +185,21 @@ def test_one_worker_survives_a_hung_and_a_dying_job():
     assert [r.get("retried", False) for r in got] == [False, True, False, True, False]
     assert os.getpid() not in {r.get("pid") for r in got}  # never in this process
     assert got[0]["pid"] != got[2]["pid"] != got[4]["pid"]  # replaced after each failure
+
+
+def test_worker_with_another_toolchain_refuses_to_compile(tmp_path):
+    """A worker whose LLVM or LLD differs from the coordinator's (a remote dask worker)
+    would file its bytes under the coordinator's content key: the job fails instead, and
+    the reason names what differs."""
+    from wgradcache.build import _job_task, codegen_context
+
+    spec = next(walk("gfx1250", ["fp16"], ["sync.default.none"]))
+    options, toolchain, _ = codegen_context()
+    elsewhere = {**toolchain, "linker_path": "/opt/elsewhere/ld.lld"}
+    ok = _job_task(spec, options, elsewhere, True, str(tmp_path))
+    assert "error" not in ok and ok["hsaco"]  # where the linker lives does not matter
+    other = {**toolchain, "linker_version": "LLD 23.0.0"}
+    res = _job_task(spec, options, other, True, str(tmp_path))
+    assert res["error"].startswith("this worker's toolchain differs from the coordinator's "
+                                   "in linker_version (")
+    assert "'LLD 23.0.0' there" in res["error"] and "hsaco" not in res

@@ -92,6 +92,20 @@ def test_link_error_is_lld_message_and_lld_links_again():
     assert not list(lld._workdir().iterdir())  # nothing left behind
 
 
+def test_after_lld_cannot_run_again_an_ld_lld_process_takes_over(monkeypatch):
+    """LLD recovered from a crash and refuses further links: the same bytes come from an
+    ld.lld process of the same version; of another version, the error says what to do."""
+    lld = in_process_lld()
+    obj = _object(*CASES[1])
+    monkeypatch.setattr(lld, "broken", "LLD crashed")
+    with pytest.raises(ToolchainError, match="cannot link again"):
+        lld.link(obj)
+    assert lldlink.link_in_process(obj) == _ld_lld(obj)
+    monkeypatch.setattr(lldlink, "tool_version", lambda path: "LLD 23.0.0")
+    with pytest.raises(ToolchainError, match="is another LLD; set WGRADCACHE_LINKER"):
+        lldlink.link_in_process(obj)
+
+
 def test_choice_from_environment(monkeypatch, fresh_choice):
     monkeypatch.setenv(LINKER_ENV, "subprocess")
     linker = select_linker()

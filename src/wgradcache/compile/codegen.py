@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available
 from wgradcache.compile.libllvm import LLVMIRError, system_llvm
-from wgradcache.compile.lldlink import LinkError, in_process_lld, select_linker
+from wgradcache.compile.lldlink import LinkError, link_in_process, select_linker
 from wgradcache.compile.toolchain import (
     CODE_OBJECT_VERSION,
     ToolchainError,
@@ -256,7 +256,7 @@ def _lister(listing: str) -> str:
 
 def _link_in_process(obj: bytes) -> bytes:
     try:
-        return in_process_lld().link(obj)
+        return link_in_process(obj)
     except LinkError as e:
         raise CodegenError(f"ld.lld (in-process) failed: {e}") from None
 

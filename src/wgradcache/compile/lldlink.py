@@ -43,7 +43,7 @@ from wgradcache.compile.toolchain import (
 )
 
 __all__ = ["LINKER_ENV", "InProcessLLD", "Linker", "LinkError", "in_process_lld",
-           "linker_choice", "select_linker"]
+           "link_in_process", "linker_choice", "select_linker"]
 
 LINKER_ENV = "WGRADCACHE_LINKER"
 LINKER_CHOICES = ("auto", "inprocess", "subprocess")
@@ -233,6 +233,27 @@ def in_process_lld() -> InProcessLLD:
     if lld is None:
         raise ToolchainError(f"no in-process LLD: {why}")
     return lld
+
+
+def link_in_process(obj: bytes) -> bytes:
+    """``ld.lld -shared`` of ``obj`` by the in-process LLD. Once LLD has said it cannot run
+    again in this process (it recovered from a crash), an ``ld.lld`` process of the same
+    version takes over, so a build worker goes on producing the same bytes; with none, a
+    ToolchainError says what to do."""
+    lld = in_process_lld()
+    if not lld.broken:
+        return lld.link(obj)
+    path = find_linker()
+    if tool_version(path) != lld.version:
+        raise ToolchainError(f"in-process LLD cannot link again in this process "
+                             f"({lld.broken}) and {path} is another LLD; set "
+                             f"{LINKER_ENV}=subprocess")
+    proc = subprocess.run([str(path), "-shared", "/dev/stdin", "-o", "/dev/stdout"],
+                          input=obj, capture_output=True, timeout=600)
+    if proc.returncode != 0:
+        raise LinkError(proc.stderr.decode(errors="replace").strip()
+                        or f"exit status {proc.returncode}")
+    return proc.stdout
 
 
 def select_linker() -> Linker:
