@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Instruction", "Loop", "parse_listing", "find_loops", "isa_stats", "mma_per_loop"]
 
@@ -37,8 +38,9 @@ ATOMIC_KINDS = ("global_atomic_pk_add_f16", "global_atomic_pk_add_bf16",
                 "global_atomic_add_f32")
 
 
-@dataclass(frozen=True)
-class Instruction:
+class Instruction(NamedTuple):
+    """One instruction line (a tuple: built ~2000 times per kernel, at C speed)."""
+
     mnemonic: str
     operands: str
 
@@ -61,6 +63,17 @@ def _strip_comment(line: str) -> str:
         if i >= 0:
             line = line[:i]
     return line.strip()
+
+
+_IS_MNEMONIC: dict[str, bool] = {}  # head -> counted as an instruction (a few dozen heads)
+
+
+def _counts(head: str) -> bool:
+    ok = _IS_MNEMONIC.get(head)
+    if ok is None:
+        ok = _IS_MNEMONIC[head] = (head[0] != "." and head not in _PADDING
+                                   and _MNEMONIC.match(head) is not None)
+    return ok
 
 
 def parse_listing(text: str) -> tuple[list[Instruction], dict[str, int]]:
@@ -88,9 +101,8 @@ def parse_listing(text: str) -> tuple[list[Instruction], dict[str, int]]:
             if m:
                 labels[m.group(1)] = len(code)
             continue
-        if head[0] == "." or head in _PADDING or not _MNEMONIC.match(head):
-            continue
-        code.append(Instruction(head, operands.strip()))
+        if _counts(head):
+            code.append(Instruction(head, operands.strip()))
     return code, labels
 
 
