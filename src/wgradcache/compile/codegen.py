@@ -26,8 +26,8 @@ fallback. Measured on 20 real jobs (benchmarks/codegen.py): object + listing thr
 libLLVM cost 0.94x the wall and 1.02x the CPU of ``llc-22`` + ``ld.lld-22`` (object only);
 the object alone 0.85x / 0.92x; through llvmlite 1.37x / 1.43x.
 
-Linking (``lldlink``): LLD in this process, ~0.7 ms per code object, when its shim can be
-built; else an ``ld.lld`` process started before parsing, reading the object from a pipe,
+Linking (``lldlink``): LLD in this process, ~0.7 ms per code object, when the native helper
+can be built; else an ``ld.lld`` process started before parsing, reading the object from a pipe,
 so its ~25 ms of start-up runs while this process does codegen and its link while this
 process disassembles; it writes the code object to its stdout.
 """

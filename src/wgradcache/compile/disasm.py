@@ -3,7 +3,10 @@
 Why: the ISA listing behind ``isa_stats`` is needed for every job. A second codegen costs as
 much as the first, and ``llvm-objdump`` costs ~40 ms of process start-up per job (loading
 libLLVM); with libLLVM loaded once per worker process, ``LLVMDisasmInstruction`` costs
-~2-10 ms per kernel. llvmlite does not expose LLVM's disassembler (its library exports only
+~3 us per instruction. Calling it through ctypes once per instruction doubled that, so the
+native helper (``native``) runs the loop: ~7.5 ms per walk kernel instead of ~14 (20 walk
+jobs, ~1700 instructions each); the ctypes loop is the fallback, with the same text
+(tested). llvmlite does not expose LLVM's disassembler (its library exports only
 ``LLVMPY_*``).
 
 The listing has one line per instruction (``\\t<mnemonic> <operands>``), the kernel's
@@ -20,10 +23,12 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from wgradcache.compile.libllvm import LLVMLibrary, system_llvm
+from wgradcache.compile.native import native_library, take_string
 
 __all__ = ["disassembler_available", "disassemble"]
 
 _OUT_SIZE = 1024
+_BRANCHES = ("s_branch ", "s_cbranch_")
 
 
 def disassembler_available() -> bool:
@@ -75,8 +80,26 @@ def _decode(lib: LLVMLibrary, dc: int, code: bytes, start: int,
     return insns
 
 
+def _decode_native(native: ctypes.CDLL, dc: int, code: bytes, start: int,
+                   end: int) -> list[tuple[int, int, str]]:
+    """``_decode`` in one call to the native helper (same context, same text)."""
+    lines = take_string(native, native.wgradcache_disassemble(dc, code, start, end))
+    out = []
+    for line in lines.split("\n"):
+        if line:
+            pc, n, text = line.split("\t", 2)
+            out.append((int(pc), int(n), text))
+    return out
+
+
 def disassemble(binary: bytes, cpu: str, features: str = "") -> str:
     """A listing of every function in ``binary`` (a relocatable object or a code object)."""
+    return _disassemble(binary, cpu, features, native_library()[0])
+
+
+def _disassemble(binary: bytes, cpu: str, features: str, native: ctypes.CDLL | None) -> str:
+    """``disassemble``, decoding through the native helper when given, else per instruction
+    through ctypes."""
     lib = system_llvm()
     if lib is None:
         raise RuntimeError("no libLLVM >= 22 with an AMDGPU disassembler was found")
@@ -89,18 +112,21 @@ def disassemble(binary: bytes, cpu: str, features: str = "") -> str:
     with lib.lock:
         dc = lib.disasm_context(cpu, features)
         for name, start, size in _functions(elf):
-            insns = _decode(lib, dc, code, start, start + size)
+            insns = (_decode_native(native, dc, code, start, start + size) if native
+                     else _decode(lib, dc, code, start, start + size))
             targets: dict[int, str] = {}
             rendered = []
             for pc, n, text_ in insns:
-                mnemonic, _, operands = text_.partition(" ")
-                if mnemonic == "s_branch" or mnemonic.startswith("s_cbranch_"):
+                if text_.startswith(_BRANCHES):
+                    mnemonic, _, operands = text_.partition(" ")
                     dest = _branch_target(pc, n, operands)
                     if dest is not None:
                         label = targets.setdefault(dest, f"L{len(targets)}")
                         rest = operands.partition(",")[2]
                         operands = label + (f",{rest}" if rest else "")
-                rendered.append((pc, f"\t{mnemonic} {operands}".rstrip()))
+                    rendered.append((pc, f"\t{mnemonic} {operands}".rstrip()))
+                else:
+                    rendered.append((pc, "\t" + text_))
             lines.append(f"{name}:")
             for pc, line in rendered:
                 if pc in targets:

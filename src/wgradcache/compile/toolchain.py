@@ -194,7 +194,7 @@ def _codegen_library(backend: str) -> tuple[str, Path]:
 
 def user_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/wgradcache`` (default ``~/.cache/wgradcache``): per-machine memos
-    (file digests) and the compiled LLD shim (``lldlink``), never the code object cache."""
+    (file digests) and the compiled native helper (``native``), never the code object cache."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "wgradcache"
 
 

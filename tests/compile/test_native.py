@@ -1,4 +1,5 @@
-"""The in-process LLD: same bytes and same identity as ld.lld-22, its errors, its fallback."""
+"""The native helper: its in-process LLD (same bytes and identity as ld.lld-22, errors,
+fallbacks) and its disassembly loop (same text as the ctypes loop)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import subprocess
 
 import pytest
 
-from wgradcache.compile import lldlink, toolchain
+from wgradcache.compile import disasm, lldlink, native, toolchain
 from wgradcache.compile.codegen import compile_ir
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.lldlink import LINKER_ENV, LinkError, in_process_lld, select_linker
@@ -25,13 +26,13 @@ CASES = [
 @pytest.fixture
 def fresh_choice():
     """Forget the per-process linker choice before and after a test that changes it."""
-    lldlink._select_linker.cache_clear()
-    lldlink._in_process.cache_clear()
-    toolchain._toolchain_identity.cache_clear()
+    caches = (lldlink._select_linker, lldlink._in_process, native.native_library,
+              toolchain._toolchain_identity)
+    for c in caches:
+        c.cache_clear()
     yield
-    lldlink._select_linker.cache_clear()
-    lldlink._in_process.cache_clear()
-    toolchain._toolchain_identity.cache_clear()
+    for c in caches:
+        c.cache_clear()
 
 
 def _object(ir: str, target: str) -> bytes:
@@ -59,14 +60,18 @@ def test_in_process_bytes_equal_ld_lld(ir, target):
     assert in_process_lld().link(obj) == _ld_lld(obj)
 
 
-def test_walk_kernels_equal_ld_lld():
-    """Real kernels of the walk: sync and async K loops, split-K, stage 2."""
-    specs = walk("gfx1250")
+def _walk_sample() -> list:
+    """One gfx1250 job per (variant, dtype) of the first six met: sync and async K loops,
+    both epilogues, split-K."""
     picked = {}
-    for s in specs:
+    for s in walk("gfx1250"):
         picked.setdefault((s.variant, s.dtype), s)
     assert len(picked) >= 6
-    for s in list(picked.values())[:6]:
+    return list(picked.values())[:6]
+
+
+def test_walk_kernels_equal_ld_lld():
+    for s in _walk_sample():
         obj = _object(emit_ir(s).ir_text, s.target)
         assert in_process_lld().link(obj) == _ld_lld(obj), s.label()
 
@@ -134,28 +139,65 @@ def test_without_a_compiler_falls_back_and_says_why(monkeypatch, tmp_path, fresh
         select_linker()
 
 
-def test_shim_inputs_name_what_is_missing(tmp_path):
+def test_native_inputs_name_what_is_missing(tmp_path):
     lib = tmp_path / "lib" / "libLLVM.so.22.1"
     lib.parent.mkdir()
     lib.write_bytes(b"")
-    ok, why, _ = lldlink.shim_inputs(lib)
+    ok, why, _ = native.native_inputs(lib)
     assert not ok and "no LLD headers" in why and "liblld-22-dev" in why
     (tmp_path / "include" / "lld" / "Common").mkdir(parents=True)
     (tmp_path / "include" / "lld" / "Common" / "Driver.h").write_text("")
     (lib.parent / "liblldCommon.a").write_bytes(b"")
-    ok, why, _ = lldlink.shim_inputs(lib)
+    ok, why, _ = native.native_inputs(lib)
     assert not ok and why.startswith("no liblldELF.a in")
 
 
-def test_shim_is_built_once_per_key(monkeypatch, tmp_path, fresh_choice):
+def test_native_helper_is_built_once_per_key(monkeypatch, tmp_path, fresh_choice):
     """Compiled into the user cache on first use, then found there (no compiler run)."""
     version = in_process_lld().version
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    ok, _, paths = lldlink.shim_inputs(system_llvm().path)
+    ok, _, paths = native.native_inputs(system_llvm().path)
     assert ok
-    built = lldlink.build_shim(paths)
-    assert built.is_relative_to(tmp_path / "wgradcache" / "lld") and built.stat().st_size
+    built = native.build_native(paths)
+    assert built.is_relative_to(tmp_path / "wgradcache" / "native") and built.stat().st_size
     monkeypatch.setenv("PATH", "")
     paths["cxx"] = tmp_path / "absent"  # a second build would fail
-    assert lldlink.build_shim(paths) == built
-    assert lldlink.InProcessLLD(built).version == version
+    assert native.build_native(paths) == built
+    assert lldlink.InProcessLLD(native.load_native(built)).version == version
+
+
+@pytest.mark.parametrize("ir,target", CASES)
+def test_native_disassembly_is_the_ctypes_text(ir, target):
+    obj = _object(ir, target)
+    lib, why = native.native_library()
+    assert lib is not None, why
+    text = disasm._disassemble(obj, target, "", lib)
+    assert text == disasm._disassemble(obj, target, "", None)
+    assert "\tv_wmma_" in text or "\tv_mfma_" in text
+
+
+def test_native_disassembly_of_walk_kernels_and_stage2_is_the_ctypes_text():
+    from wgradcache.kernel.lower_llvm import lower
+    from wgradcache.wgrad.stage2 import build_stage2
+
+    lib = native.native_library()[0]
+    irs = [emit_ir(s).ir_text for s in _walk_sample()]
+    irs.append(lower(build_stage2("gfx1250", "bf16", 4), "gfx1250"))
+    for ir in irs:
+        obj = _object(ir, "gfx1250")
+        assert disasm._disassemble(obj, "gfx1250", "", lib) == \
+            disasm._disassemble(obj, "gfx1250", "", None)
+
+
+def test_undecodable_bytes_list_as_unknown_either_way():
+    """Bytes that are no instruction: ``<unknown>`` per 4 bytes on both paths."""
+    from wgradcache.compile.libllvm import system_llvm
+
+    llvm = system_llvm()
+    lib = native.native_library()[0]
+    code = bytes([0xFF] * 12)
+    with llvm.lock:
+        dc = llvm.disasm_context("gfx1250", "")
+        a = disasm._decode_native(lib, dc, code, 0, len(code))
+        b = disasm._decode(llvm, dc, code, 0, len(code))
+    assert a == b == [(0, 4, "<unknown>"), (4, 4, "<unknown>"), (8, 4, "<unknown>")]

@@ -1,0 +1,138 @@
+"""The native helper (``native.cpp``): compiled on first use, loaded once per process.
+
+Two things are too slow from Python and have no C API: LLD (``ld.lld-22`` spends ~25 ms of
+CPU per code object, nearly all process start-up; as a library it links one in ~0.7 ms) and a
+loop over LLVM's C disassembler (one ctypes call per instruction cost more than the
+decoding). LLVM ships LLD as static archives (Debian ``liblld-22-dev``), so, as Triton does
+for its launcher, a small C++ file is compiled with the system's C++ compiler against those
+archives and the shared libLLVM that codegen already loaded, into
+``$XDG_CACHE_HOME/wgradcache/native/<key>/native.so``; key: the source and the digests of
+the archives and libLLVM. One compiler run per machine (~3 s), under a file lock; the file
+appears by rename, whole or not at all.
+
+Without the archives, headers or a compiler, :func:`native_library` says why and its users
+fall back: ``lldlink`` to an ``ld.lld`` process, ``disasm`` to a ctypes loop (same bytes,
+same text).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from wgradcache.compile.toolchain import MIN_LLVM_MAJOR, sha256_file, user_cache_dir
+
+__all__ = ["SOURCE", "build_native", "native_inputs", "native_library"]
+
+SOURCE = Path(__file__).with_name("native.cpp")
+_ARCHIVES = ("liblldELF.a", "liblldCommon.a")
+_vp, _cp, _int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+_SIGNATURES = {
+    "wgradcache_lld_main": (_int, [_int, ctypes.POINTER(_cp), ctypes.POINTER(_vp),
+                                   ctypes.POINTER(_vp)]),
+    "wgradcache_disassemble": (_vp, [_vp, _vp, ctypes.c_uint64, ctypes.c_uint64]),
+    "wgradcache_free": (None, [_vp]),
+}
+
+
+def _compiler() -> str | None:
+    cxx = os.environ.get("CXX")
+    if cxx:
+        return shutil.which(cxx)
+    return next((p for c in ("c++", "g++", "clang++") if (p := shutil.which(c))), None)
+
+
+def native_inputs(libllvm: Path) -> tuple[bool, str, dict[str, Path]]:
+    """What compiling the helper needs beside ``libllvm``: ``(ok, reason, paths)``."""
+    libdir = libllvm.parent
+    paths = {"include": libdir.parent / "include", "libllvm": libllvm,
+             **{a: libdir / a for a in _ARCHIVES}}
+    if not (paths["include"] / "lld" / "Common" / "Driver.h").is_file():
+        return False, f"no LLD headers in {paths['include']} (install liblld-22-dev)", paths
+    missing = [a for a in _ARCHIVES if not paths[a].is_file()]
+    if missing:
+        return False, f"no {', '.join(missing)} in {libdir} (install liblld-22-dev)", paths
+    cxx = _compiler()
+    if cxx is None:
+        return False, ("no C++ compiler (c++, g++, clang++ or $CXX) to build the native "
+                       "helper"), paths
+    paths["cxx"] = Path(cxx)
+    return True, "", paths
+
+
+def _key(paths: dict[str, Path]) -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    for name in ("libllvm", *_ARCHIVES):
+        h.update(f"{name}:{sha256_file(paths[name])}".encode())
+    return h.hexdigest()[:24]
+
+
+def build_native(paths: dict[str, Path]) -> Path:
+    """The helper for these inputs, compiled unless this machine already has it."""
+    from filelock import FileLock
+
+    out_dir = user_cache_dir() / "native" / _key(paths)
+    target = out_dir / "native.so"
+    if target.is_file():
+        return target
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out_dir / ".lock"), timeout=600):
+        if target.is_file():
+            return target
+        tmp = out_dir / f"native.{os.getpid()}.tmp"
+        argv = [str(paths["cxx"]), "-O2", "-shared", "-fPIC", "-std=c++17",
+                f"-I{paths['include']}", str(SOURCE), "-o", str(tmp),
+                *(str(paths[a]) for a in _ARCHIVES), str(paths["libllvm"]),
+                f"-Wl,-rpath,{paths['libllvm'].parent}"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            raise OSError(f"compiling the native helper failed: {last}")
+        os.replace(tmp, target)
+    return target
+
+
+def load_native(path: Path) -> ctypes.CDLL:
+    """The helper at ``path`` with its signatures (after this process's libLLVM: the helper
+    binds to the one codegen loaded, by soname)."""
+    from wgradcache.compile.libllvm import system_llvm
+
+    system_llvm()
+    lib = ctypes.CDLL(str(path))
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+@functools.cache
+def native_library() -> tuple[ctypes.CDLL | None, str]:
+    """(the helper, "") or (None, why not), once per process."""
+    from wgradcache.compile.libllvm import system_llvm
+
+    lib = system_llvm()
+    if lib is None:
+        return None, f"no libLLVM >= {MIN_LLVM_MAJOR} to build the native helper against"
+    ok, why, paths = native_inputs(lib.path)
+    if not ok:
+        return None, why
+    try:
+        return load_native(build_native(paths)), ""
+    except (OSError, AttributeError) as e:
+        return None, str(e)
+
+
+def take_string(lib: ctypes.CDLL, ptr: int | None) -> str:
+    """A malloc'ed C string from the helper as text, freed."""
+    if not ptr:
+        return ""
+    try:
+        return ctypes.string_at(ptr).decode(errors="replace")
+    finally:
+        lib.wgradcache_free(ptr)
