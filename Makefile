@@ -3,14 +3,15 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 JOBS ?= $(shell nproc)
 CACHE_DIR ?= cache
-DEB_PACKAGES = lld-22 llvm-22 liblld-22-dev g++
+DEB_PACKAGES = lld-22 llvm-22 llvm-22-dev liblld-22-dev g++
 
 .PHONY: deps cache test lint bench clean
 
 deps: .deps-stamp
 .deps-stamp: pyproject.toml Makefile
 	@if ! command -v ld.lld-22 >/dev/null 2>&1 || ! command -v llc-22 >/dev/null 2>&1 || \
-	    ! test -f /usr/lib/llvm-22/include/lld/Common/Driver.h || ! command -v g++ >/dev/null 2>&1; then \
+	    ! test -f /usr/lib/llvm-22/include/lld/Common/Driver.h || \
+	    ! test -f /usr/lib/llvm-22/include/llvm-c/Disassembler.h || ! command -v g++ >/dev/null 2>&1; then \
 	  echo "installing Debian packages: $(DEB_PACKAGES)"; \
 	  (apt-get install -y -q $(DEB_PACKAGES) >/dev/null 2>&1 || \
 	   (apt-get update -q >/dev/null && apt-get install -y -q $(DEB_PACKAGES))); \
