@@ -257,7 +257,10 @@ def toolchain(as_json) -> None:
     digest that every content key includes (a different digest rebuilds everything).
 
     WGRADCACHE_CODEGEN=libllvm|llvmlite|llc picks the codegen (default: libllvm when a
-    libLLVM >= 22 loads, else llvmlite).
+    libLLVM >= 22 loads, else llvmlite). WGRADCACHE_LINKER=inprocess|subprocess picks the
+    linker (default: LLD in-process through the native helper, compiled once per machine
+    into ~/.cache/wgradcache/native/, else an ld.lld process; linker_note says why). Both
+    linkers give the same bytes and the same digest.
     """
     from .compile.toolchain import toolchain_report
 

@@ -83,7 +83,10 @@ def test_toolchain_names_the_digest_the_cache_was_built_with(small_cache, monkey
     doc = json.loads(_run("toolchain", "--json").stdout)
     entry = json.loads(_run("show", LABEL, "--cache-dir", str(small_cache["cache"])).stdout)
     assert doc["toolchain_digest"] == entry["toolchain_digest"]
-    assert (doc["codegen"], doc["disassembler"]) == ("libllvm", "libllvm")
+    assert (doc["codegen"], doc["disassembler"]) == ("libllvm", "libllvm (native loop)")
+    assert (doc["linker"], doc["linker_note"]) == ("inprocess", "")
+    assert doc["linker_path"] == doc["native_helper"]
+    assert doc["native_helper"].endswith("/native.so")
     assert doc["libllvm"].startswith("/usr/lib/llvm-22/lib/libLLVM")
     monkeypatch.setenv("WGRADCACHE_CODEGEN", "llvmlite")
     other = json.loads(_run("toolchain", "--json").stdout)

@@ -282,6 +282,9 @@ def toolchain_report() -> dict:
     ident = toolchain_identity()
     from wgradcache.compile.libllvm import system_llvm
     from wgradcache.compile.lldlink import LINKER_ENV, select_linker
+    from wgradcache.compile.native import native_library
+
+    helper, helper_why = native_library()
 
     lib = system_llvm()
     llc = _find_tool("llc", f"llc-{MIN_LLVM_MAJOR}", "llc")
@@ -294,7 +297,8 @@ def toolchain_report() -> dict:
         "linker_env": os.environ.get(LINKER_ENV, ""),
         "libllvm": str(lib.path) if lib else None,
         "llc": str(llc) if llc else None,
-        "disassembler": ("libllvm" if lib else
+        "native_helper": helper._name if helper else f"none: {helper_why}",
+        "disassembler": ((f"libllvm ({'native' if helper else 'ctypes'} loop)") if lib else
                          str(find_disassembler() or "") or "none (second codegen)"),
     }
 
