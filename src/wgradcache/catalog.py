@@ -82,6 +82,7 @@ def explain(root: str | Path, key_or_label: str) -> dict:
     """Every input of the entry's content key, stored vs now."""
     from .build import codegen_context
     from .cache.store import blank_symbol, content_key, sha256_bytes
+    from .compile.toolchain import keyed_fields
     from .emit import emit_ir, generator_digest
     from .spec import KernelSpec
 
@@ -96,7 +97,8 @@ def explain(root: str | Path, key_or_label: str) -> dict:
         ("ir_sha256 (symbol blanked)", e.get("ir_sha256"), ir_now),
         ("target", e.get("target"), spec.target),
         ("codegen options", e.get("codegen_options"), options),
-        ("toolchain", e.get("toolchain"), toolchain),
+        ("toolchain (where the linker lives is not in the key)",
+         keyed_fields(e.get("toolchain") or {}), keyed_fields(toolchain)),
         ("generator digest (not in the key; decides up-to-date)",
          e.get("generator_digest"), generator_digest()),
     ]

@@ -203,3 +203,21 @@ def test_worker_with_another_toolchain_refuses_to_compile(tmp_path):
     assert res["error"].startswith("this worker's toolchain differs from the coordinator's "
                                    "in linker_version (")
     assert "'LLD 23.0.0' there" in res["error"] and "hsaco" not in res
+
+
+def test_either_linker_serves_the_same_cache(tmp_path, monkeypatch):
+    """Built with ld.lld processes, the cache is up to date for the in-process LLD, and an
+    entry lost since is relinked to the existing blob, not compiled again."""
+    specs = list(walk("gfx1250", ["fp16"], ["sync.cshuffle.atomic"]))[:2]
+    req = BuildRequest(target="gfx1250", jobs=1, cache_dir=str(tmp_path))
+    monkeypatch.setenv("WGRADCACHE_LINKER", "subprocess")
+    first = build(req, specs=specs)
+    assert (first.built, first.failed) == (2, 0)
+    monkeypatch.setenv("WGRADCACHE_LINKER", "inprocess")
+    assert build(req, specs=specs).up_to_date == 2
+    cache = TargetCache(str(tmp_path), "gfx1250")
+    for ik, _ in list(cache.iter_entries()):
+        (cache.entries / f"{ik}.json").unlink()
+    again = build(req, specs=specs)
+    assert (again.relinked, again.built, again.failed) == (2, 0, 0)
+    assert _whole(cache) == 2

@@ -25,6 +25,17 @@ def test_content_key_blanks_the_symbol_and_hashes_every_input():
     assert content_key(IR, "wgrad_a", "gfx125", {"opt": 3}, TC) != k
 
 
+def test_content_key_ignores_where_the_linker_lives():
+    """An ld.lld process in /usr/bin and the in-process LLD of the same version under a
+    user's home give the same bytes: they must share blobs."""
+    here = {**TC, "linker_path": "/usr/bin/ld.lld-22"}
+    k = content_key(IR, "wgrad_a", "gfx1250", {"opt": 3}, here)
+    helper = {**here, "linker_path": "/home/u/.cache/wgradcache/native/0f/native.so"}
+    assert content_key(IR, "wgrad_a", "gfx1250", {"opt": 3}, helper) == k
+    assert content_key(IR, "wgrad_a", "gfx1250", {"opt": 3},
+                       {**here, "linker": "LLD 23.0.0"}) != k
+
+
 def test_atomic_write_leaves_no_temp_on_failure(tmp_path, monkeypatch):
     target = tmp_path / "x" / "f.json"
     atomic_write(target, b"old")

@@ -67,11 +67,17 @@ def stage2_of(identity: dict) -> str | None:
 
 
 def content_key(ir_text: str, symbol: str, target: str, options: dict, toolchain: dict) -> str:
-    """sha256(IR with the symbol blanked, target, codegen options, toolchain identity)."""
+    """sha256(IR with the symbol blanked, target, codegen options, toolchain identity).
+
+    The identity enters as its digest (``identity_digest``: every field but where the linker
+    lives), so a cache is shared by an ``ld.lld`` process and the in-process LLD of the same
+    version, and by machines with the linker or the native helper in other places."""
+    from ..compile.toolchain import identity_digest
+
     h = hashlib.sha256()
     for part in (blank_symbol(ir_text, symbol), target,
                  json.dumps(options, sort_keys=True, separators=(",", ":")),
-                 json.dumps(toolchain, sort_keys=True, separators=(",", ":"))):
+                 identity_digest(toolchain)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

@@ -33,6 +33,8 @@ __all__ = [
     "find_linker",
     "find_disassembler",
     "find_llc",
+    "identity_digest",
+    "keyed_fields",
     "sha256_file",
     "user_cache_dir",
     "version_major",
@@ -241,16 +243,26 @@ class ToolchainIdentity:
         return asdict(self)
 
     def digest(self) -> str:
-        """sha256 over everything but ``linker_path``.
+        """sha256 of ``keyed_fields``: what content keys and up-to-date checks compare."""
+        return identity_digest(self.to_dict())
 
-        The bytes depend on what the linker is (its version line), not where it is
-        installed: ``/usr/bin/ld.lld-22`` and ``/usr/lib/llvm-22/bin/ld.lld`` must share a
-        cache. Debian's and other builds of the same LLD differ in their version line (and in
-        ``.comment``, facts §7), so they do get different keys.
-        """
-        d = self.to_dict()
-        del d["linker_path"]
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+def keyed_fields(identity: dict) -> dict:
+    """The fields of a toolchain identity (``ToolchainIdentity.to_dict``) that key the
+    cache: all but ``linker_path``.
+
+    The bytes depend on what the linker is (its version line), not where it is: ``ld.lld-22``
+    in ``/usr/bin`` or ``/usr/lib/llvm-22/bin``, or LLD in the native helper under a user's
+    home, must share a cache. Debian's and other builds of the same LLD differ in their
+    version line (and in ``.comment``, facts §7), so they do get different keys.
+    """
+    return {k: v for k, v in identity.items() if k != "linker_path"}
+
+
+def identity_digest(identity: dict) -> str:
+    """sha256 of the keyed fields of a toolchain identity (a dict, as workers receive it)."""
+    return hashlib.sha256(json.dumps(keyed_fields(identity), sort_keys=True).encode()
+                          ).hexdigest()
 
 
 def toolchain_identity() -> ToolchainIdentity:
