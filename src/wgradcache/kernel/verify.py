@@ -57,6 +57,7 @@ class _Verifier:
         self.scope: set[int] = set()  # ids of the statements that dominate the current one
         self.globals_ok: set[int] = set()
         self.lds_names = {a.name for a in kd.lds}
+        self.checks = {op: getattr(self, name) for op, name in _CHECKS.items()}  # op -> rule
 
     def fail(self, v: Value, msg: str):
         raise VerifyError(f"{self.kd.name}: {v.op.name} %{v.id} ({v.dtype!r}): {msg}")
@@ -90,15 +91,18 @@ class _Verifier:
 
     def block(self, stmts: tuple[Value, ...]) -> list[int]:
         added = []
+        seen, scope, known = self.seen, self.scope, self.globals_ok
+        checks = self.checks
         for v in stmts:
             if v.op in _NOT_STATEMENTS:
                 self.fail(v, "is not a statement")
-            if v.id in self.seen:
+            if v.id in seen:
                 self.fail(v, "appears twice")
-            self.seen.add(v.id)
+            seen.add(v.id)
             for s in v.src:
-                self.use(v, s)
-            self.check(v)
+                if s.id not in scope and s.id not in known:
+                    self.use(v, s)
+            checks.get(v.op, self.check_unknown)(v)
             if v.op is Ops.FOR:
                 r = v.arg
                 self.region(v, (r.index, *r.carried), r.body, r.yields)
@@ -106,12 +110,12 @@ class _Verifier:
                 r = v.arg
                 self.region(v, (), r.then, r.then_yields)
                 self.region(v, (), r.else_, r.else_yields)
-            self.scope.add(v.id)
+            scope.add(v.id)
             added.append(v.id)
         return added
 
     def check(self, v: Value):
-        getattr(self, _CHECKS.get(v.op, "check_unknown"))(v)
+        self.checks.get(v.op, self.check_unknown)(v)
 
     def check_unknown(self, v: Value):
         self.fail(v, "unknown op")
