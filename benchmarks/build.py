@@ -255,6 +255,26 @@ def cache_bytes(cache_dir: Path, target: str) -> dict:
             "entry_bytes": entries}
 
 
+def full_floor(runs: list[dict], full_s: float) -> None:
+    """The full build against its codegen floor, from the phases its runs recorded."""
+    phases: dict[str, float] = {}
+    for r in runs:
+        for k, v in r.get("phases", {}).items():
+            phases[k] = phases.get(k, 0.0) + v
+    if not phases.get("codegen"):
+        print("  (no phase record in stats.jsonl: built before phases were recorded)")
+        return
+    workers = {r.get("request", {}).get("jobs") or os.cpu_count() for r in runs}
+    w = max(workers)
+    floor = phases["codegen"] / w
+    total = sum(phases.values())
+    print(f"  codegen floor (sum of codegen {phases['codegen']:.1f} s / {w}) {floor:.1f} s: "
+          f"the full build is {full_s / floor:.2f}x of it (goal <= 1.10)")
+    print("  workers' seconds by phase: " + ", ".join(
+        f"{k} {v:.1f} s ({100 * v / total:.1f} %)" for k, v in
+        sorted(phases.items(), key=lambda kv: -kv[1])))
+
+
 def full_and_noop(target: str, cache_dir: Path | None, noop_runs: int) -> None:
     """(3): build the whole default cache (or resume it), then time no-op rebuilds."""
     tmp = None
@@ -276,6 +296,7 @@ def full_and_noop(target: str, cache_dir: Path | None, noop_runs: int) -> None:
               f"{sum(r['built'] for r in runs)} blobs built")
         print("  cache: " + ", ".join(f"{k} {v}" for k, v in cache_bytes(cache_dir,
                                                                         target).items()))
+        full_floor(runs, full_s)
         walls, inner = [], []
         for _ in range(noop_runs):
             w, res = _cli_build(target, cache_dir)

@@ -66,6 +66,9 @@ class BuildSummary:
     bytes: int = 0
     seconds: float = 0.0
     failures: list[dict] = field(default_factory=list)
+    # worker seconds summed over the jobs compiled here, by phase (emit, parse, codegen, link,
+    # listing, read, isa_stats): recorded in stats.jsonl, where the time of a build went
+    phases: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"target": self.target, "jobs": self.jobs, "built": self.built,
@@ -136,11 +139,13 @@ def codegen_context() -> tuple[dict, dict, str]:
 def _emit_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool = True) -> dict:
     from .emit import emit_ir
 
+    t0 = time.perf_counter()
     try:
         k = emit_ir(spec, check=check)
     except Exception as e:  # a generator bug is this job's failure, not the build's
         return {"ik": spec.identity_key(), "error": f"emit: {type(e).__name__}: {e}"}
-    return {"ik": spec.identity_key(), "symbol": k.symbol, "ir": k.ir_text,
+    return {"ik": spec.identity_key(), "t": {"emit": time.perf_counter() - t0},
+            "symbol": k.symbol, "ir": k.ir_text,
             "ir_sha256": sha256_bytes(blank_symbol(k.ir_text, k.symbol).encode()),
             "ckey": content_key(k.ir_text, k.symbol, spec.target, options, toolchain)}
 
@@ -209,7 +214,11 @@ def _job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
         return res
     try:
         obj = compile_ir(ir, spec.target, CodegenOptions())
-        return {**res, "hsaco": obj.hsaco, "meta": _metadata(obj)}
+        t0 = time.perf_counter()
+        meta = _metadata(obj)
+        t = {**res["t"], **{k: v for k, v in obj.timings.items() if k != "total"},
+             "isa_stats": time.perf_counter() - t0}
+        return {**res, "t": t, "hsaco": obj.hsaco, "meta": meta}
     except Exception as e:  # parse/verify errors come back as Python exceptions
         return {**res, "error": f"{type(e).__name__}: {e}"}
 
@@ -415,6 +424,8 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
         progress(1, job_cost(by_ik[ik]))
 
     def on_result(res: dict) -> None:
+        for phase, sec in res.get("t", {}).items():
+            summary.phases[phase] = summary.phases.get(phase, 0.0) + sec
         if "error" in res:
             record_failure(by_ik[res["ik"]], res["error"])
             progress(1, job_cost(by_ik[res["ik"]]))
@@ -445,6 +456,7 @@ def _build(req: BuildRequest, cache: TargetCache, gen: str, t0: float,
     summary.seconds = time.monotonic() - t0
     with cache.lock():
         cache.append_stats({**summary.to_json(), "when": time.time(), "generator": gen,
+                            "phases": {k: round(v, 3) for k, v in summary.phases.items()},
                             "toolchain": tdigest, "request": _request_doc(req)})
     return summary
 

@@ -221,3 +221,18 @@ def test_either_linker_serves_the_same_cache(tmp_path, monkeypatch):
     again = build(req, specs=specs)
     assert (again.relinked, again.built, again.failed) == (2, 0, 0)
     assert _whole(cache) == 2
+
+
+def test_stats_record_where_the_workers_time_went(tmp_path):
+    """Each run's stats line sums the workers' seconds by phase over what it compiled; a
+    no-op run compiled nothing and records none."""
+    specs = list(walk("gfx1250", ["bf16"], ["sync.default.none"]))[:2]
+    req = BuildRequest(target="gfx1250", jobs=1, cache_dir=str(tmp_path))
+    build(req, specs=specs)
+    build(req, specs=specs)
+    first, second = TargetCache(str(tmp_path), "gfx1250").stats()
+    phases = first["phases"]
+    assert set(phases) == {"emit", "parse", "codegen", "link", "listing", "read", "isa_stats"}
+    assert all(v > 0 for v in phases.values())
+    assert phases["codegen"] > phases["link"] and sum(phases.values()) <= first["seconds"]
+    assert (second["up_to_date"], second["phases"]) == (2, {})
