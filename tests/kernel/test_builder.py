@@ -156,3 +156,34 @@ def test_op_groups_partition_the_alu():
     assert not (GroupOp.IntBinary & GroupOp.FloatBinary)
     assert GroupOp.Predicated <= GroupOp.Memory
     assert all(op in GroupOp.ALU for op in (Ops.ICMP, Ops.SELECT, Ops.FMA, Ops.NOT))
+
+
+def test_dtypes_are_interned():
+    """Equal dtypes are one object however they are made (equality and hashing are by
+    identity), also across pickling, copying, ``replace`` and threads."""
+    import copy
+    import dataclasses
+    import pickle
+    import threading
+
+    from wgradcache.kernel.ir import DType
+
+    v = f16.vec(8)
+    assert DType("f16", 8) is v and v.base is f16 and f16.base is f16
+    assert ptr(f16) is DType("ptr", 1, f16, 1) and ptr(f16) is not ptr(f16, LDS)
+    assert pickle.loads(pickle.dumps(v)) is v and copy.deepcopy(ptr(bf16)) is ptr(bf16)
+    assert dataclasses.replace(i32, count=4) is i32.vec(4)
+    assert (v.nbytes, v.bits, v.is_vector, i1.itemsize, i64.is_int, f32.is_float) == (
+        16, 16, True, 1, True, True)
+    made: list = []
+
+    def make():
+        made.extend(DType("i16", n) for n in range(2, 200))
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(d is DType("i16", d.count) for d in made)
+    assert len({id(d) for d in made}) == 198

@@ -49,8 +49,9 @@ class _Interned(type):
                  addrspace: int = 0):
         key = (scalar, count, elem, addrspace)
         found = cls._instances.get(key)
-        if found is None:
-            found = cls._instances[key] = super().__call__(scalar, count, elem, addrspace)
+        if found is None:  # setdefault: two threads racing here still share one object
+            found = cls._instances.setdefault(key, super().__call__(scalar, count, elem,
+                                                                    addrspace))
         return found
 
 
