@@ -143,6 +143,7 @@ def _in_process() -> tuple[InProcessLLD | None, str]:
 
 
 def in_process_lld() -> InProcessLLD:
+    """This process's in-process LLD; ToolchainError with the reason when there is none."""
     lld, why = _in_process()
     if lld is None:
         raise ToolchainError(f"no in-process LLD: {why}")
