@@ -263,8 +263,9 @@ def _link_in_process(obj: bytes) -> bytes:
 
 def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
              early_tools: bool, lister: str | None = None) -> CompiledObject:
-    """``compile_ir``. For the benchmark: ``early_tools=False`` starts the linker after
-    codegen; ``lister`` forces "llvm", "objdump", "codegen" or "none"."""
+    """``compile_ir``. For the benchmark: ``early_tools=False`` starts the tool processes
+    (an ``ld.lld`` when linking is not in-process, ``llvm-objdump``) after codegen;
+    ``lister`` forces "llvm", "objdump", "codegen" or "none"."""
     get_target(target)  # unknown names fail here, with the valid ones listed
     lister = lister or _lister(listing)
     linker = select_linker()
