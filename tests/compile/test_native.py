@@ -139,6 +139,17 @@ def test_without_a_compiler_falls_back_and_says_why(monkeypatch, tmp_path, fresh
         select_linker()
 
 
+def test_a_failing_compiler_falls_back_with_its_words(monkeypatch, tmp_path, fresh_choice):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("CXX", "false")
+    monkeypatch.delenv(LINKER_ENV, raising=False)
+    linker = select_linker()
+    assert linker.kind == "subprocess"
+    assert linker.note.startswith("compiling the native helper failed: ")
+    assert linker.note.endswith("false exited with status 1")
+    assert not list((tmp_path / "xdg").rglob("*.so"))  # nothing half-made left to load
+
+
 def test_native_inputs_name_what_is_missing(tmp_path):
     lib = tmp_path / "lib" / "libLLVM.so.22.1"
     lib.parent.mkdir()

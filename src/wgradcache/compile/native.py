@@ -92,7 +92,8 @@ def build_native(paths: dict[str, Path]) -> Path:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
-            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            said = proc.stderr.strip().splitlines()
+            last = said[-1] if said else f"{argv[0]} exited with status {proc.returncode}"
             raise OSError(f"compiling the native helper failed: {last}")
         os.replace(tmp, target)
     return target
