@@ -188,15 +188,14 @@ def _toolchain_mismatch(toolchain: dict) -> str:
     """Why this worker must not compile for a coordinator with ``toolchain`` (a dask worker
     on another machine, say, with another LLVM or LLD: its bytes would be filed under the
     coordinator's content key), or "" when the two agree."""
-    from .compile.toolchain import ToolchainIdentity, toolchain_identity
+    from .compile.toolchain import identity_digest, keyed_fields, toolchain_identity
 
     mine = toolchain_identity()
-    if mine.digest() == ToolchainIdentity(**toolchain).digest():
+    if mine.digest() == identity_digest(toolchain):
         return ""
-    theirs = toolchain
-    diff = [k for k, v in mine.to_dict().items() if k != "linker_path" and theirs.get(k) != v]
+    diff = [k for k, v in keyed_fields(mine.to_dict()).items() if toolchain.get(k) != v]
     return ("this worker's toolchain differs from the coordinator's in "
-            + ", ".join(f"{k} ({getattr(mine, k)!r} here, {theirs.get(k)!r} there)"
+            + ", ".join(f"{k} ({getattr(mine, k)!r} here, {toolchain.get(k)!r} there)"
                         for k in diff))
 
 

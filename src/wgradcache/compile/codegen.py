@@ -44,7 +44,12 @@ from dataclasses import asdict, dataclass, field
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available
 from wgradcache.compile.libllvm import LLVMIRError, system_llvm
-from wgradcache.compile.lldlink import LinkError, link_in_process, select_linker
+from wgradcache.compile.lldlink import (
+    LinkError,
+    link_in_process,
+    select_linker,
+    subprocess_argv,
+)
 from wgradcache.compile.toolchain import (
     CODE_OBJECT_VERSION,
     ToolchainError,
@@ -271,7 +276,7 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
     linker = select_linker()
     argv = []  # the tool processes: [ld.lld unless in-process] + [llvm-objdump]
     if linker.kind == "subprocess":
-        argv.append([str(linker.path), "-shared", "/dev/stdin", "-o", "/dev/stdout"])
+        argv.append(subprocess_argv(linker.path))
     if lister == "objdump":
         argv.append([str(_objdump()), "-d", "--symbolize-operands", "--no-show-raw-insn",
                      "/dev/stdin"])

@@ -37,7 +37,7 @@ from wgradcache.compile.toolchain import (
 )
 
 __all__ = ["LINKER_ENV", "InProcessLLD", "Linker", "LinkError", "in_process_lld",
-           "link_in_process", "linker_choice", "select_linker"]
+           "link_in_process", "linker_choice", "select_linker", "subprocess_argv"]
 
 LINKER_ENV = "WGRADCACHE_LINKER"
 LINKER_CHOICES = ("auto", "inprocess", "subprocess")
@@ -150,6 +150,11 @@ def in_process_lld() -> InProcessLLD:
     return lld
 
 
+def subprocess_argv(path: Path) -> list[str]:
+    """``ld.lld -shared`` reading the object on stdin, writing the code object to stdout."""
+    return [str(path), "-shared", "/dev/stdin", "-o", "/dev/stdout"]
+
+
 def link_in_process(obj: bytes) -> bytes:
     """``ld.lld -shared`` of ``obj`` by the in-process LLD. Once LLD has said it cannot run
     again in this process (it recovered from a crash), an ``ld.lld`` process of the same
@@ -163,8 +168,7 @@ def link_in_process(obj: bytes) -> bytes:
         raise ToolchainError(f"in-process LLD cannot link again in this process "
                              f"({lld.broken}) and {path} is another LLD; set "
                              f"{LINKER_ENV}=subprocess")
-    proc = subprocess.run([str(path), "-shared", "/dev/stdin", "-o", "/dev/stdout"],
-                          input=obj, capture_output=True, timeout=600)
+    proc = subprocess.run(subprocess_argv(path), input=obj, capture_output=True, timeout=600)
     if proc.returncode != 0:
         raise LinkError(proc.stderr.decode(errors="replace").strip()
                         or f"exit status {proc.returncode}")

@@ -297,6 +297,7 @@ def toolchain_report() -> dict:
     from wgradcache.compile.native import native_library
 
     helper, helper_why = native_library()
+    linker = select_linker()
 
     lib = system_llvm()
     llc = _find_tool("llc", f"llc-{MIN_LLVM_MAJOR}", "llc")
@@ -304,8 +305,8 @@ def toolchain_report() -> dict:
         **ident.to_dict(),
         "toolchain_digest": ident.digest(),
         "codegen_env": os.environ.get(CODEGEN_ENV, ""),
-        "linker": select_linker().kind,
-        "linker_note": select_linker().note,
+        "linker": linker.kind,
+        "linker_note": linker.note,
         "linker_env": os.environ.get(LINKER_ENV, ""),
         "libllvm": str(lib.path) if lib else None,
         "llc": str(llc) if llc else None,

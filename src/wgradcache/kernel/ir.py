@@ -92,11 +92,12 @@ class DType(metaclass=_Interned):
         assert (self.scalar == "ptr") == (self.elem is not None)
         assert self.scalar != "ptr" or self.count == 1, "no vectors of pointers"
         bits = _SCALAR_BITS[self.scalar]
+        itemsize = max(1, bits // 8)
         derived = {
             "base": DType(self.scalar) if self.count > 1 else self,
             "is_vector": self.count > 1, "is_int": self.scalar[0] == "i",
             "is_float": self.scalar in ("f16", "bf16", "f32"), "is_ptr": self.scalar == "ptr",
-            "bits": bits, "itemsize": max(1, bits // 8), "nbytes": max(1, bits // 8) * self.count,
+            "bits": bits, "itemsize": itemsize, "nbytes": itemsize * self.count,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)

@@ -91,8 +91,7 @@ class _Verifier:
 
     def block(self, stmts: tuple[Value, ...]) -> list[int]:
         added = []
-        seen, scope, known = self.seen, self.scope, self.globals_ok
-        checks = self.checks
+        seen, scope, checks = self.seen, self.scope, self.checks
         for v in stmts:
             if v.op in _NOT_STATEMENTS:
                 self.fail(v, "is not a statement")
@@ -100,8 +99,7 @@ class _Verifier:
                 self.fail(v, "appears twice")
             seen.add(v.id)
             for s in v.src:
-                if s.id not in scope and s.id not in known:
-                    self.use(v, s)
+                self.use(v, s)
             checks.get(v.op, self.check_unknown)(v)
             if v.op is Ops.FOR:
                 r = v.arg
@@ -113,9 +111,6 @@ class _Verifier:
             scope.add(v.id)
             added.append(v.id)
         return added
-
-    def check(self, v: Value):
-        self.checks.get(v.op, self.check_unknown)(v)
 
     def check_unknown(self, v: Value):
         self.fail(v, "unknown op")
