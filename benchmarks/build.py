@@ -274,6 +274,29 @@ def full_floor(runs: list[dict], full_s: float) -> None:
     print("  workers' seconds by phase: " + ", ".join(
         f"{k} {v:.1f} s ({100 * v / total:.1f} %)" for k, v in
         sorted(phases.items(), key=lambda kv: -kv[1])))
+    for line in floor_budget(phases, full_s, w):
+        print("  " + line)
+
+
+def floor_budget(phases: dict[str, float], wall: float, workers: int) -> list[str]:
+    """What the floor goal leaves for everything but codegen, from one build's recorded
+    phases (stats.jsonl), and the ratio if a phase cost nothing: how far each lever goes."""
+    cg = phases["codegen"]
+    rest = wall * workers - cg  # every other core-second: phases, start-up, IPC, idle
+    llvm = sum(phases.get(k, 0.0) for k in ("parse", "codegen", "link"))
+    lines = [f"budget: the goal allows {0.1 * cg:.1f} core-s besides codegen; this build "
+             f"spent {rest:.1f} ({100 * rest / cg:.1f} % of codegen): phases "
+             f"{sum(phases.values()) - cg:.1f}, start-up/IPC/idle "
+             f"{rest - (sum(phases.values()) - cg):.1f}"]
+    for k in ("emit", "listing", "isa_stats"):
+        if phases.get(k):
+            lines.append(f"  with {k} free: {(wall - phases[k] / workers) / (cg / workers):.2f}x")
+    free = sum(phases.get(k, 0.0) for k in ("emit", "listing", "isa_stats"))
+    lines.append(f"  with emit, listing and isa_stats all free: "
+                 f"{(wall - free / workers) / (cg / workers):.2f}x")
+    lines.append(f"against the LLVM floor (parse + codegen + link: what llc + ld.lld do) "
+                 f"{llvm:.1f} s / {workers}: {wall / (llvm / workers):.2f}x")
+    return lines
 
 
 def full_and_noop(target: str, cache_dir: Path | None, noop_runs: int) -> None:
@@ -363,6 +386,8 @@ def report(jobs, workers, ref, ours, build_w, build_1, phases, protos=None,
         print(f"    the build's own codegen (its workers' record, stats.jsonl) {own:.1f} s / "
               f"{workers} = {own / workers:.1f} s: build {workers} is "
               f"{bw / (own / workers):.2f}x of that floor")
+        for line in floor_budget(build_w["phases"], bw, workers):
+            print("    " + line)
     print(f"(2) build 1 {build_1['wall']:.1f} s / build {workers} {bw:.1f} s = "
           f"{build_1['wall'] / bw:.2f}x (goal >= 1.8)")
     if scaling:

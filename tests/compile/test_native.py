@@ -3,7 +3,9 @@ fallbacks) and its disassembly loop (same text as the ctypes loop)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 
 import pytest
 
@@ -212,3 +214,40 @@ def test_undecodable_bytes_list_as_unknown_either_way():
         a = disasm._decode_native(lib, dc, code, 0, len(code))
         b = disasm._decode(llvm, dc, code, 0, len(code))
     assert a == b == [(0, 4, "<unknown>"), (4, 4, "<unknown>"), (8, 4, "<unknown>")]
+
+
+def _aged(path, days: float) -> None:
+    t = time.time() - days * 86400
+    os.utime(path, (t, t))
+
+
+def test_building_a_helper_prunes_the_ones_unused_for_a_month(monkeypatch, tmp_path):
+    """Old helpers (another source, another LLVM) go; recently loaded, being-built and
+    new directories stay; loading a helper stamps it."""
+    from filelock import FileLock
+
+    root = tmp_path / "wgradcache" / "native"
+    dirs = {}
+    for name, files in {"old": ("native.so", "used", ".lock"), "loaded": ("native.so", "used"),
+                        "building": (".lock",), "fresh": ()}.items():
+        d = dirs[name] = root / name
+        d.mkdir(parents=True)
+        for f in files:
+            (d / f).write_bytes(b"x")
+            _aged(d / f, native.PRUNE_AFTER_DAYS + 5)
+        if name != "fresh":
+            _aged(d, native.PRUNE_AFTER_DAYS + 5)
+    (dirs["loaded"] / "used").touch()  # loaded yesterday, built long ago
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ok, _, paths = native.native_inputs(system_llvm().path)
+    assert ok
+    with FileLock(str(dirs["building"] / ".lock")):
+        built = native.build_native(paths)
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        ["loaded", "building", "fresh", built.parent.name])
+    used = built.parent / "used"
+    _aged(used, 1)
+    native.load_native(built)
+    assert time.time() - used.stat().st_mtime < 60
+    _aged(dirs["building"], native.PRUNE_AFTER_DAYS + 5)  # now unlocked: it goes
+    assert native.prune_native(built.parent, max_age_days=0.5) == [dirs["building"]]

@@ -8,7 +8,9 @@ for its launcher, a small C++ file is compiled with the system's C++ compiler ag
 archives and the shared libLLVM that codegen already loaded, into
 ``$XDG_CACHE_HOME/wgradcache/native/<key>/native.so``; key: the source and the digests of
 the archives and libLLVM. One compiler run per machine (~3 s), under a file lock; the file
-appears by rename, whole or not at all.
+appears by rename, whole or not at all. Each load stamps its directory (``used``); building
+a new helper removes the others nothing has loaded for ``PRUNE_AFTER_DAYS`` (one is left
+behind by every change of the source or of LLVM, ~4 MB each).
 
 Without the archives, headers or a compiler, :func:`native_library` says why and its users
 fall back: ``lldlink`` to an ``ld.lld`` process, ``disasm`` to a ctypes loop (same bytes,
@@ -17,20 +19,25 @@ same text).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from wgradcache.compile.toolchain import MIN_LLVM_MAJOR, sha256_file, user_cache_dir
 
-__all__ = ["SOURCE", "build_native", "native_inputs", "native_library"]
+__all__ = ["PRUNE_AFTER_DAYS", "SOURCE", "build_native", "native_inputs", "native_library",
+           "prune_native"]
 
 SOURCE = Path(__file__).with_name("native.cpp")
 _ARCHIVES = ("liblldELF.a", "liblldCommon.a")
+_USED = "used"  # touched on every load: when a helper was last used
+PRUNE_AFTER_DAYS = 30
 _vp, _cp, _int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
 _SIGNATURES = {
     "wgradcache_lld_main": (_int, [_int, ctypes.POINTER(_cp), ctypes.POINTER(_vp),
@@ -96,7 +103,33 @@ def build_native(paths: dict[str, Path]) -> Path:
             last = said[-1] if said else f"{argv[0]} exited with status {proc.returncode}"
             raise OSError(f"compiling the native helper failed: {last}")
         os.replace(tmp, target)
+        (out_dir / _USED).touch()
+    prune_native(out_dir)
     return target
+
+
+def prune_native(keep: Path, max_age_days: float = PRUNE_AFTER_DAYS) -> list[Path]:
+    """Remove the helpers beside ``keep`` that nothing has loaded for ``max_age_days`` (the
+    newest of their ``used`` stamp, ``native.so`` and directory); one whose lock is held (being
+    built) stays. A
+    process that still maps a removed helper keeps it until it exits. Returns what went."""
+    from filelock import FileLock, Timeout
+
+    cutoff = time.time() - max_age_days * 86400
+    removed = []
+    for d in keep.parent.iterdir():
+        if d == keep or not d.is_dir():
+            continue
+        stamps = [p.stat().st_mtime for p in (d, d / _USED, d / "native.so") if p.exists()]
+        if max(stamps) >= cutoff:  # the directory's own: one being made has no stamp yet
+            continue
+        try:
+            with FileLock(str(d / ".lock"), timeout=0):
+                shutil.rmtree(d)
+        except (Timeout, OSError):
+            continue
+        removed.append(d)
+    return removed
 
 
 def load_native(path: Path) -> ctypes.CDLL:
@@ -106,6 +139,8 @@ def load_native(path: Path) -> ctypes.CDLL:
 
     system_llvm()
     lib = ctypes.CDLL(str(path))
+    with contextlib.suppress(OSError):  # a read-only cache directory: no stamp, no harm
+        (path.parent / _USED).touch()
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
