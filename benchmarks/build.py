@@ -282,18 +282,19 @@ def floor_budget(phases: dict[str, float], wall: float, workers: int) -> list[st
     """What the floor goal leaves for everything but codegen, from one build's recorded
     phases (stats.jsonl), and the ratio if a phase cost nothing: how far each lever goes."""
     cg = phases["codegen"]
+    floor = cg / workers
     rest = wall * workers - cg  # every other core-second: phases, start-up, IPC, idle
+    other_phases = sum(phases.values()) - cg
     llvm = sum(phases.get(k, 0.0) for k in ("parse", "codegen", "link"))
     lines = [f"budget: the goal allows {0.1 * cg:.1f} core-s besides codegen; this build "
              f"spent {rest:.1f} ({100 * rest / cg:.1f} % of codegen): phases "
-             f"{sum(phases.values()) - cg:.1f}, start-up/IPC/idle "
-             f"{rest - (sum(phases.values()) - cg):.1f}"]
-    for k in ("emit", "listing", "isa_stats"):
+             f"{other_phases:.1f}, start-up/IPC/idle {rest - other_phases:.1f}"]
+    levers = ("emit", "listing", "isa_stats")
+    for k in levers:
         if phases.get(k):
-            lines.append(f"  with {k} free: {(wall - phases[k] / workers) / (cg / workers):.2f}x")
-    free = sum(phases.get(k, 0.0) for k in ("emit", "listing", "isa_stats"))
-    lines.append(f"  with emit, listing and isa_stats all free: "
-                 f"{(wall - free / workers) / (cg / workers):.2f}x")
+            lines.append(f"  with {k} free: {(wall - phases[k] / workers) / floor:.2f}x")
+    free = sum(phases.get(k, 0.0) for k in levers)
+    lines.append(f"  with {', '.join(levers)} all free: {(wall - free / workers) / floor:.2f}x")
     lines.append(f"against the LLVM floor (parse + codegen + link: what llc + ld.lld do) "
                  f"{llvm:.1f} s / {workers}: {wall / (llvm / workers):.2f}x")
     return lines

@@ -28,8 +28,8 @@ CASES = [
 @pytest.fixture
 def fresh_choice():
     """Forget the per-process linker choice before and after a test that changes it."""
-    caches = (lldlink._select_linker, lldlink._in_process, native.native_library,
-              toolchain._toolchain_identity)
+    caches = (lldlink._select_linker, lldlink._in_process, lldlink._ld_lld,
+              native.native_library, toolchain._toolchain_identity)
     for c in caches:
         c.cache_clear()
     yield
@@ -99,7 +99,7 @@ def test_link_error_is_lld_message_and_lld_links_again():
     assert not list(lld._workdir().iterdir())  # nothing left behind
 
 
-def test_after_lld_cannot_run_again_an_ld_lld_process_takes_over(monkeypatch):
+def test_after_lld_cannot_run_again_an_ld_lld_process_takes_over(monkeypatch, fresh_choice):
     """LLD recovered from a crash and refuses further links: the same bytes come from an
     ld.lld process of the same version; of another version, the error says what to do."""
     lld = in_process_lld()
@@ -109,6 +109,7 @@ def test_after_lld_cannot_run_again_an_ld_lld_process_takes_over(monkeypatch):
         lld.link(obj)
     assert lldlink.link_in_process(obj) == _ld_lld(obj)
     monkeypatch.setattr(lldlink, "tool_version", lambda path: "LLD 23.0.0")
+    lldlink._ld_lld.cache_clear()  # asked once per process: another process, another ld.lld
     with pytest.raises(ToolchainError, match="is another LLD; set WGRADCACHE_LINKER"):
         lldlink.link_in_process(obj)
 

@@ -155,6 +155,14 @@ def subprocess_argv(path: Path) -> list[str]:
     return [str(path), "-shared", "/dev/stdin", "-o", "/dev/stdout"]
 
 
+@functools.cache
+def _ld_lld() -> tuple[Path, str]:
+    """The ``ld.lld`` a broken in-process LLD hands over to, and its version line: asked
+    once per process, not once per link (``--version`` is a ~20 ms process)."""
+    path = find_linker()
+    return path, tool_version(path)
+
+
 def link_in_process(obj: bytes) -> bytes:
     """``ld.lld -shared`` of ``obj`` by the in-process LLD. Once LLD has said it cannot run
     again in this process (it recovered from a crash), an ``ld.lld`` process of the same
@@ -163,8 +171,8 @@ def link_in_process(obj: bytes) -> bytes:
     lld = in_process_lld()
     if not lld.broken:
         return lld.link(obj)
-    path = find_linker()
-    if tool_version(path) != lld.version:
+    path, version = _ld_lld()
+    if version != lld.version:
         raise ToolchainError(f"in-process LLD cannot link again in this process "
                              f"({lld.broken}) and {path} is another LLD; set "
                              f"{LINKER_ENV}=subprocess")
