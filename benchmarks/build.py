@@ -11,7 +11,7 @@ then, in this order (``--repeat`` cycles the whole order and keeps the median):
   llc+lld      ``llc-22 -O3 -filetype=obj`` + ``ld.lld-22 -shared`` per job, W at a time
   ours-compile our compile side alone on the same IR: ``compile_ir`` + ``isa_stats`` in W
                loky workers (warm pool), each job reporting its phase timings
-  build W      ``wgradcache.build.build`` on the same specs, fresh cache, W workers, in a
+  build W      ``wgradcache.pipeline.build.build`` on the same specs, fresh cache, W workers, in a
                fresh process (so it pays what ``wgradcache build`` pays: pool start-up,
                emission in the workers, publishing)
   build W llc  the same build with ``WGRADCACHE_CODEGEN=llc WGRADCACHE_LINKER=subprocess``:
@@ -53,10 +53,10 @@ from pathlib import Path
 
 from codegen import spread_specs
 
-from wgradcache.build import BuildRequest, select_jobs
 from wgradcache.cache.store import TargetCache
 from wgradcache.compile.toolchain import with_code_object_version
-from wgradcache.spec import KernelSpec
+from wgradcache.model.spec import KernelSpec
+from wgradcache.pipeline.build import BuildRequest, select_jobs
 
 PHASES = ("build_kernel", "lower", "parse", "codegen", "listing", "link", "read", "isa_stats")
 
@@ -156,8 +156,8 @@ def run_ours_compile(jobs: list[EmittedJob], workers: int, backend: str = "libll
 
 _CHILD = """
 import json, sys, time
-from wgradcache.build import BuildRequest, build
-from wgradcache.spec import from_label
+from wgradcache.pipeline.build import BuildRequest, build
+from wgradcache.model.spec import from_label
 labels, cache_dir, workers = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 specs = [from_label(x) for x in labels]
 t0 = time.perf_counter()
@@ -193,8 +193,8 @@ def run_build(specs: list[KernelSpec], workers: int, cache_dir: Path,
 _CHILD_SCALING = """
 import sys, time
 from wgradcache.compile.codegen import compile_ir
-from wgradcache.emit import emit_ir
-from wgradcache.spec import from_label
+from wgradcache.wgrad.emit import emit_ir
+from wgradcache.model.spec import from_label
 spec = from_label(sys.argv[1])
 ir = emit_ir(spec).ir_text
 compile_ir(ir, spec.target)

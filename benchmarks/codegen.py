@@ -25,7 +25,7 @@ Pipelines:
                  fallback when no libLLVM-22 loads (``WGRADCACHE_CODEGEN=llvmlite``)
 
 ``load_ir_jobs()`` is the IR source: by default (``--source walk``) the 20 gfx1250 jobs of
-``WALK_LABELS``, real kernels from our walk emitted with ``wgradcache.emit.emit_ir``;
+``WALK_LABELS``, real kernels from our walk emitted with ``wgradcache.wgrad.emit.emit_ir``;
 ``--source handwritten`` gives the earlier hand-written kernels (``compile.samples``, several
 targets), kept to compare with figures measured before the generators existed.
 """
@@ -51,7 +51,7 @@ from wgradcache.compile.codegen import CodegenOptions, compile_ir
 from wgradcache.compile.lldlink import LINKER_ENV
 from wgradcache.compile.samples import gemm_kernel, mma_kernel
 from wgradcache.compile.toolchain import CODEGEN_ENV, with_code_object_version
-from wgradcache.spec import KernelSpec, from_label
+from wgradcache.model.spec import KernelSpec, from_label
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,8 @@ def walk_ir_jobs(labels: tuple[str, ...] = WALK_LABELS) -> list[IrJob]:
     A label the walk no longer produces is still emitted (the spec is what it names), with
     a warning, so an edit of geometries.yaml does not silently change what is timed.
     """
-    from wgradcache.emit import emit_ir
     from wgradcache.jobs import walk
+    from wgradcache.wgrad.emit import emit_ir
 
     specs = [from_label(label) for label in labels]
     in_walk = {s.identity_key() for t in {s.target for s in specs} for s in walk(t)}

@@ -1,5 +1,5 @@
 """python -m wgradcache"""
 
-from .cli import main
+from wgradcache.cli import main
 
 main()

@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import small_geometries
-from wgradcache.build import BuildRequest, build, job_cost
 from wgradcache.cache.store import TargetCache, sha256_bytes
 from wgradcache.cli import main
 from wgradcache.jobs import count, load, walk
-from wgradcache.spec import KernelSpec
+from wgradcache.model.spec import KernelSpec
+from wgradcache.pipeline.build import BuildRequest, build, job_cost
 
 
 def _whole(cache: TargetCache) -> int:
@@ -173,7 +173,7 @@ def _task(behaviour: str, key: str) -> dict:
 def test_one_worker_survives_a_hung_and_a_dying_job():
     """--jobs 1: each job runs in a worker process with its own timeout; a hung job is
     killed, a dying worker replaced, and both are retried alone while the rest go on."""
-    from wgradcache.build import _run_one_worker
+    from wgradcache.pipeline.build import _run_one_worker
 
     tasks = [("ok", "a"), ("hang", "b"), ("ok", "c"), ("die", "d"), ("ok", "e")]
     got: list[dict] = []
@@ -191,7 +191,7 @@ def test_worker_with_another_toolchain_refuses_to_compile(tmp_path):
     """A worker whose LLVM or LLD differs from the coordinator's (a remote dask worker)
     would file its bytes under the coordinator's content key: the job fails instead, and
     the reason names what differs."""
-    from wgradcache.build import _job_task, codegen_context
+    from wgradcache.pipeline.build import _job_task, codegen_context
 
     spec = next(walk("gfx1250", ["fp16"], ["sync.default.none"]))
     options, toolchain, _ = codegen_context()

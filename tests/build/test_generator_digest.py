@@ -5,13 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from wgradcache.emit import GENERATOR_SOURCES
+from wgradcache.wgrad.emit import GENERATOR_SOURCES
 
 CODE = r"""
 import sys
-from wgradcache.emit import emit_ir
+from wgradcache.wgrad.emit import emit_ir
 from wgradcache.kernel.lower_llvm import lower
-from wgradcache.spec import from_label
+from wgradcache.model.spec import from_label
 from wgradcache.wgrad.stage2 import build_stage2
 for label in ("gfx1250-fp16-t64x64x32-w2x2-c16x16-async-cshuffle-atomic",
               "gfx1250-bf16-t64x64x32-w2x2-v8x8-sync-default-two_stage-wsr8",
@@ -27,5 +27,5 @@ def test_digest_sources_are_the_modules_emission_imports():
                          check=True).stdout.split()
     imported = {m.removeprefix("wgradcache.").replace(".", "/") + ".py" for m in out
                 if not m.startswith("wgradcache.jobs")}  # job data: validity, not IR
-    packages = {"kernel.py", "runtime.py", "wgrad.py"}  # the package __init__s
+    packages = {"kernel.py", "model.py", "wgrad.py"}  # the package __init__s
     assert imported - packages == set(GENERATOR_SOURCES)

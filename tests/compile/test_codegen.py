@@ -13,7 +13,7 @@ from wgradcache.compile.isa import isa_stats
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_kernel
 from wgradcache.compile.toolchain import CODEGEN_ENV, find_linker, with_code_object_version
-from wgradcache.targets import get_target, target_names
+from wgradcache.model.targets import get_target, target_names
 
 # llvm22-amdgpu-facts.md §5: e_flags of each target's code object (mach + xnack/sramecc).
 E_FLAGS = {"gfx1250": 0x549, "gfx1201": 0x4E, "gfx1151": 0x4A, "gfx950": 0x54F, "gfx942": 0x54C}

@@ -7,8 +7,8 @@ import pytest
 
 from wgradcache.compile.isa import isa_stats
 from wgradcache.compile.samples import atomic_kernel
-from wgradcache.emit import emit_ir
-from wgradcache.spec import KernelSpec
+from wgradcache.model.spec import KernelSpec
+from wgradcache.wgrad.emit import emit_ir
 
 
 @pytest.mark.parametrize("target, seq_cst_ops", [("gfx1250", 2), ("gfx1201", 1),

@@ -6,7 +6,7 @@ import pytest
 
 from wgradcache.compile.isa import isa_stats, mma_per_loop, parse_listing
 from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_form
-from wgradcache.targets import get_target
+from wgradcache.model.targets import get_target
 
 ASM = """\
 	.amdgcn_target "amdgcn-amd-amdhsa--gfx1250"

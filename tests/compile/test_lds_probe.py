@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wgradcache.compile.probe import probe_lds_limit
-from wgradcache.targets import get_target, target_names
+from wgradcache.model.targets import get_target, target_names
 
 
 @pytest.mark.parametrize("target", target_names())

@@ -15,8 +15,8 @@ from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.lldlink import LINKER_ENV, LinkError, in_process_lld, select_linker
 from wgradcache.compile.samples import gemm_kernel
 from wgradcache.compile.toolchain import ToolchainError, find_linker, with_code_object_version
-from wgradcache.emit import emit_ir
 from wgradcache.jobs import walk
+from wgradcache.wgrad.emit import emit_ir
 
 CASES = [
     (gemm_kernel("gfx1250", tile_k=64, async_copy=True, atomic=True), "gfx1250"),

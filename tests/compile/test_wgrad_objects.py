@@ -7,15 +7,15 @@ import itertools
 
 import pytest
 
-from wgradcache.build import BuildRequest, build
 from wgradcache.cache.store import TargetCache
 from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated
-from wgradcache.emit import emit_ir
 from wgradcache.jobs import walk
-from wgradcache.spec import KernelSpec, lds_bytes, validate
-from wgradcache.targets import get_target
-from wgradcache.verify import isa_problems
+from wgradcache.model.spec import KernelSpec, lds_bytes, validate
+from wgradcache.model.targets import get_target
+from wgradcache.pipeline.build import BuildRequest, build
+from wgradcache.pipeline.verify import isa_problems
+from wgradcache.wgrad.emit import emit_ir
 
 GEOMETRIES = [(32, 32, 32, 1, 1), (64, 64, 32, 2, 2), (128, 64, 32, 4, 2), (64, 128, 32, 2, 2),
               (128, 128, 32, 2, 4)]

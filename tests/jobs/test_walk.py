@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from wgradcache.jobs import count, default_jobdata, walk
 from wgradcache.jobs.geometries import CoverEntry
-from wgradcache.spec import DTYPE_KEYS, VARIANT_KEYS, Limits, from_label, validate
-from wgradcache.targets import TARGETS, kernel_target_names
+from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS, Limits, from_label, validate
+from wgradcache.model.targets import TARGETS, kernel_target_names
 
 
 def _walk_counts(target, dtypes, variants, data=None):
@@ -75,7 +75,7 @@ def test_cshuffle_atomic_never_has_odd_store_vector():
 
 
 def test_default_limits_match_the_shipped_filters():
-    from wgradcache.spec import DEFAULT_LIMITS
+    from wgradcache.model.spec import DEFAULT_LIMITS
 
     assert default_jobdata().limits == DEFAULT_LIMITS
 
@@ -115,7 +115,7 @@ def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs,
 def test_per_target_budgets_apply_to_walk_and_validator():
     import dataclasses
 
-    from wgradcache.spec import accumulators_per_lane, loads_per_thread
+    from wgradcache.model.spec import accumulators_per_lane, loads_per_thread
 
     d = default_jobdata()
     assert d.limits_for("gfx1151").max_acc_per_lane == 32

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import shutil
 
-from wgradcache.build import BuildRequest, build
 from wgradcache.cache.gc import gc, parse_size
 from wgradcache.cache.merge import merge
 from wgradcache.cache.store import TargetCache
-from wgradcache.refresh import Plan, refresh
-from wgradcache.verify import VerifyRequest, verify
+from wgradcache.pipeline.build import BuildRequest, build
+from wgradcache.pipeline.refresh import Plan, refresh
+from wgradcache.pipeline.verify import VerifyRequest, verify
 
 
 def _snapshot(root, dtype: str | None = None) -> dict:

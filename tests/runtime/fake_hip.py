@@ -29,9 +29,9 @@ import numpy as np
 
 from wgradcache.compile.codeobject import read_code_object
 from wgradcache.kernel.emulate import EmulationError, emulate
-from wgradcache.spec import from_label
+from wgradcache.model.spec import from_label
+from wgradcache.pipeline.emulate import cached_kernel
 from wgradcache.wgrad.kernel import kernel_symbol
-from wgradcache.wgrad.run import cached_kernel
 from wgradcache.wgrad.stage2 import build_stage2
 
 

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from wgradcache.cache.store import TargetCache
+from wgradcache.model.spec import from_label
+from wgradcache.pipeline.emulate import run_emulated
+from wgradcache.pipeline.verify import probe_problem
 from wgradcache.runtime import launch as launch_mod
-from wgradcache.runtime.abi import STAGE2_ARGS, WGRAD_ARGS, stage2_values, wgrad_values
 from wgradcache.runtime.hip import HipSession, device_for
 from wgradcache.runtime.launch import (
     CodeObject,
@@ -17,9 +19,7 @@ from wgradcache.runtime.launch import (
     run_on_device,
     stage2_code,
 )
-from wgradcache.spec import from_label
-from wgradcache.verify import probe_problem
-from wgradcache.wgrad.run import run_emulated
+from wgradcache.wgrad.abi import STAGE2_ARGS, WGRAD_ARGS, stage2_values, wgrad_values
 from wgradcache.wgrad.split_k import plan_split_k
 from wgradcache.wgrad.stage2 import stage2_grid, stage2_symbol
 

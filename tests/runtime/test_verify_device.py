@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from wgradcache.cache.store import TargetCache
 from wgradcache.cli import main
+from wgradcache.pipeline.verify import VerifyRequest, verify
 from wgradcache.runtime.hip import HipSession
-from wgradcache.verify import VerifyRequest, verify
 from wgradcache.wgrad.stage2 import stage2_symbol
 
 

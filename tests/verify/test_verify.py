@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from wgradcache.cache.store import TargetCache, sha256_bytes
 from wgradcache.cli import main
-from wgradcache.verify import VerifyRequest, verify
+from wgradcache.pipeline.verify import VerifyRequest, verify
 
 
 def _verify(cache_dir, geometries, *args):
@@ -117,7 +117,7 @@ def test_stale_entry_is_reported(small_cache, tmp_path):
     """An entry the current walk does not yield (here: a vec pair the file does not have)."""
     import dataclasses
 
-    from wgradcache.spec import from_label
+    from wgradcache.model.spec import from_label
 
     cache, geo = _copy(small_cache, tmp_path)
     spec = from_label("gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")

@@ -7,8 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from wgradcache.problem import ConvProblem
-from wgradcache.runtime.abi import (
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import KernelSpec
+from wgradcache.wgrad.abi import (
     STAGE2_ARGS,
     WGRAD_ARGS,
     buffer_bytes,
@@ -20,7 +21,6 @@ from wgradcache.runtime.abi import (
     stage2_values,
     wgrad_values,
 )
-from wgradcache.spec import KernelSpec
 
 SPEC = KernelSpec("gfx1250", "fp16", "fp16", 64, 64, 32, 2, 2, 8, 8, reduction="atomic")
 TWO = KernelSpec("gfx1250", "bf16", "bf16", 64, 64, 32, 2, 2, 8, 8, reduction="two_stage",

@@ -12,11 +12,11 @@ from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.emulate import EmulationError, emulate
 from wgradcache.kernel.ir import Ops, f16, i32, ptr, walk
 from wgradcache.kernel.lower_llvm import lower
-from wgradcache.runtime.abi import STAGE2_ARGS, WGRAD_ARGS, ir_args
-from wgradcache.spec import KernelSpec, lds_bytes
+from wgradcache.model.spec import KernelSpec, lds_bytes
+from wgradcache.pipeline.emulate import run_emulated
+from wgradcache.wgrad.abi import STAGE2_ARGS, WGRAD_ARGS, ir_args
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
 from wgradcache.wgrad.loaders import copy_or_zero_fill
-from wgradcache.wgrad.run import run_emulated
 from wgradcache.wgrad.stage2 import build_stage2
 
 G = (64, 64, 32, 2, 2)
@@ -38,7 +38,7 @@ def _spec(target, dtype, k_loop, epilogue, reduction, dw=None):
 
 
 def _admitted(target, dtype, variant):
-    from wgradcache.spec import validate
+    from wgradcache.model.spec import validate
     return validate(_spec(target, dtype, *variant))[0]
 
 

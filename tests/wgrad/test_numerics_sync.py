@@ -16,9 +16,9 @@ from wgrad_cases import (
 )
 
 from wgradcache.jobs.walk import walk
-from wgradcache.spec import lds_bytes, loads_fit
-from wgradcache.targets import get_target
-from wgradcache.wgrad.run import cached_kernel, run_emulated
+from wgradcache.model.spec import lds_bytes, loads_fit
+from wgradcache.model.targets import get_target
+from wgradcache.pipeline.emulate import cached_kernel, run_emulated
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from wgrad_cases import PROBLEMS, check, make_spec
 
-from wgradcache.problem import ConvProblem
-from wgradcache.wgrad.run import run_emulated
+from wgradcache.model.problem import ConvProblem
+from wgradcache.pipeline.emulate import run_emulated
 
 # wg_K 200 = 7 tiles of 32 (the last partial): degree 7 gives 7 one-tile slices, 8 one empty
 K7 = ConvProblem.parse("2,8,10,10,16,3,3,1,1")

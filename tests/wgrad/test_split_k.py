@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wgradcache.capability import serves
-from wgradcache.problem import ConvProblem, round_to_dtype
-from wgradcache.spec import KernelSpec
+from wgradcache.model.problem import ConvProblem, round_to_dtype
+from wgradcache.model.spec import KernelSpec
+from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import (
     MAX_DEGREE,
     atomic_rounding_degree_cap,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from wgradcache.capability import serves
-from wgradcache.problem import ConvProblem
-from wgradcache.spec import KernelSpec, geometry_fits, validate
-from wgradcache.targets import get_target
-from wgradcache.wgrad.run import EmulationReport
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import KernelSpec, geometry_fits, validate
+from wgradcache.model.targets import get_target
+from wgradcache.pipeline.emulate import EmulationReport
+from wgradcache.wgrad.capability import serves
 
 TARGETS = ("gfx1250", "gfx1201", "gfx1151")
 AB_DTYPES = ("fp16", "bf16")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .store import CorruptEntry, TargetCache, stage2_of
+from wgradcache.cache.store import CorruptEntry, TargetCache, stage2_of
 
 __all__ = ["GcReport", "gc", "parse_size"]
 

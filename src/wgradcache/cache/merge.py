@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .store import CorruptEntry, TargetCache, atomic_write
+from wgradcache.cache.store import CorruptEntry, TargetCache, atomic_write
 
 __all__ = ["MergeReport", "merge"]
 

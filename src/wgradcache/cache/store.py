@@ -72,7 +72,7 @@ def content_key(ir_text: str, symbol: str, target: str, options: dict, toolchain
     The identity enters as its digest (``identity_digest``: every field but where the linker
     lives), so a cache is shared by an ``ld.lld`` process and the in-process LLD of the same
     version, and by machines with the linker or the native helper in other places."""
-    from ..compile.toolchain import identity_digest
+    from wgradcache.compile.toolchain import identity_digest
 
     h = hashlib.sha256()
     for part in (blank_symbol(ir_text, symbol), target,

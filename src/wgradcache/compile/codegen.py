@@ -58,7 +58,7 @@ from wgradcache.compile.toolchain import (
     find_llc,
     with_code_object_version,
 )
-from wgradcache.targets import get_target
+from wgradcache.model.targets import get_target
 
 __all__ = ["TRIPLE", "CodegenError", "CodegenOptions", "CompiledObject", "compile_ir",
            "LISTINGS"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated
 from wgradcache.compile.samples import lds_kernel
-from wgradcache.targets import get_target
+from wgradcache.model.targets import get_target
 
 __all__ = ["LdsProbe", "probe_lds_limit"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wgradcache.targets import get_target
+from wgradcache.model.targets import get_target
 
 __all__ = [
     "MmaForm",

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from ..spec import DTYPE_KEYS, Limits, geometry_fits, load_widths_ok
-from ..targets import get_target, kernel_target_names
+from wgradcache.model.spec import DTYPE_KEYS, Limits, geometry_fits, load_widths_ok
+from wgradcache.model.targets import get_target, kernel_target_names
 
 __all__ = ["GeometryFileError", "CoverEntry", "JobData", "load", "default_path", "default_jobdata"]
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..spec import (
+from wgradcache.jobs.geometries import Geometry, JobData, default_jobdata
+from wgradcache.model.spec import (
     DTYPE_KEYS,
     VARIANT_KEYS,
     KernelSpec,
@@ -30,8 +31,7 @@ from ..spec import (
     reduction_admitted,
     store_vector_ok,
 )
-from ..targets import Target, get_target, kernel_target_names
-from .geometries import Geometry, JobData, default_jobdata
+from wgradcache.model.targets import Target, get_target, kernel_target_names
 
 __all__ = ["walk", "count", "count_table", "resolve_selection", "Selection", "SelectionError"]
 
@@ -55,7 +55,7 @@ class Selection:
 def resolve_selection(targets: Iterable[str] = (), dtypes: Iterable[str] = (),
                       variants: Iterable[str] = (), data: JobData | None = None) -> Selection:
     """Defaults: every target with kernels, the file's default dtypes, every variant."""
-    from ..targets import target_names
+    from wgradcache.model.targets import target_names
 
     data = data or default_jobdata()
     targets, dtypes, variants = tuple(targets), tuple(dtypes), tuple(variants)

@@ -115,8 +115,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import mma as _mma
-from .ir import (
+from wgradcache.kernel import mma as _mma
+from wgradcache.kernel.ir import (
     FCMP_PREDICATES,
     GLOBAL,
     ICMP_PREDICATES,
@@ -728,7 +728,7 @@ class KernelBuilder:
             raise BuildError("finish() inside an open region")
         kd = KernelDef(self.name, tuple(self._args), self.block_size, tuple(self._lds),
                        tuple(self._blocks[0]), tuple(self._arg_values))
-        from .verify import verify
+        from wgradcache.kernel.verify import verify
         verify(kd)
         return kd
 

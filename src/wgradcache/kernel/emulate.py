@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import mma as _mma
-from .builder import _f32_to_bf16_bits
-from .ir import GLOBAL, DType, GroupOp, KernelDef, Ops, Value
+from wgradcache.kernel import mma as _mma
+from wgradcache.kernel.builder import _f32_to_bf16_bits
+from wgradcache.kernel.ir import GLOBAL, DType, GroupOp, KernelDef, Ops, Value
 
 __all__ = ["EmulationError", "EmulationReport", "emulate", "f32_to_bf16", "bf16_to_f32"]
 

@@ -48,9 +48,9 @@ import struct
 from collections.abc import Callable
 from functools import cache
 
-from ..targets import get_target
-from .builder import _f32_to_bf16_bits
-from .ir import DType, GroupOp, KernelDef, Ops, Value, bf16, f16, f32
+from wgradcache.kernel.builder import _f32_to_bf16_bits
+from wgradcache.kernel.ir import DType, GroupOp, KernelDef, Ops, Value, bf16, f16, f32
+from wgradcache.model.targets import get_target
 
 __all__ = ["LoweringError", "lower", "DATA_LAYOUT", "TRIPLE"]
 

@@ -8,8 +8,8 @@ it reaches the lowering or the emulator.
 
 from __future__ import annotations
 
-from . import mma as _mma
-from .ir import (
+from wgradcache.kernel import mma as _mma
+from wgradcache.kernel.ir import (
     FCMP_PREDICATES,
     GLOBAL,
     ICMP_PREDICATES,

@@ -28,15 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..problem import (
+from wgradcache.model.problem import (
     ConvProblem,
     peak_normalised_error,
 )
-from ..spec import KernelSpec
-from ..wgrad.run import EmulationReport, from_storage, prepare_run, to_storage
-from ..wgrad.split_k import SplitPlan
-from ..wgrad.stage2 import stage2_grid
-from .abi import (
+from wgradcache.model.spec import KernelSpec
+from wgradcache.pipeline.emulate import EmulationReport, from_storage, prepare_run, to_storage
+from wgradcache.runtime.hip import HipDevice, HipError, HipSession
+from wgradcache.wgrad.abi import (
     STAGE2_ARGS,
     STAGE2_BLOCK,
     WGRAD_ARGS,
@@ -47,7 +46,8 @@ from .abi import (
     stage2_values,
     wgrad_values,
 )
-from .hip import HipDevice, HipError, HipSession
+from wgradcache.wgrad.split_k import SplitPlan
+from wgradcache.wgrad.stage2 import stage2_grid
 
 __all__ = ["CodeObject", "DeviceReport", "stage2_code", "check_code_object", "launch_wgrad",
            "run_on_device"]
@@ -82,7 +82,7 @@ def stage2_code(cache, dw_dtype: str, replicas: int) -> CodeObject:
 def check_code_object(code: CodeObject, args: tuple[AbiArg, ...], block: int) -> None:
     """ValueError unless the code object holds ``code.symbol``, lays its explicit arguments
     out as ``kernarg_layout(args)`` and admits ``block`` threads."""
-    from ..compile.codeobject import read_code_object
+    from wgradcache.compile.codeobject import read_code_object
 
     co = read_code_object(code.hsaco)
     if co.symbol != code.symbol:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernel import mma
-from ..kernel.builder import KernelBuilder
-from ..kernel.ir import DType, Value, bf16, f16, f32, i32, i64
-from ..runtime.abi import WGRAD_ARGS, declare
-from ..spec import LDS_ROW_PAD, KernelSpec, elem_bytes, lds_bytes
-from ..targets import get_target
+from wgradcache.kernel import mma
+from wgradcache.kernel.builder import KernelBuilder
+from wgradcache.kernel.ir import DType, Value, bf16, f16, f32, i32, i64
+from wgradcache.model.spec import LDS_ROW_PAD, KernelSpec, elem_bytes, lds_bytes
+from wgradcache.model.targets import get_target
+from wgradcache.wgrad.abi import WGRAD_ARGS, declare
 
 __all__ = ["WgradContext", "ir_dtype", "udiv_const", "urem_const", "udiv_magic",
            "divmod_magic", "all_of"]

@@ -16,9 +16,9 @@ Out-of-range elements (partial M/N tiles) are predicated off.
 
 from __future__ import annotations
 
-from ..kernel.ir import Value, f32
-from .context import WgradContext, all_of, ir_dtype, udiv_const, urem_const
-from .kloop import atoms
+from wgradcache.kernel.ir import Value, f32
+from wgradcache.wgrad.context import WgradContext, all_of, ir_dtype, udiv_const, urem_const
+from wgradcache.wgrad.kloop import atoms
 
 __all__ = ["default_epilogue", "cshuffle_epilogue"]
 

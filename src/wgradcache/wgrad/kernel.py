@@ -6,11 +6,11 @@ are arguments (``runtime/abi.py``), so one binary serves every problem ``serves`
 
 from __future__ import annotations
 
-from ..kernel.ir import KernelDef
-from ..spec import KernelSpec, validate
-from .context import open_wgrad_kernel
-from .epilogue import cshuffle_epilogue, default_epilogue
-from .kloop import async_k_loop, sync_k_loop
+from wgradcache.kernel.ir import KernelDef
+from wgradcache.model.spec import KernelSpec, validate
+from wgradcache.wgrad.context import open_wgrad_kernel
+from wgradcache.wgrad.epilogue import cshuffle_epilogue, default_epilogue
+from wgradcache.wgrad.kloop import async_k_loop, sync_k_loop
 
 __all__ = ["build_kernel", "kernel_symbol"]
 

@@ -9,9 +9,9 @@ K-outer layout a lane's k values are a column, so each fragment element is its o
 
 from __future__ import annotations
 
-from ..kernel.ir import Value, f32
-from .context import WgradContext, udiv_const
-from .loaders import a_operand, b_operand, issue_async, load_sync, store_sync
+from wgradcache.kernel.ir import Value, f32
+from wgradcache.wgrad.context import WgradContext, udiv_const
+from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
 
 __all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop"]
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernel.builder import KernelBuilder
-from ..kernel.ir import Value, i8
-from .context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
+from wgradcache.kernel.builder import KernelBuilder
+from wgradcache.kernel.ir import Value, i8
+from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
 __all__ = ["Slot", "tile_slots", "OperandLoad", "a_operand", "b_operand",
            "load_sync", "store_sync", "issue_async", "async_chunk_predicate",

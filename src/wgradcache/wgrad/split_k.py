@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..capability import MAX_GRID_Z
-from ..problem import ConvProblem
-from ..spec import DEFAULT_WS_REPLICAS, KernelSpec
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import DEFAULT_WS_REPLICAS, KernelSpec
+from wgradcache.wgrad.capability import MAX_GRID_Z
 
 __all__ = [
     "ATOMIC_TOLERANCE", "MAX_DEGREE", "FILL_CTAS", "FILL_CTAS_GROUPED", "MIN_SLICE_K",

@@ -7,12 +7,12 @@ per dW element; dW [K, Y, X, cpg] is [groups, wg_M, wg_N] row-major, the slab la
 
 from __future__ import annotations
 
-from ..kernel.builder import KernelBuilder
-from ..kernel.ir import KernelDef
-from ..runtime.abi import STAGE2_ARGS, STAGE2_BLOCK, declare
-from ..spec import DW_DTYPES
-from ..targets import get_target
-from .context import ir_dtype
+from wgradcache.kernel.builder import KernelBuilder
+from wgradcache.kernel.ir import KernelDef
+from wgradcache.model.spec import DW_DTYPES
+from wgradcache.model.targets import get_target
+from wgradcache.wgrad.abi import STAGE2_ARGS, STAGE2_BLOCK, declare
+from wgradcache.wgrad.context import ir_dtype
 
 __all__ = ["build_stage2", "stage2_symbol", "stage2_grid"]
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache.store import CorruptEntry, TargetCache, sha256_bytes, stage2_name
-from .spec import DTYPE_KEYS, KernelSpec, lds_bytes
-from .targets import get_target
+from wgradcache.cache.store import CorruptEntry, TargetCache, sha256_bytes, stage2_name
+from wgradcache.model.spec import DTYPE_KEYS, KernelSpec, lds_bytes
+from wgradcache.model.targets import get_target
 
 __all__ = ["LEVELS", "VerifyRequest", "VerifyReport", "Failure", "verify", "isa_problems",
            "probe_problem", "write_junit"]
@@ -77,7 +77,7 @@ class VerifyReport:
 def probe_problem(spec: KernelSpec):
     """A small problem the spec serves that still hits its edges: a partial M tile
     (kpg 24 < tile_m), padding, a 3x3 filter and a reduction tail (N·Ho·Wo = 98)."""
-    from .problem import ConvProblem
+    from wgradcache.model.problem import ConvProblem
 
     cpg = 16
     return ConvProblem(N=2, C=cpg, H=7, W=7, K=24, Y=3, X=3, stride=1, pad=1, dilation=1,
@@ -130,7 +130,7 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
 
 
 def _walk_identities(target: str, geometries_file: str | None) -> set[str]:
-    from .jobs import default_jobdata, walk
+    from wgradcache.jobs import default_jobdata, walk
 
     data = default_jobdata(geometries_file)
     return {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
@@ -138,7 +138,7 @@ def _walk_identities(target: str, geometries_file: str | None) -> set[str]:
 
 def _expected_count(target: str, entries: list[dict], geometries_file: str | None) -> int:
     """``count`` for the dtypes the cache holds (an fp32-dW build is opt-in)."""
-    from .jobs import count, default_jobdata
+    from wgradcache.jobs import count, default_jobdata
 
     data = default_jobdata(geometries_file)
     dtypes = sorted({e.get("dtype") for e in entries if e.get("dtype") in DTYPE_KEYS}
@@ -225,7 +225,7 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
 
 
 def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list[tuple]:
-    from .compile.codeobject import read_code_object
+    from wgradcache.compile.codeobject import read_code_object
 
     target = get_target(cache.target)
     ok_rows = []
@@ -261,15 +261,15 @@ def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list
 
 def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: VerifyReport,
               advance: Callable[[int], None]) -> None:
-    from .build import codegen_context
-    from .cache.store import content_key
-    from .capability import serves
-    from .emit import emit_ir
-    from .problem import ConvProblem
-    from .runtime.hip import device_for
-    from .runtime.launch import CodeObject, run_on_device, stage2_code
-    from .wgrad.kernel import kernel_symbol
-    from .wgrad.run import run_emulated
+    from wgradcache.cache.store import content_key
+    from wgradcache.model.problem import ConvProblem
+    from wgradcache.pipeline.build import codegen_context
+    from wgradcache.pipeline.emulate import run_emulated
+    from wgradcache.runtime.hip import device_for
+    from wgradcache.runtime.launch import CodeObject, run_on_device, stage2_code
+    from wgradcache.wgrad.capability import serves
+    from wgradcache.wgrad.emit import emit_ir
+    from wgradcache.wgrad.kernel import kernel_symbol
 
     options, toolchain, _ = codegen_context()
     problems = [ConvProblem.parse(p) for p in req.problems]
@@ -326,7 +326,7 @@ def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
            on_total: Callable[[int], None] | None = None) -> VerifyReport:
     if req.level not in LEVELS:
         raise ValueError(f"unknown level {req.level!r}; valid: {', '.join(LEVELS)}")
-    from .catalog import cache_targets
+    from wgradcache.cache.catalog import cache_targets
 
     advance = advance or (lambda n: None)
     rep = VerifyReport()
@@ -356,7 +356,7 @@ def write_junit(rep: VerifyReport, path: str | Path) -> None:
     """JUnit XML for CI: one testcase per (entry, level) checked, failures with the reason."""
     import xml.etree.ElementTree as ET
 
-    suite = ET.Element("testsuite", name="wgradcache.verify",
+    suite = ET.Element("testsuite", name="wgradcache.pipeline.verify",
                        tests=str(len(rep.passed_cases) + len(rep.failures)),
                        failures=str(len(rep.failures)))
     for key, label, level in rep.passed_cases:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import click
 
-from .console import UserError, emit_json, progress, table
-from .verify import VerifyRequest, verify, write_junit
+from wgradcache.cli.console import UserError, emit_json, progress, table
+from wgradcache.pipeline.verify import VerifyRequest, verify, write_junit
 
 __all__ = ["run_verify"]
 
 
 def run_verify(cache_dir, targets, level, sample, seed, problems, device, junit,
                geometries_file, as_json) -> bool:
-    from .catalog import cache_targets
-    from .problem import ConvProblem
-    from .targets import TARGETS
+    from wgradcache.cache.catalog import cache_targets
+    from wgradcache.model.problem import ConvProblem
+    from wgradcache.model.targets import TARGETS
 
     if not targets and not cache_targets(cache_dir):
         raise UserError(f"no cache under {cache_dir}: nothing to verify (build one with "

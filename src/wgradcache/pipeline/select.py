@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .capability import serves
-from .problem import ConvProblem
-from .spec import KernelSpec, lds_bytes
-from .targets import get_target
-from .wgrad.split_k import plan_split_k
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import KernelSpec, lds_bytes
+from wgradcache.model.targets import get_target
+from wgradcache.wgrad.capability import serves
+from wgradcache.wgrad.split_k import plan_split_k
 
 __all__ = ["Candidate", "select", "candidates_from_cache", "candidates_from_walk"]
 
@@ -49,13 +49,13 @@ class Candidate:
 
 def candidates_from_walk(target: str, dtype_key: str,
                          geometries_file: str | None = None) -> list[KernelSpec]:
-    from .jobs import default_jobdata, walk
+    from wgradcache.jobs import default_jobdata, walk
 
     return list(walk(target, [dtype_key], None, default_jobdata(geometries_file)))
 
 
 def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> list[KernelSpec]:
-    from .cache.store import CorruptEntry, TargetCache
+    from wgradcache.cache.store import CorruptEntry, TargetCache
 
     out = []
     for _ik, entry in TargetCache(cache_dir, target).iter_entries():

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, fields
 
-from .targets import Target, get_target
+from wgradcache.model.targets import Target, get_target
 
 __all__ = [
     "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
@@ -310,7 +310,7 @@ def store_vector_ok(epilogue: str, reduction: str, store_vec: int) -> tuple[bool
 
 def shipped_limits(target: str) -> Limits:
     """The ladder budgets of the shipped geometries.yaml for one target."""
-    from .jobs.geometries import default_jobdata
+    from wgradcache.jobs.geometries import default_jobdata
 
     return default_jobdata().limits_for(target)
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .spec import KernelSpec, validate
+from wgradcache.model.spec import KernelSpec, validate
 
 __all__ = ["CompileReport", "compile_one"]
 
@@ -28,12 +28,12 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
                 check: bool = True) -> CompileReport:
     """Emit, compile and write the four files; ``check=False`` skips the validator (to
     reproduce a kernel the rules refuse)."""
-    from .build import codegen_context
-    from .cache.store import content_key
-    from .compile.codegen import CodegenOptions
-    from .compile.isa import isa_stats
-    from .compile.isolate import compile_isolated
-    from .emit import emit_ir, generator_digest
+    from wgradcache.cache.store import content_key
+    from wgradcache.compile.codegen import CodegenOptions
+    from wgradcache.compile.isa import isa_stats
+    from wgradcache.compile.isolate import compile_isolated
+    from wgradcache.pipeline.build import codegen_context
+    from wgradcache.wgrad.emit import emit_ir, generator_digest
 
     if check:
         ok, why = validate(spec)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from .console import UserError, emit_json
+from wgradcache.cli.console import UserError, emit_json
 
 __all__ = ["run_emulate"]
 
 
 def run_emulate(spec, problem_text: str, split_k: int | None, seed: int, as_json: bool) -> bool:
-    from .capability import serves
-    from .problem import ConvProblem
-    from .spec import validate
-    from .wgrad.run import run_emulated
+    from wgradcache.model.problem import ConvProblem
+    from wgradcache.model.spec import validate
+    from wgradcache.pipeline.emulate import run_emulated
+    from wgradcache.wgrad.capability import serves
 
     try:
         problem = ConvProblem.parse(problem_text)

@@ -10,9 +10,9 @@ import json
 
 import click
 
-from .build import BuildRequest, BuildSummary, build, parse_shard
-from .console import UserError, progress, table
-from .targets import TARGETS
+from wgradcache.cli.console import UserError, progress, table
+from wgradcache.model.targets import TARGETS
+from wgradcache.pipeline.build import BuildRequest, BuildSummary, build, parse_shard
 
 __all__ = ["run_builds"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache.store import CorruptEntry, TargetCache
-from .spec import from_label
+from wgradcache.cache.store import CorruptEntry, TargetCache
+from wgradcache.model.spec import from_label
 
 __all__ = ["EntryNotFound", "list_entries", "find_entry", "explain", "cache_targets"]
 
@@ -80,11 +80,11 @@ def find_entry(root: str | Path, key_or_label: str) -> FoundEntry:
 
 def explain(root: str | Path, key_or_label: str) -> dict:
     """Every input of the entry's content key, stored vs now."""
-    from .build import codegen_context
-    from .cache.store import blank_symbol, content_key, sha256_bytes
-    from .compile.toolchain import keyed_fields
-    from .emit import emit_ir, generator_digest
-    from .spec import KernelSpec
+    from wgradcache.cache.store import blank_symbol, content_key, sha256_bytes
+    from wgradcache.compile.toolchain import keyed_fields
+    from wgradcache.model.spec import KernelSpec
+    from wgradcache.pipeline.build import codegen_context
+    from wgradcache.wgrad.emit import emit_ir, generator_digest
 
     found = find_entry(root, key_or_label)
     e = found.entry

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .spec import KernelSpec
+from wgradcache.model.spec import KernelSpec
 
 __all__ = ["EmittedKernel", "emit_ir", "generator_digest", "GENERATOR_SOURCES"]
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parents[1]
 # Exactly the modules that emitting IR imports (tested): the emulator, the launcher, the
 # split policy or the walk can change without making every entry re-emit. The job data
 # (geometries.yaml, read through jobs/) decides which specs are valid, never their IR.
 GENERATOR_SOURCES = (
-    "emit.py", "spec.py", "targets.py", "problem.py", "runtime/abi.py",
+    "wgrad/emit.py", "model/spec.py", "model/targets.py", "model/problem.py", "wgrad/abi.py",
     "kernel/ir.py", "kernel/builder.py", "kernel/verify.py", "kernel/mma.py",
     "kernel/lower_llvm.py", "wgrad/kernel.py", "wgrad/context.py", "wgrad/loaders.py",
     "wgrad/kloop.py", "wgrad/epilogue.py", "wgrad/stage2.py",
@@ -35,8 +35,8 @@ class EmittedKernel:
 
 
 def emit_ir(spec: KernelSpec, check: bool = True) -> EmittedKernel:
-    from .kernel.lower_llvm import lower
-    from .wgrad.kernel import build_kernel
+    from wgradcache.kernel.lower_llvm import lower
+    from wgradcache.wgrad.kernel import build_kernel
 
     kdef = build_kernel(spec, check=check)
     return EmittedKernel(symbol=kdef.name, ir_text=lower(kdef, spec.target))

@@ -10,9 +10,9 @@ launcher alike, so no caller can hand a kernel a problem it then computes wrong.
 
 from __future__ import annotations
 
-from .problem import ConvProblem
-from .runtime.abi import MAX_BUFFER_BYTES, buffer_bytes
-from .spec import KernelSpec, elem_bytes, validate
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import KernelSpec, elem_bytes, validate
+from wgradcache.wgrad.abi import MAX_BUFFER_BYTES, buffer_bytes
 
 __all__ = ["serves", "MAX_GRID_Y", "MAX_GRID_Z"]
 

@@ -7,18 +7,18 @@ from pathlib import Path
 
 import click
 
-from .console import UserError, emit_json, table
+from wgradcache.cli.console import UserError, emit_json, table
 
 __all__ = ["run_gc", "run_merge", "run_refresh"]
 
 
 def run_gc(targets, stale, orphans, max_size, dry_run, geometries_file, cache_dir,
            as_json) -> None:
-    from .cache.gc import gc, parse_size
-    from .cache.store import TargetCache
-    from .catalog import cache_targets
-    from .jobs import default_jobdata, walk
-    from .spec import DTYPE_KEYS
+    from wgradcache.cache.catalog import cache_targets
+    from wgradcache.cache.gc import gc, parse_size
+    from wgradcache.cache.store import TargetCache
+    from wgradcache.jobs import default_jobdata, walk
+    from wgradcache.model.spec import DTYPE_KEYS
 
     try:
         bound = parse_size(max_size) if max_size else None
@@ -42,7 +42,7 @@ def run_gc(targets, stale, orphans, max_size, dry_run, geometries_file, cache_di
 
 
 def run_merge(sources, dest, as_json) -> bool:
-    from .cache.merge import merge
+    from wgradcache.cache.merge import merge
 
     try:
         rep = merge(list(sources), dest)
@@ -61,8 +61,8 @@ def run_merge(sources, dest, as_json) -> bool:
 
 def run_refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir,
                 as_json) -> bool:
-    from .build import parse_shard
-    from .refresh import PlanError, load_plan, refresh
+    from wgradcache.pipeline.build import parse_shard
+    from wgradcache.pipeline.refresh import PlanError, load_plan, refresh
 
     try:
         plan = load_plan(plan_path)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import click
 
-from .console import RunFailed, UserError, emit_json, table
+from wgradcache.cli.console import RunFailed, UserError, emit_json, table
 
 __all__ = ["run_select"]
 
 
 def run_select(target, problem_text, dtype, from_walk, all_widths, limit, geometries_file,
                cache_dir, as_json) -> None:
-    from .problem import ConvProblem
-    from .select import candidates_from_cache, candidates_from_walk, select
-    from .spec import DTYPE_KEYS
-    from .targets import TARGETS
+    from wgradcache.model.problem import ConvProblem
+    from wgradcache.model.spec import DTYPE_KEYS
+    from wgradcache.model.targets import TARGETS
+    from wgradcache.pipeline.select import candidates_from_cache, candidates_from_walk, select
 
     if target not in TARGETS:
         raise UserError(f"unknown target {target!r}; valid: {', '.join(TARGETS)}")

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..capability import serves
-from ..kernel.emulate import EmulationError, bf16_to_f32, emulate, f32_to_bf16
-from ..kernel.ir import KernelDef
-from ..problem import (
+from wgradcache.kernel.emulate import EmulationError, bf16_to_f32, emulate, f32_to_bf16
+from wgradcache.kernel.ir import KernelDef
+from wgradcache.model.problem import (
     ConvProblem,
     ErrorBound,
     error_bound,
@@ -25,11 +24,12 @@ from ..problem import (
     peak_normalised_error,
     reference_dw,
 )
-from ..runtime.abi import buffer_bytes, stage2_values, wgrad_values
-from ..spec import KernelSpec
-from .kernel import build_kernel
-from .split_k import SplitPlan, plan_split_k
-from .stage2 import build_stage2, stage2_grid
+from wgradcache.model.spec import KernelSpec
+from wgradcache.wgrad.abi import buffer_bytes, stage2_values, wgrad_values
+from wgradcache.wgrad.capability import serves
+from wgradcache.wgrad.kernel import build_kernel
+from wgradcache.wgrad.split_k import SplitPlan, plan_split_k
+from wgradcache.wgrad.stage2 import build_stage2, stage2_grid
 
 __all__ = ["EmulationReport", "prepare_run", "run_emulated", "to_storage", "from_storage",
            "cached_kernel"]

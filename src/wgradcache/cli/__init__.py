@@ -9,7 +9,7 @@ import os
 
 import click
 
-from .console import RunFailed, UserError, debug, emit_json, table
+from wgradcache.cli.console import RunFailed, UserError, debug, emit_json, table
 
 CACHE_DIR_HELP = "cache root (default: $WGRADCACHE_DIR or ./cache)"
 
@@ -22,8 +22,8 @@ class _Group(click.Group):
     """Turns library errors about user input or set-up into one-line exit-2 errors."""
 
     def invoke(self, ctx: click.Context):
-        from .compile.toolchain import ToolchainError
-        from .jobs import GeometryFileError, SelectionError
+        from wgradcache.compile.toolchain import ToolchainError
+        from wgradcache.jobs import GeometryFileError, SelectionError
 
         try:
             return super().invoke(ctx)
@@ -68,7 +68,7 @@ def _selection_options(f):
 @click.option("--list", "as_list", is_flag=True, help="print every walked job's label")
 def count(targets, dtypes, variants, geometries_file, as_json, by_walk, as_list) -> None:
     """Jobs per target x dtype x variant, computed without building the walk."""
-    from .jobs import count_table, default_jobdata, resolve_selection, walk
+    from wgradcache.jobs import count_table, default_jobdata, resolve_selection, walk
 
     data = default_jobdata(geometries_file)
     sel = resolve_selection(targets, dtypes, variants, data)
@@ -125,7 +125,7 @@ def build(targets, dtypes, variants, geometries, limit, jobs, job_timeout, retry
     llc-22 process per job. The choice is part of the toolchain identity, so entries built
     one way are rebuilt the other way.
     """
-    from .buildrun import run_builds
+    from wgradcache.cli.build import run_builds
 
     failed = run_builds(targets or ("gfx1250",), dtypes, variants, geometries, limit, jobs,
                         job_timeout, retry_failed, shard, backend, scheduler, geometries_file,
@@ -141,7 +141,7 @@ def build(targets, dtypes, variants, geometries, limit, jobs, job_timeout, retry
 @click.option("--json", "as_json", is_flag=True)
 def ls_(target, variant, cache_dir, as_json) -> None:
     """List the cache's entries."""
-    from .catalog import list_entries
+    from wgradcache.cache.catalog import list_entries
 
     rows = list_entries(cache_dir, target, variant)
     if as_json:
@@ -157,7 +157,7 @@ def ls_(target, variant, cache_dir, as_json) -> None:
 @_cache_dir_option
 def show(key_or_label, cache_dir) -> None:
     """One entry: identity, code-object metadata, ISA statistics (JSON)."""
-    from .catalog import EntryNotFound, find_entry
+    from wgradcache.cache.catalog import EntryNotFound, find_entry
 
     try:
         emit_json(find_entry(cache_dir, key_or_label).entry)
@@ -171,8 +171,8 @@ def show(key_or_label, cache_dir) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def explain(key_or_label, cache_dir, as_json) -> None:
     """Every input of an entry's content key, stored vs now: why it was (re)built."""
-    from .catalog import EntryNotFound
-    from .catalog import explain as explain_entry
+    from wgradcache.cache.catalog import EntryNotFound
+    from wgradcache.cache.catalog import explain as explain_entry
 
     try:
         doc = explain_entry(cache_dir, key_or_label)
@@ -213,7 +213,7 @@ def verify(from_cache, targets, level, sample, seed, problems, device, junit, ge
 
     Exit 0 when every check passed, 1 on any failure, 2 for bad input.
     """
-    from .verifyrun import run_verify
+    from wgradcache.cli.verify import run_verify
 
     if not run_verify(cache_dir, targets, level, sample, seed, problems, device, junit,
                       geometries_file, as_json):
@@ -235,14 +235,14 @@ def verify(from_cache, targets, level, sample, seed, problems, device, junit, ge
 def select_(target, problem, dtype, from_walk, all_widths, limit, geometries_file, cache_dir,
             as_json) -> None:
     """The cached kernels that serve a problem, ranked, with split degree and launch shape."""
-    from .selectrun import run_select
+    from wgradcache.cli.select import run_select
 
     run_select(target, problem, dtype, from_walk, all_widths, limit, geometries_file,
                cache_dir, as_json)
 
 
 def _spec_from_label(label: str):
-    from .spec import from_label
+    from wgradcache.model.spec import from_label
 
     try:
         return from_label(label)
@@ -262,7 +262,7 @@ def toolchain(as_json) -> None:
     into ~/.cache/wgradcache/native/, else an ld.lld process; linker_note says why). Both
     linkers give the same bytes and the same digest.
     """
-    from .compile.toolchain import toolchain_report
+    from wgradcache.compile.toolchain import toolchain_report
 
     doc = toolchain_report()
     if as_json:
@@ -281,7 +281,7 @@ def toolchain(as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the .json document")
 def compile_(label, out_dir, no_validate, timeout, as_json) -> None:
     """Compile one job outside the cache, to reproduce and inspect it."""
-    from .reproduce import compile_one
+    from wgradcache.pipeline.reproduce import compile_one
 
     try:
         rep = compile_one(_spec_from_label(label), out_dir, timeout, check=not no_validate)
@@ -317,7 +317,7 @@ def emulate(label, problem, split_k, seed, as_json) -> None:
 
     Exit 0 on pass, 1 on fail, 2 when the kernel cannot serve the problem.
     """
-    from .emulaterun import run_emulate
+    from wgradcache.cli.kernel import run_emulate
 
     if not run_emulate(_spec_from_label(label), problem, split_k, seed, as_json):
         raise RunFailed("error above the bound")
@@ -339,7 +339,7 @@ def gc_(targets, stale, orphans, max_size, dry_run, geometries_file, cache_dir,
 
     With no flag, does --stale --orphans. Safe against a concurrent build.
     """
-    from .maintenance import run_gc
+    from wgradcache.cli.cache import run_gc
 
     run_gc(targets, stale, orphans, max_size, dry_run, geometries_file, cache_dir, as_json)
 
@@ -351,7 +351,7 @@ def gc_(targets, stale, orphans, max_size, dry_run, geometries_file, cache_dir,
 @click.option("--json", "as_json", is_flag=True)
 def merge(sources, dest, as_json) -> None:
     """Union shard caches into one; refuses conflicting entries, writes nothing then."""
-    from .maintenance import run_merge
+    from wgradcache.cli.cache import run_merge
 
     if not run_merge(sources, dest, as_json):
         raise RunFailed("conflicting entries: nothing merged")
@@ -369,7 +369,7 @@ def merge(sources, dest, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print report.json")
 def refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir, as_json) -> None:
     """The nightly job: build the plan incrementally, gc, verify, write the report."""
-    from .maintenance import run_refresh
+    from wgradcache.cli.cache import run_refresh
 
     if not run_refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir,
                        as_json):

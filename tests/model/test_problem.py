@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wgradcache.problem import (
+from wgradcache.model.problem import (
     ConvProblem,
     _taps,
     error_bound,
@@ -164,7 +164,7 @@ def test_bound_grows_with_atomic_degree_and_dtype():
 def test_reference_layer_set_loads():
     from pathlib import Path
 
-    from wgradcache.problem import load_layers
+    from wgradcache.model.problem import load_layers
 
     layers = load_layers(Path(__file__).parent.parent / "layers" / "reference.yaml")
     assert len(layers) == len({la.name for la in layers}) >= 40
@@ -179,7 +179,7 @@ def test_reference_layer_set_loads():
 
 
 def test_load_layers_names_the_bad_entry(tmp_path):
-    from wgradcache.problem import load_layers
+    from wgradcache.model.problem import load_layers
 
     f = tmp_path / "l.yaml"
     f.write_text("schema: 1\nlayers:\n  - {name: a, problem: '1,3,8,8,4,3,3'}\n"

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import yaml
 
-from .build import BuildRequest, BuildSummary, build
-from .cache.gc import gc, parse_size
-from .cache.store import TargetCache
-from .spec import DTYPE_KEYS, VARIANT_KEYS
-from .targets import TARGETS
-from .verify import LEVELS, VerifyRequest, verify
+from wgradcache.cache.gc import gc, parse_size
+from wgradcache.cache.store import TargetCache
+from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS
+from wgradcache.model.targets import TARGETS
+from wgradcache.pipeline.build import BuildRequest, BuildSummary, build
+from wgradcache.pipeline.verify import LEVELS, VerifyRequest, verify
 
 __all__ = ["Plan", "PlanError", "load_plan", "refresh", "render_markdown"]
 
@@ -93,9 +93,9 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
             shard: tuple[int, int] | None = None, geometries_file: str | None = None,
             progress=None) -> dict:
     """Run the plan; write report.json and report.md into ``report_dir``; return the report."""
-    from .build import codegen_context
-    from .emit import generator_digest
-    from .jobs import default_jobdata, walk
+    from wgradcache.jobs import default_jobdata, walk
+    from wgradcache.pipeline.build import codegen_context
+    from wgradcache.wgrad.emit import generator_digest
 
     report_dir = Path(report_dir)
     previous = _previous(report_dir / "report.json")

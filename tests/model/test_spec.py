@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from wgradcache.spec import KernelSpec, from_label, lds_bytes, validate
+from wgradcache.model.spec import KernelSpec, from_label, lds_bytes, validate
 
 BASE = KernelSpec(target="gfx1250", dtype="fp16", dw_dtype="fp16", tile_m=64, tile_n=64,
                   tile_k=32, warp_m=2, warp_n=2, vec_a=8, vec_b=8)
@@ -73,7 +73,7 @@ def test_lds_budget_is_the_targets():
     a = dataclasses.replace(BASE, tile_m=128, tile_n=128, tile_k=64, warp_m=2, warp_n=4,
                             vec_a=0, vec_b=0, chunk_a=16, chunk_b=16, k_loop="async")
     assert lds_bytes(a) == 2 * 64 * 272 * 2 and validate(a) == (True, "")
-    from wgradcache.spec import Limits
+    from wgradcache.model.spec import Limits
 
     huge = dataclasses.replace(big, tile_k=128, epilogue="default")
     assert validate(huge, limits=Limits(max_k_steps=8)) == (

@@ -19,8 +19,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..problem import ConvProblem
-from ..spec import KernelSpec, elem_bytes
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import KernelSpec, elem_bytes
 
 __all__ = [
     "AbiArg", "WGRAD_ARGS", "STAGE2_ARGS", "STAGE2_BLOCK", "MAX_BUFFER_BYTES",
@@ -235,7 +235,7 @@ def pointer_dtypes(dtype: str, dw_dtype: str) -> dict[str, str]:
 
 def ir_args(args: tuple[AbiArg, ...], dtype: str, dw_dtype: str) -> tuple:
     """The IR's KernelArg tuple for ``args`` (pointer element types from the dtypes)."""
-    from ..kernel import ir
+    from wgradcache.kernel import ir
 
     elems = pointer_dtypes(dtype, dw_dtype)
     out = []

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .cache.store import (
+from wgradcache.cache.store import (
     BlobRef,
     CorruptEntry,
     TargetCache,
@@ -28,8 +28,8 @@ from .cache.store import (
     sha256_bytes,
     stage2_name,
 )
-from .jobs import default_jobdata, resolve_selection, walk
-from .spec import KernelSpec, validate
+from wgradcache.jobs import default_jobdata, resolve_selection, walk
+from wgradcache.model.spec import KernelSpec, validate
 
 __all__ = ["BuildRequest", "BuildSummary", "select_jobs", "build", "parse_shard",
            "job_cost", "codegen_context"]
@@ -129,15 +129,15 @@ def select_jobs(req: BuildRequest) -> list[KernelSpec]:
 
 def codegen_context() -> tuple[dict, dict, str]:
     """(codegen options, toolchain identity, toolchain digest) of this process."""
-    from .compile.codegen import CodegenOptions
-    from .compile.toolchain import toolchain_identity
+    from wgradcache.compile.codegen import CodegenOptions
+    from wgradcache.compile.toolchain import toolchain_identity
 
     tc = toolchain_identity()
     return CodegenOptions().to_dict(), tc.to_dict(), tc.digest()
 
 
 def _emit_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool = True) -> dict:
-    from .emit import emit_ir
+    from wgradcache.wgrad.emit import emit_ir
 
     t0 = time.perf_counter()
     try:
@@ -151,7 +151,7 @@ def _emit_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool = T
 
 
 def _metadata(obj) -> dict:
-    from .compile.isa import isa_stats
+    from wgradcache.compile.isa import isa_stats
 
     return {"code_object": obj.info.to_dict(), "isa": isa_stats(obj.asm),
             "listing": obj.listing}
@@ -188,7 +188,7 @@ def _toolchain_mismatch(toolchain: dict) -> str:
     """Why this worker must not compile for a coordinator with ``toolchain`` (a dask worker
     on another machine, say, with another LLVM or LLD: its bytes would be filed under the
     coordinator's content key), or "" when the two agree."""
-    from .compile.toolchain import identity_digest, keyed_fields, toolchain_identity
+    from wgradcache.compile.toolchain import identity_digest, keyed_fields, toolchain_identity
 
     mine = toolchain_identity()
     if mine.digest() == identity_digest(toolchain):
@@ -203,7 +203,7 @@ def _job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
               cache_root: str) -> dict:
     """One job in a worker: emit, key, and compile unless a blob with that key exists
     (then the coordinator relinks). Never raises; an LLVM exit kills only this worker."""
-    from .compile.codegen import CodegenOptions, compile_ir
+    from wgradcache.compile.codegen import CodegenOptions, compile_ir
 
     mismatch = _toolchain_mismatch(toolchain)
     if mismatch:
@@ -225,8 +225,8 @@ def _job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
 def _job_alone(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
                cache_root: str, timeout: float) -> dict:
     """The retry: the compile in its own child process, so LLVM's exit is only its own."""
-    from .compile.codegen import CodegenOptions
-    from .compile.isolate import compile_isolated
+    from wgradcache.compile.codegen import CodegenOptions
+    from wgradcache.compile.isolate import compile_isolated
 
     # emitting is pure Python: safe in this process
     res, ir = _emit_or_settle(spec, options, toolchain, check, cache_root)
@@ -319,7 +319,7 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     ``specs`` replaces the walk (library use); ``validate_specs=False`` compiles specs the
     rules refuse (how the tests plant a job that makes LLVM exit).
     """
-    from .emit import generator_digest
+    from wgradcache.wgrad.emit import generator_digest
 
     t0 = time.monotonic()
     return _build(req, TargetCache(req.cache_dir, req.target), generator_digest(), t0,
@@ -479,10 +479,10 @@ def _start_stage2(cache: TargetCache, specs: list[KernelSpec], options: dict,
         if (isinstance(have, dict) and have.get("generator_digest") == gen
                 and have.get("toolchain_digest") == tdigest and cache.has_blob(have["blob"])):
             continue  # up to date without emitting, as the entries are
-        from .compile.codegen import CodegenOptions
-        from .compile.isolate import IsolatedCompile
-        from .kernel.lower_llvm import lower
-        from .wgrad.stage2 import build_stage2
+        from wgradcache.compile.codegen import CodegenOptions
+        from wgradcache.compile.isolate import IsolatedCompile
+        from wgradcache.kernel.lower_llvm import lower
+        from wgradcache.wgrad.stage2 import build_stage2
 
         kd = build_stage2(cache.target, dw, r)
         ir = lower(kd, cache.target)
