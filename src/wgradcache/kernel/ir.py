@@ -257,7 +257,9 @@ class Value:
     """One SSA value: ``(op, dtype, src, arg)`` and its SSA number ``id``.
 
     Equality is identity (``eq=False``): values are created once by the builder. ``key`` is
-    the structural hash (op, dtype, arg and the sources' keys) for callers that want one.
+    the structural hash (op, dtype, arg and the sources' keys) for callers that want one,
+    memoised per node: a DAG shares its nodes, so hashing each source afresh would cost
+    2^depth hashes for a chain that uses each value twice.
     """
 
     op: Ops
@@ -271,10 +273,32 @@ class Value:
 
     @property
     def key(self) -> bytes:
-        h = hashlib.sha256(f"{self.op.name}|{self.dtype!r}|{_arg_key(self.arg)}".encode())
-        for s in self.src:
-            h.update(s.key)
-        return h.digest()
+        cached = self.__dict__.get("_key")
+        return cached if cached is not None else _structural_key(self)
+
+
+def _structural_key(root: Value) -> bytes:
+    """Fill in ``_key`` for ``root`` and every source without one, sources first.
+
+    An explicit stack rather than recursion: a kernel's DAG can be deeper than Python's
+    recursion limit. Each node is hashed once; two threads racing store the same bytes.
+    """
+    stack = [root]
+    while stack:
+        v = stack[-1]
+        if "_key" in v.__dict__:
+            stack.pop()
+            continue
+        pending = [s for s in v.src if "_key" not in s.__dict__]
+        if pending:
+            stack.extend(pending)
+            continue
+        h = hashlib.sha256(f"{v.op.name}|{v.dtype!r}|{_arg_key(v.arg)}".encode())
+        for s in v.src:
+            h.update(s.__dict__["_key"])
+        v.__dict__["_key"] = h.digest()  # not a field: frozen fields stay as built
+        stack.pop()
+    return root.__dict__["_key"]
 
 
 def _arg_key(arg: Any) -> str:
