@@ -21,15 +21,35 @@ def test_ls_show_explain(small_cache):
     assert len(rows) == 18
     assert len(json.loads(_run("ls", *cd, "--variant", "async.cshuffle.atomic",
                                "--json").stdout)) == 2
-    entry = json.loads(_run("show", LABEL, *cd).stdout)
+    entry = json.loads(_run("show", LABEL, *cd, "--json").stdout)
     assert entry["label"] == LABEL and entry["isa"]["global_atomic_pk_add_f16"] > 0
-    by_key = json.loads(_run("show", entry["identity_key"][:10], *cd).stdout)
+    by_key = json.loads(_run("show", entry["identity_key"][:10], *cd, "--json").stdout)
     assert by_key == entry
     doc = json.loads(_run("explain", LABEL, *cd, "--json").stdout)
     assert doc["up_to_date"] is True
     assert [r["input"].split(" ")[0] for r in doc["inputs"]] == [
         "ir_sha256", "target", "codegen", "toolchain", "generator"]
     assert all(r["same"] for r in doc["inputs"])
+
+
+def test_show_prints_a_summary_for_people(small_cache):
+    cd = ["--cache-dir", str(small_cache["cache"])]
+    entry = json.loads(_run("show", LABEL, *cd, "--json").stdout)
+    r = _run("show", LABEL, *cd)
+    assert r.exit_code == 0, r.output
+    rows = {}
+    for line in r.output.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    co, isa = entry["code_object"], entry["isa"]
+    assert rows["label"] == LABEL and rows["variant"] == "sync.cshuffle.atomic"
+    assert rows["blob"] == f"gfx1250/blobs/{entry['blob']}.hsaco"
+    assert rows["blob bytes"] == str(entry["blob_size"])
+    assert rows["vgpr"] == str(co["vgpr_count"]) and rows["mma"] == str(isa["mma"])
+    assert rows["LDS bytes"] == str(co["group_segment_fixed_size"])
+    assert rows["global atomics"] == str(isa["global_atomics"])
+    assert "{" not in r.output  # not the raw JSON
 
 
 def test_show_unknown_is_a_one_line_error(small_cache):

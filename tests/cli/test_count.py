@@ -58,3 +58,25 @@ def test_table_lists_totals():
     r = _run("--target", "gfx1151")
     assert r.exit_code == 0
     assert "jobs (closed form): 264 in all" in r.output
+
+
+@pytest.mark.parametrize("command", [
+    ["count"], ["build"], ["verify", "--from-cache"], ["gc"], ["ls"],
+    ["select", "--problem", "1,8,8,8,8,3,3"],
+])
+def test_every_command_checks_a_target_the_same_way(command, tmp_path):
+    """One check: `gc --target gfx900` was a KeyError traceback, the others said it three
+    ways; nothing is created for a bad target."""
+    r = CliRunner().invoke(main, command + ["--target", "gfx900"]
+                           + (["--cache-dir", str(tmp_path / "c")] if command[0] != "count"
+                              else []))
+    assert r.exit_code == 2
+    assert r.output == ("error: unknown target 'gfx900'; valid: gfx1250, gfx1201, gfx1151, "
+                        "gfx950, gfx942\n")
+    assert not (tmp_path / "c").exists()
+
+
+def test_build_names_a_target_without_kernels():
+    r = CliRunner().invoke(main, ["build", "--target", "gfx942"])
+    assert r.exit_code == 2
+    assert r.output == "error: gfx942: no kernel generator for mfma targets yet\n"

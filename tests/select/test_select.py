@@ -104,3 +104,24 @@ def test_cli_nothing_served_and_bad_input(tmp_path):
     r = CliRunner().invoke(main, ["select", "--target", "gfx1250", "--problem", "2,16,7"])
     assert r.exit_code == 2
     assert r.output.startswith("error: --problem 2,16,7: ")
+
+
+def test_table_shows_the_best_ten_and_the_count_unless_all():
+    """294 rows for one ResNet layer was a wall of text: ten and how many there are."""
+    args = ["select", "--target", "gfx1250", "--problem", "32,64,56,56,64,3,3,1,1",
+            "--from-walk"]
+    n = len(json.loads(CliRunner().invoke(main, args + ["--json"]).stdout))
+    assert n > 10
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert f"{n} kernel(s) serve 32,64,56,56,64,3,3,1,1 on gfx1250" in r.output
+    assert "the best 10 shown (--all for every one)" in r.output
+    ranks = [line.split("│")[1].strip() for line in r.output.splitlines()
+             if line.startswith("│")]
+    assert ranks == [str(i) for i in range(1, 11)]
+    r = CliRunner().invoke(main, args + ["--all"])
+    ranks = [line.split("│")[1].strip() for line in r.output.splitlines()
+             if line.startswith("│")]
+    assert ranks == [str(i) for i in range(1, n + 1)] and "--all for" not in r.output
+    r = CliRunner().invoke(main, args + ["--limit", "3"])
+    assert "the best 3 shown" in r.output

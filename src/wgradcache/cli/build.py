@@ -1,8 +1,5 @@
-"""``wgradcache build`` for people and machines: progress, the summary table, --json lines.
-
-Kept out of ``build.py`` (which knows nothing of terminals) and out of ``cli.py`` (which only
-parses).
-"""
+"""``wgradcache build``: the options as one ``BuildRequest``, progress, the summary table,
+``--json`` lines. The library (``pipeline/build``) knows nothing of terminals."""
 
 from __future__ import annotations
 
@@ -10,39 +7,63 @@ import json
 
 import click
 
-from wgradcache.cli.console import UserError, progress, table
-from wgradcache.model.targets import TARGETS
-from wgradcache.pipeline.build import BuildRequest, BuildSummary, build, parse_shard
+from wgradcache.cli.app import (
+    TargetParam,
+    cache_dir_option,
+    geometries_option,
+    main,
+    shard_option,
+)
+from wgradcache.cli.console import ProgressHook, RunFailed, UserError, table
 
-__all__ = ["run_builds"]
 
+@main.command()
+@click.option("--target", "targets", multiple=True, metavar="T", type=TargetParam(kernels=True),
+              help="target (repeatable; default gfx1250)")
+@click.option("--dtype", "dtypes", multiple=True, metavar="D", help="restrict to dtypes")
+@click.option("--variant", "variants", multiple=True, metavar="V", help="restrict to variants")
+@click.option("--geometry", "geometries", multiple=True, metavar="G",
+              help="restrict to a geometry, as in labels: t64x64x32-w2x2 (repeatable)")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="first N jobs only")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="parallel workers (default: all cores)")
+@click.option("--job-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="seconds before a compile is killed and retried alone")
+@click.option("--retry-failed", is_flag=True, help="compile jobs that failed before again")
+@shard_option
+@click.option("--backend", type=click.Choice(["loky", "dask"]), default="loky",
+              show_default=True, help="joblib backend")
+@click.option("--scheduler", default=None, metavar="ADDR",
+              help="dask scheduler, tcp://HOST:PORT (with --backend dask)")
+@geometries_option
+@cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per target")
+def build(targets, as_json, **options) -> None:
+    """Walk, plan, compile and publish the jobs of each target into the cache.
 
-def run_builds(targets, dtypes, variants, geometries, limit, jobs, job_timeout, retry_failed,
-               shard, backend, scheduler, geometries_file, cache_dir, as_json) -> int:
-    """Build each target; render; return the number of failed jobs."""
-    for t in targets:
-        if t not in TARGETS:
-            raise UserError(f"unknown target {t!r}; valid: {', '.join(TARGETS)}")
-        if not TARGETS[t].has_kernels:
-            raise UserError(f"{t}: no kernel generator for {TARGETS[t].family} targets yet")
-    try:
-        shard_t = parse_shard(shard) if shard else None
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    if backend == "dask" and not scheduler:
+    Exit 0 when nothing failed, 1 when a job failed, 2 for bad input.
+
+    Codegen runs in the workers through the system libLLVM-22 (Debian's libllvm22);
+    WGRADCACHE_CODEGEN=llvmlite uses llvmlite's LLVM instead (same bytes, slower), =llc an
+    llc-22 process per job. The choice is part of the toolchain identity, so entries built
+    one way are rebuilt the other way.
+    """
+    from wgradcache.pipeline.build import BuildRequest
+
+    if options["backend"] == "dask" and not options["scheduler"]:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT")
-    summaries: list[BuildSummary] = []
-    for t in targets:
-        req = BuildRequest(target=t, dtypes=tuple(dtypes), variants=tuple(variants),
-                           geometries=tuple(geometries), limit=limit, shard=shard_t,
-                           jobs=jobs or 0, job_timeout=job_timeout, retry_failed=retry_failed,
-                           backend=backend, scheduler=scheduler,
-                           geometries_file=geometries_file, cache_dir=str(cache_dir))
-        try:
-            summaries.append(_one(req, show_progress=not as_json))
-        except ValueError as e:
-            raise UserError(str(e)) from None
-    failed = sum(s.failed for s in summaries)
+    options.update(jobs=options["jobs"] or 0, cache_dir=str(options["cache_dir"]))
+    for k in ("dtypes", "variants", "geometries"):
+        options[k] = tuple(options[k])
+    requests = [BuildRequest(target=t, **options) for t in targets or ("gfx1250",)]
+    failed = run_builds(requests, as_json)
+    if failed:
+        raise RunFailed(f"{failed} job(s) failed; see the failures above")
+
+
+def run_builds(requests, as_json: bool) -> int:
+    """Build each request in turn; render; return the number of failed jobs."""
+    summaries = [_one(req, show_progress=not as_json) for req in requests]
     for s in summaries:
         for f in s.failures:
             click.echo(f"FAILED {f['label']}: {f['reason']}"
@@ -60,39 +81,26 @@ def run_builds(targets, dtypes, variants, geometries, limit, jobs, job_timeout, 
             if s.jobs and s.built == 0 and s.relinked == 0 and s.failed == 0:
                 click.echo(f"{s.target}: nothing to compile: all {s.up_to_date} jobs "
                            "up to date")
-    return failed
+    return sum(s.failed for s in summaries)
 
 
-def _one(req: BuildRequest, show_progress: bool) -> BuildSummary:
-    if req.backend == "dask":
-        return _with_dask(req, show_progress)
-    return _with_progress(req, show_progress)
+def _one(req, show_progress: bool):
+    from contextlib import nullcontext
+
+    from wgradcache.pipeline.build import build
+
+    client = _dask_client(req.scheduler) if req.backend == "dask" else nullcontext()
+    with client, ProgressHook(f"build {req.target}", enabled=show_progress) as hook:
+        try:
+            return build(req, progress=hook.advance, on_total=hook.on_total)
+        except ValueError as e:
+            raise UserError(str(e)) from None
 
 
-def _with_progress(req: BuildRequest, show_progress: bool) -> BuildSummary:
-    state: dict = {}
-
-    def on_total(n: int, work: float) -> None:
-        state["bar"] = progress(n, f"build {req.target}", enabled=show_progress,
-                                work_total=work)
-        state["advance"] = state["bar"].__enter__()
-
-    def advance(n: int, work: float) -> None:
-        if "advance" in state:
-            state["advance"](n, work)
-
-    try:
-        return build(req, progress=advance, on_total=on_total)
-    finally:
-        if "bar" in state:
-            state["bar"].__exit__(None, None, None)
-
-
-def _with_dask(req: BuildRequest, show_progress: bool) -> BuildSummary:
+def _dask_client(scheduler: str):
     try:
         from distributed import Client
     except ImportError:
         raise UserError("--backend dask needs the dask extra: "
                         "pip install 'wgradcache[dask]'") from None
-    with Client(req.scheduler):
-        return _with_progress(req, show_progress)
+    return Client(scheduler)

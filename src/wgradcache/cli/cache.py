@@ -1,4 +1,4 @@
-"""``gc``, ``merge`` and ``refresh`` rendering: input checks, one library call, output."""
+"""The cache's own commands: ``ls``, ``show``, ``explain``, ``gc``, ``merge``, ``refresh``."""
 
 from __future__ import annotations
 
@@ -7,45 +7,162 @@ from pathlib import Path
 
 import click
 
-from wgradcache.cli.console import UserError, emit_json, table
+from wgradcache.cli.app import (
+    TargetParam,
+    cache_dir_option,
+    geometries_option,
+    json_option,
+    main,
+    shard_option,
+)
+from wgradcache.cli.console import RunFailed, UserError, emit_json, table
 
-__all__ = ["run_gc", "run_merge", "run_refresh"]
+
+@main.command(name="ls")
+@click.option("--target", default=None, type=TargetParam(), help="only this target")
+@click.option("--variant", default=None, help="only this variant (k_loop.epilogue.reduction)")
+@cache_dir_option
+@json_option
+def ls_(target, variant, cache_dir, as_json) -> None:
+    """List the cache's entries."""
+    from wgradcache.cache.catalog import list_entries
+
+    rows = list_entries(cache_dir, target, variant)
+    if as_json:
+        emit_json(rows)
+        return
+    table(f"{len(rows)} entries in {cache_dir}", ("target", "key", "label", "bytes"),
+          [(r["target"], r["identity_key"][:12], r["label"], r["blob_size"]) for r in rows],
+          numeric_from=3)
 
 
-def run_gc(targets, stale, orphans, max_size, dry_run, geometries_file, cache_dir,
-           as_json) -> None:
-    from wgradcache.cache.catalog import cache_targets
-    from wgradcache.cache.gc import gc, parse_size
-    from wgradcache.cache.store import TargetCache
-    from wgradcache.jobs import default_jobdata, walk
-    from wgradcache.model.spec import DTYPE_KEYS
+# (label, where in the entry) of what `show` prints for people; --json prints it all.
+_SHOWN = (
+    ("vgpr", ("code_object", "vgpr_count")), ("sgpr", ("code_object", "sgpr_count")),
+    ("agpr", ("code_object", "agpr_count")),
+    ("vgpr spills", ("code_object", "vgpr_spill_count")),
+    ("sgpr spills", ("code_object", "sgpr_spill_count")),
+    ("LDS bytes", ("code_object", "group_segment_fixed_size")),
+    ("scratch bytes", ("code_object", "private_segment_fixed_size")),
+    ("instructions", ("isa", "instructions")), ("mma", ("isa", "mma")),
+    ("LDS loads", ("isa", "ds_loads")), ("LDS stores", ("isa", "ds_stores")),
+    ("global loads", ("isa", "global_loads")), ("global stores", ("isa", "global_stores")),
+    ("async copies", ("isa", "async_copies")), ("barriers", ("isa", "barriers")),
+    ("global atomics", ("isa", "global_atomics")), ("CAS loops", ("isa", "cas_loops")),
+)
+
+
+def _field(entry: dict, path: tuple[str, ...]):
+    v = entry
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    return v
+
+
+@main.command()
+@click.argument("key_or_label")
+@cache_dir_option
+@json_option
+def show(key_or_label, cache_dir, as_json) -> None:
+    """One entry: label, variant, blob, registers, LDS, ISA figures (--json: the whole entry)."""
+    from wgradcache.cache.catalog import EntryNotFound, find_entry
 
     try:
-        bound = parse_size(max_size) if max_size else None
+        found = find_entry(cache_dir, key_or_label)
+    except (EntryNotFound, ValueError) as e:
+        raise UserError(str(e)) from None
+    e = found.entry
+    if as_json:
+        emit_json(e)
+        return
+    head = [("label", e.get("label")), ("identity key", found.identity_key),
+            ("variant", e.get("variant")), ("dtype", e.get("dtype")),
+            ("blob", f"{found.target}/blobs/{e.get('blob')}.hsaco"),
+            ("blob bytes", e.get("blob_size")), ("block size", e.get("block_size"))]
+    rows = head + [(name, _field(e, path)) for name, path in _SHOWN
+                   if _field(e, path) is not None]
+    table(str(e.get("label")), ("field", "value"),
+          [(k, "" if v is None else v) for k, v in rows], numeric_from=1)
+
+
+@main.command()
+@click.argument("key_or_label")
+@cache_dir_option
+@json_option
+def explain(key_or_label, cache_dir, as_json) -> None:
+    """Every input of an entry's content key, stored vs now: why it was (re)built."""
+    from wgradcache.cache.catalog import EntryNotFound
+    from wgradcache.cache.catalog import explain as explain_entry
+
+    try:
+        doc = explain_entry(cache_dir, key_or_label)
+    except (EntryNotFound, ValueError) as e:
+        raise UserError(str(e)) from None
+    if as_json:
+        emit_json(doc)
+        return
+    table(f"{doc['label']}: content key {doc['content_key'][:16]} "
+          f"({'unchanged' if doc['up_to_date'] else 'now ' + doc['content_key_now'][:16]})",
+          ("input", "same", "stored", "now"),
+          [(r["input"], "yes" if r["same"] else "CHANGED", _short(r["stored"]),
+            _short(r["now"])) for r in doc["inputs"]], numeric_from=9)
+
+
+def _short(v) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _size(ctx, param, value):
+    from wgradcache.cache.gc import parse_size
+
+    try:
+        return parse_size(value) if value else None
     except ValueError as e:
         raise UserError(str(e)) from None
-    if not (stale or orphans or bound is not None):
-        stale = orphans = True
-    data = default_jobdata(geometries_file)
-    reports = []
-    for t in targets or cache_targets(cache_dir):
-        live = {s.identity_key() for s in walk(t, DTYPE_KEYS, None, data)} if stale else None
-        reports.append(gc(TargetCache(cache_dir, t), live, stale=stale, orphans=orphans,
-                          max_size=bound, dry_run=dry_run).to_json())
+
+
+@main.command(name="gc")
+@click.option("--target", "targets", multiple=True, metavar="T", type=TargetParam(),
+              help="target (repeatable)")
+@click.option("--stale", is_flag=True, help="remove entries the current walk no longer yields")
+@click.option("--orphans", is_flag=True, help="remove blobs no entry names")
+@click.option("--max-size", default=None, metavar="SIZE", callback=_size,
+              help="then evict the oldest-published blobs past SIZE (e.g. 2G)")
+@click.option("--dry-run", is_flag=True, help="report, remove nothing")
+@geometries_option
+@cache_dir_option
+@json_option
+def gc_(as_json, **options) -> None:
+    """Remove stale entries, orphan blobs, then the oldest blobs past a size bound.
+
+    With no flag, does --stale --orphans. Safe against a concurrent build.
+    """
+    from wgradcache.pipeline.gc import GcRequest, collect
+
+    req = GcRequest(**{**options, "targets": tuple(options["targets"]),
+                       "cache_dir": str(options["cache_dir"])})
+    reports = [r.to_json() for r in collect(req)]
     if as_json:
         emit_json(reports)
         return
-    table(f"gc{' (dry run)' if dry_run else ''}", ("target", "stale", "corrupt", "orphans",
-                                                   "evicted", "bytes before", "bytes after"),
+    table(f"gc{' (dry run)' if req.dry_run else ''}",
+          ("target", "stale", "corrupt", "orphans", "evicted", "bytes before", "bytes after"),
           [(r["target"], r["stale_entries"], r["corrupt_entries"], r["orphan_blobs"],
             r["evicted_blobs"], r["bytes_before"], r["bytes_after"]) for r in reports])
 
 
-def run_merge(sources, dest, as_json) -> bool:
-    from wgradcache.cache.merge import merge
+@main.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--into", "dest", required=True, type=click.Path(file_okay=False),
+              help="the cache to merge into")
+@json_option
+def merge(sources, dest, as_json) -> None:
+    """Union shard caches into one; refuses conflicting entries, writes nothing then."""
+    from wgradcache.cache.merge import merge as merge_caches
 
     try:
-        rep = merge(list(sources), dest)
+        rep = merge_caches(list(sources), dest)
     except ValueError as e:
         raise UserError(str(e)) from None
     if as_json:
@@ -56,23 +173,34 @@ def run_merge(sources, dest, as_json) -> bool:
                        f"from {c['source']}: {c['reason']}", err=True)
         click.echo(f"merged {rep.copied_entries} entries ({rep.copied_blobs} blobs), "
                    f"{rep.skipped} already present, {len(rep.conflicts)} conflicts")
-    return rep.ok
+    if not rep.ok:
+        raise RunFailed("conflicting entries: nothing merged")
 
 
-def run_refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir,
-                as_json) -> bool:
-    from wgradcache.pipeline.build import parse_shard
-    from wgradcache.pipeline.refresh import PlanError, load_plan, refresh
+@main.command()
+@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False),
+              help="the plan, e.g. jobs/nightly.yaml")
+@click.option("--report-dir", default="report", show_default=True,
+              type=click.Path(file_okay=False), help="where report.json and report.md go")
+@shard_option
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None)
+@geometries_option
+@cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="print report.json")
+def refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir, as_json) -> None:
+    """The nightly job: build the plan incrementally, gc, verify, write the report."""
+    from wgradcache.pipeline.refresh import PlanError, load_plan
+    from wgradcache.pipeline.refresh import refresh as run_refresh
 
     try:
         plan = load_plan(plan_path)
-        shard_t = parse_shard(shard) if shard else None
     except (PlanError, ValueError) as e:
         raise UserError(str(e)) from None
-    doc = refresh(plan, str(cache_dir), report_dir, jobs=jobs or 0, shard=shard_t,
-                  geometries_file=geometries_file)
+    doc = run_refresh(plan, str(cache_dir), report_dir, jobs=jobs or 0, shard=shard,
+                      geometries_file=geometries_file)
     if as_json:
         click.echo(json.dumps(doc, indent=1, sort_keys=True))
     else:
         click.echo(Path(report_dir, "report.md").read_text())
-    return doc["ok"]
+    if not doc["ok"]:
+        raise RunFailed(f"refresh failed; see {report_dir}/report.md")

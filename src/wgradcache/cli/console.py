@@ -1,7 +1,7 @@
 """The one console wrapper every command renders through: rich tables for people, JSON for
 machines, one-line errors for both.
 
-Kept apart from ``cli.py`` so commands stay a parse, one library call and one render.
+Kept apart from the commands so each stays a parse, one library call and one render.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import click
 
-__all__ = ["UserError", "RunFailed", "emit_json", "table", "console", "progress", "debug"]
+__all__ = ["UserError", "RunFailed", "emit_json", "table", "console", "progress",
+           "ProgressHook", "debug"]
 
 
 class UserError(click.ClickException):
@@ -119,3 +120,31 @@ class progress:  # noqa: N801 - used as a context manager like rich's
 
     def __exit__(self, *exc) -> None:
         self._p.stop()
+
+
+class ProgressHook:
+    """The callbacks a long library call reports through, when it learns its total late.
+
+    ``on_total(n, work)`` starts a ``progress`` bar, ``advance(n, work)`` moves it (nothing
+    before the total is known), leaving the ``with`` block stops it: build and verify both
+    plan first and only then know how much is left.
+    """
+
+    def __init__(self, description: str, enabled: bool = True):
+        self._description, self._enabled = description, enabled
+        self._bar: progress | None = None
+
+    def on_total(self, n: int, work: float | None = None) -> None:
+        self._bar = progress(n, self._description, enabled=self._enabled, work_total=work)
+        self._bar.__enter__()
+
+    def advance(self, n: int = 1, work: float | None = None) -> None:
+        if self._bar is not None:
+            self._bar.advance(n, work)
+
+    def __enter__(self) -> ProgressHook:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)

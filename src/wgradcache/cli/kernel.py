@@ -1,37 +1,95 @@
-"""``wgradcache emulate`` rendering: serve check, one emulated run, the verdict."""
+"""One kernel outside the cache: ``emulate`` (the emulator against float64), ``compile``
+(its .ll/.s/.hsaco/.json), and ``toolchain`` (what compiling here uses)."""
 
 from __future__ import annotations
 
 import click
 
-from wgradcache.cli.console import UserError, emit_json
+from wgradcache.cli.app import LabelParam, ProblemParam, geometries_option, json_option, main
+from wgradcache.cli.console import RunFailed, UserError, emit_json, table
 
-__all__ = ["run_emulate"]
+
+@main.command()
+@click.argument("spec", metavar="LABEL", type=LabelParam())
+@click.option("--problem", required=True, metavar="P", type=ProblemParam(),
+              help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups]")
+@click.option("--split-k", type=click.IntRange(min=1), default=None,
+              help="explicit split degree (default: the policy's)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@geometries_option
+@json_option
+def emulate(spec, problem, split_k, seed, geometries_file, as_json) -> None:
+    """Run one kernel in the emulator against the float64 reference.
+
+    Exit 0 on pass, 1 on fail, 2 when the kernel cannot serve the problem.
+    """
+    from wgradcache.pipeline.emulate import EmulateRequest, NotServed, emulate_one
+
+    req = EmulateRequest(spec=spec, problem=problem, split_k=split_k, seed=seed,
+                         geometries_file=geometries_file)
+    try:
+        r = emulate_one(req)
+    except NotServed as e:
+        raise UserError(str(e)) from None
+    if as_json:
+        emit_json(r.to_json())
+    else:
+        click.echo(r.summary())
+    if not r.passed:
+        raise RunFailed("error above the bound")
 
 
-def run_emulate(spec, problem_text: str, split_k: int | None, seed: int, as_json: bool) -> bool:
-    from wgradcache.model.problem import ConvProblem
-    from wgradcache.model.spec import validate
-    from wgradcache.pipeline.emulate import run_emulated
-    from wgradcache.wgrad.capability import serves
+@main.command(name="compile")
+@click.argument("spec", metavar="LABEL", type=LabelParam())
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out",
+              show_default=True, help="directory for <label>.ll/.s/.hsaco/.json")
+@click.option("--no-validate", is_flag=True, help="compile even a spec the rules refuse")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True)
+@geometries_option
+@click.option("--json", "as_json", is_flag=True, help="print the .json document")
+def compile_(spec, out_dir, no_validate, timeout, geometries_file, as_json) -> None:
+    """Compile one job outside the cache, to reproduce and inspect it."""
+    from wgradcache.pipeline.reproduce import compile_one
 
     try:
-        problem = ConvProblem.parse(problem_text)
+        rep = compile_one(spec, out_dir, timeout, check=not no_validate,
+                          geometries_file=geometries_file)
     except ValueError as e:
-        raise UserError(f"--problem {problem_text}: {e}") from None
-    ok, why = validate(spec)
-    if not ok:
-        raise UserError(f"{spec.label()}: {why}")
-    ok, why = serves(spec, problem, split_k)
-    if not ok:
-        raise UserError(f"{spec.label()} cannot serve {problem_text}: {why}")
-    r = run_emulated(spec, problem, split_k=split_k, seed=seed)
-    doc = {"label": r.label, "problem": r.problem, "split": r.plan.describe(),
-           "split_k": r.plan.degree, "reduction": r.plan.reduction,
-           "error": None if r.out is None else r.error, "bound": r.bound.bound,
-           "bound_terms": dict(r.bound.terms), "passed": r.passed, "hazard": r.hazards}
+        raise UserError(str(e)) from None
+    if as_json:
+        emit_json(rep.doc)
+    else:
+        for kind, path in rep.files.items():
+            click.echo(f"{kind:6} {path}")
+        if rep.ok:
+            co, isa = rep.doc["code_object"], rep.doc["isa"]
+            click.echo(f"vgpr {co['vgpr_count']} sgpr {co['sgpr_count']} "
+                       f"spills {co['vgpr_spill_count']}/{co['sgpr_spill_count']} "
+                       f"lds {co['group_segment_fixed_size']} B "
+                       f"scratch {co['private_segment_fixed_size']} B; "
+                       f"mma {isa['mma']} barriers {isa['barriers']} "
+                       f"atomics {isa['global_atomics']}")
+    if not rep.ok:
+        raise RunFailed(f"compile failed: {rep.error}")
+
+
+@main.command()
+@json_option
+def toolchain(as_json) -> None:
+    """What a build here would use: codegen library, linker, disassembler, and the toolchain
+    digest that every content key includes (a different digest rebuilds everything).
+
+    WGRADCACHE_CODEGEN=libllvm|llvmlite|llc picks the codegen (default: libllvm when a
+    libLLVM >= 22 loads, else llvmlite). WGRADCACHE_LINKER=inprocess|subprocess picks the
+    linker (default: LLD in-process through the native helper, compiled once per machine
+    into ~/.cache/wgradcache/native/, else an ld.lld process; linker_note says why). Both
+    linkers give the same bytes and the same digest.
+    """
+    from wgradcache.compile.toolchain import toolchain_report
+
+    doc = toolchain_report()
     if as_json:
         emit_json(doc)
     else:
-        click.echo(r.summary())
-    return r.passed
+        table("toolchain", ("item", "value"), ((k, "" if v is None else str(v))
+                                                for k, v in doc.items()), numeric_from=2)

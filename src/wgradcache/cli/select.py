@@ -1,42 +1,64 @@
-"""``wgradcache select`` rendering: checks input, one library call, table or --json."""
+"""``wgradcache select``: the kernels that serve a problem, best first (ten unless asked)."""
 
 from __future__ import annotations
 
 import click
 
+from wgradcache.cli.app import (
+    ProblemParam,
+    TargetParam,
+    cache_dir_option,
+    geometries_option,
+    main,
+)
 from wgradcache.cli.console import RunFailed, UserError, emit_json, table
 
-__all__ = ["run_select"]
+SHOWN_BY_DEFAULT = 10
 
 
-def run_select(target, problem_text, dtype, from_walk, all_widths, limit, geometries_file,
-               cache_dir, as_json) -> None:
-    from wgradcache.model.problem import ConvProblem
+@main.command(name="select")
+@click.option("--target", required=True, type=TargetParam(), help="the GPU to serve, e.g. gfx1250")
+@click.option("--problem", required=True, metavar="P", type=ProblemParam(),
+              help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups]")
+@click.option("--dtype", default="fp16", show_default=True,
+              help="fp16, bf16, fp16_f32 or bf16_f32")
+@click.option("--from-walk", is_flag=True, help="answer from the walk instead of the cache")
+@click.option("--all-widths", is_flag=True, help="keep every vector width (no pruning)")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help=f"show the best N (default: {SHOWN_BY_DEFAULT} in the table, all in --json)")
+@click.option("--all", "show_all", is_flag=True, help="show every kernel that serves")
+@geometries_option
+@cache_dir_option
+@click.option("--json", "as_json", is_flag=True, help="candidates in rank order")
+def select_(limit, show_all, as_json, **options) -> None:
+    """The cached kernels that serve a problem, ranked, with split degree and launch shape.
+
+    Exit 0 when a kernel serves, 1 when none does, 2 for bad input.
+    """
     from wgradcache.model.spec import DTYPE_KEYS
-    from wgradcache.model.targets import TARGETS
-    from wgradcache.pipeline.select import candidates_from_cache, candidates_from_walk, select
+    from wgradcache.pipeline.select import SelectRequest, serve
 
-    if target not in TARGETS:
-        raise UserError(f"unknown target {target!r}; valid: {', '.join(TARGETS)}")
-    if dtype not in DTYPE_KEYS:
-        raise UserError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPE_KEYS)}")
-    try:
-        problem = ConvProblem.parse(problem_text)
-    except ValueError as e:
-        raise UserError(f"--problem {problem_text}: {e}") from None
-    specs = (candidates_from_walk(target, dtype, geometries_file) if from_walk
-             else candidates_from_cache(str(cache_dir), target, dtype))
-    found = select(target, problem, specs, prune=not all_widths)
+    if options["dtype"] not in DTYPE_KEYS:
+        raise UserError(f"unknown dtype {options['dtype']!r}; valid: {', '.join(DTYPE_KEYS)}")
+    req = SelectRequest(**{**options, "cache_dir": str(options["cache_dir"])})
+    found = serve(req)
+    if show_all:
+        limit = None
+    elif limit is None and not as_json:
+        limit = SHOWN_BY_DEFAULT
     shown = found[:limit] if limit else found
+    where = "walk" if req.from_walk else req.cache_dir
+    text = req.problem.short()
     if as_json:
         emit_json([c.to_json() for c in shown])
     else:
-        table(f"{len(found)} kernel(s) serve {problem_text} on {target} ({dtype}, "
-              f"{'walk' if from_walk else cache_dir})",
-              ("#", "label", "split", "grid", "block", "LDS", "workspace"),
+        more = (f"; the best {len(shown)} shown (--all for every one)"
+                if len(shown) < len(found) else "")
+        table(f"{len(found)} kernel(s) serve {text} on {req.target} ({req.dtype}, {where})"
+              + more, ("#", "label", "split", "grid", "block", "LDS", "workspace"),
               [(i + 1, c.spec.label(), c.degree, "x".join(map(str, c.grid)), c.block,
                 c.lds_bytes, c.workspace_bytes) for i, c in enumerate(shown)], numeric_from=2)
     if not found:
         if not as_json:
             click.echo("no kernel serves this problem", err=True)
-        raise RunFailed(f"no cached kernel serves {problem_text} on {target}")
+        raise RunFailed(f"no cached kernel serves {text} on {req.target}")

@@ -1,48 +1,64 @@
-"""``wgradcache verify`` for people and machines: progress, summary, JUnit, --json."""
+"""``wgradcache verify``: the options as one ``VerifyRequest``, progress, the summary,
+JUnit, ``--json``."""
 
 from __future__ import annotations
 
 import click
 
-from wgradcache.cli.console import UserError, emit_json, progress, table
-from wgradcache.pipeline.verify import VerifyRequest, verify, write_junit
+from wgradcache.cli.app import (
+    ProblemParam,
+    TargetParam,
+    cache_dir_option,
+    geometries_option,
+    json_option,
+    main,
+)
+from wgradcache.cli.console import ProgressHook, RunFailed, UserError, emit_json, table
 
-__all__ = ["run_verify"]
 
+@main.command()
+@click.option("--from-cache", "from_cache", is_flag=True, required=True,
+              help="verify what is stored (the only source today)")
+@click.option("--target", "targets", multiple=True, metavar="T", type=TargetParam(),
+              help="target (repeatable)")
+@click.option("--level", type=click.Choice(["integrity", "structure", "numerics"]),
+              default="structure", show_default=True,
+              help="each level includes the ones before it")
+@click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+              show_default=True, help="fraction of entries to run numerics on")
+@click.option("--seed", type=int, default=0, show_default=True, help="sample and input seed")
+@click.option("--problem", "problems", multiple=True, metavar="P", type=ProblemParam(),
+              help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
+@click.option("--device", type=click.Choice(["auto", "emulator", "hip"]), default="auto",
+              show_default=True, help="where numerics run")
+@click.option("--junit", type=click.Path(dir_okay=False), default=None,
+              help="write JUnit XML here")
+@geometries_option
+@cache_dir_option
+@json_option
+def verify(from_cache, junit, as_json, **options) -> None:
+    """Prove the cache whole (integrity), sound (structure) and correct (numerics).
 
-def run_verify(cache_dir, targets, level, sample, seed, problems, device, junit,
-               geometries_file, as_json) -> bool:
+    Exit 0 when every check passed, 1 on any failure, 2 for bad input.
+    """
     from wgradcache.cache.catalog import cache_targets
-    from wgradcache.model.problem import ConvProblem
-    from wgradcache.model.targets import TARGETS
+    from wgradcache.pipeline.verify import VerifyRequest
 
-    if not targets and not cache_targets(cache_dir):
-        raise UserError(f"no cache under {cache_dir}: nothing to verify (build one with "
+    options.update(targets=tuple(options["targets"]), cache_dir=str(options["cache_dir"]),
+                   problems=tuple(p.short() for p in options["problems"]))
+    req = VerifyRequest(**options)
+    if not req.targets and not cache_targets(req.cache_dir):
+        raise UserError(f"no cache under {req.cache_dir}: nothing to verify (build one with "
                         "`wgradcache build --target gfx1250`)")
+    if not run_verify(req, junit, as_json):
+        raise RunFailed("verify found failures")
 
-    for t in targets:
-        if t not in TARGETS:
-            raise UserError(f"unknown target {t!r}; valid: {', '.join(TARGETS)}")
-    for p in problems:
-        try:
-            ConvProblem.parse(p)
-        except ValueError as e:
-            raise UserError(f"--problem {p}: {e}") from None
-    req = VerifyRequest(cache_dir=str(cache_dir), targets=tuple(targets), level=level,
-                        sample=sample, seed=seed, problems=tuple(problems), device=device,
-                        geometries_file=geometries_file)
-    state: dict = {}
 
-    def on_total(n: int) -> None:
-        state["bar"] = progress(n, "numerics", enabled=not as_json)
-        state["advance"] = state["bar"].__enter__()
+def run_verify(req, junit: str | None, as_json: bool) -> bool:
+    from wgradcache.pipeline.verify import verify, write_junit
 
-    try:
-        rep = verify(req, advance=lambda n: state.get("advance", lambda _: None)(n),
-                     on_total=on_total)
-    finally:
-        if "bar" in state:
-            state["bar"].__exit__(None, None, None)
+    with ProgressHook("numerics", enabled=not as_json) as hook:
+        rep = verify(req, advance=hook.advance, on_total=hook.on_total)
     if junit:
         write_junit(rep, junit)
     if as_json:
@@ -52,7 +68,7 @@ def run_verify(cache_dir, targets, level, sample, seed, problems, device, junit,
         click.echo(note, err=True)
     for f in rep.failures:
         click.echo(f"FAIL [{f.level}] {f.label or f.key}: {f.reason}", err=True)
-    table(f"verify --level {level}: {'ok' if rep.ok else 'FAILED'}",
+    table(f"verify --level {req.level}: {'ok' if rep.ok else 'FAILED'}",
           ("target", "entries", "expected (count)", "missing", "complete"),
           [(t, d["entries"], d["expected"], d["missing"], "yes" if d["complete"] else "no")
            for t, d in rep.targets.items()])

@@ -150,6 +150,15 @@ def kernel_target_names() -> list[str]:
     return [n for n, t in TARGETS.items() if t.has_kernels]
 
 
+def check_target(name: str, kernels: bool = False) -> tuple[bool, str]:
+    """The one check of a target name a user gave; ``kernels``: it must also have kernels."""
+    if name not in TARGETS:
+        return False, f"unknown target {name!r}; valid: {', '.join(TARGETS)}"
+    if kernels and not TARGETS[name].has_kernels:
+        return False, f"{name}: no kernel generator for {TARGETS[name].family} targets yet"
+    return True, ""
+
+
 def get_target(name: str) -> Target:
     try:
         return TARGETS[name]

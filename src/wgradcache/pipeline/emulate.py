@@ -31,8 +31,8 @@ from wgradcache.wgrad.kernel import build_kernel
 from wgradcache.wgrad.split_k import SplitPlan, plan_split_k
 from wgradcache.wgrad.stage2 import build_stage2, stage2_grid
 
-__all__ = ["EmulationReport", "prepare_run", "run_emulated", "to_storage", "from_storage",
-           "cached_kernel"]
+__all__ = ["EmulationReport", "EmulateRequest", "NotServed", "emulate_one", "prepare_run",
+           "run_emulated", "to_storage", "from_storage", "cached_kernel"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,13 @@ class EmulationReport:
     def failure(self) -> str:
         return "" if self.where == "emulator" else self.fault
 
+    def to_json(self) -> dict:
+        return {"label": self.label, "problem": self.problem, "split": self.plan.describe(),
+                "split_k": self.plan.degree, "reduction": self.plan.reduction,
+                "error": None if self.out is None else self.error, "bound": self.bound.bound,
+                "bound_terms": dict(self.bound.terms), "passed": self.passed,
+                "hazard": self.hazards}
+
     def summary(self) -> str:
         state = "PASS" if self.passed else "FAIL"
         err = "n/a" if self.out is None else f"{self.error:.3e}"
@@ -69,6 +76,36 @@ class EmulationReport:
         return (f"{state} {self.label} on {self.problem}{on}: error {err} <= bound "
                 f"{self.bound.bound:.3e}? ({self.plan.describe()})"
                 + (f"; {kind}: {self.fault}" if self.fault else ""))
+
+
+class NotServed(ValueError):
+    """The spec is invalid under the job data, or cannot serve the problem (or degree)."""
+
+
+@dataclass(frozen=True)
+class EmulateRequest:
+    """``wgradcache emulate``'s options."""
+
+    spec: KernelSpec
+    problem: ConvProblem
+    split_k: int | None = None  # None: the policy's degree
+    seed: int = 0
+    geometries_file: str | None = None  # the job data whose rules the spec must obey
+
+
+def emulate_one(req: EmulateRequest) -> EmulationReport:
+    """Check the spec against the rules and ``serves``, then emulate it (NotServed: why not)."""
+    from wgradcache.jobs import default_jobdata
+    from wgradcache.model.spec import validate
+
+    limits = default_jobdata(req.geometries_file).limits_for(req.spec.target)
+    ok, why = validate(req.spec, limits=limits)
+    if not ok:
+        raise NotServed(f"{req.spec.label()}: {why}")
+    ok, why = serves(req.spec, req.problem, req.split_k)
+    if not ok:
+        raise NotServed(f"{req.spec.label()} cannot serve {req.problem.short()}: {why}")
+    return run_emulated(req.spec, req.problem, split_k=req.split_k, seed=req.seed)
 
 
 def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:

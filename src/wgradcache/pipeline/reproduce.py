@@ -25,9 +25,10 @@ class CompileReport:
 
 
 def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
-                check: bool = True) -> CompileReport:
+                check: bool = True, geometries_file: str | None = None) -> CompileReport:
     """Emit, compile and write the four files; ``check=False`` skips the validator (to
-    reproduce a kernel the rules refuse)."""
+    reproduce a kernel the rules refuse). ``geometries_file``: the job data whose rules
+    the spec is checked against (None: the shipped one)."""
     from wgradcache.cache.store import content_key
     from wgradcache.compile.codegen import CodegenOptions
     from wgradcache.compile.isa import isa_stats
@@ -36,7 +37,10 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     from wgradcache.wgrad.emit import emit_ir, generator_digest
 
     if check:
-        ok, why = validate(spec)
+        from wgradcache.jobs import default_jobdata
+
+        limits = default_jobdata(geometries_file).limits_for(spec.target)
+        ok, why = validate(spec, limits=limits)
         if not ok:
             raise ValueError(f"{spec.label()}: {why}")
     options, toolchain, _ = codegen_context()  # a set-up error before anything is written

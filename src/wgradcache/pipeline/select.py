@@ -24,7 +24,8 @@ from wgradcache.model.targets import get_target
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
 
-__all__ = ["Candidate", "select", "candidates_from_cache", "candidates_from_walk"]
+__all__ = ["Candidate", "SelectRequest", "select", "serve", "candidates_from_cache",
+           "candidates_from_walk"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +119,23 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
                              score=_score(s, plan.degree, plan.slice_k, plan.grid)))
     out.sort(key=lambda c: (c.score, c.spec.label()))
     return out
+
+
+@dataclass(frozen=True)
+class SelectRequest:
+    """``wgradcache select``'s options: where candidates come from and how they are ranked."""
+
+    target: str
+    problem: ConvProblem
+    dtype: str = "fp16"
+    from_walk: bool = False
+    all_widths: bool = False  # keep every vector width (no pruning)
+    geometries_file: str | None = None
+    cache_dir: str = "cache"
+
+
+def serve(req: SelectRequest) -> list[Candidate]:
+    """Every kernel that serves the request's problem, best first."""
+    specs = (candidates_from_walk(req.target, req.dtype, req.geometries_file) if req.from_walk
+             else candidates_from_cache(req.cache_dir, req.target, req.dtype))
+    return select(req.target, req.problem, specs, prune=not req.all_widths)

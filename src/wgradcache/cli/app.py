@@ -1,0 +1,138 @@
+"""The click group, the options every command shares, and the one check of each kind of
+value a user types (a target, a problem, a label) so that no command restates it.
+
+Bad values fail at parse time with one line (``error: ...``, not click's usage block) and
+exit 2; library errors about user input or
+set-up become the same one line (``_Group.invoke``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from wgradcache.cli.console import UserError, debug
+
+__all__ = ["main", "cache_dir_option", "geometries_option", "selection_options",
+           "json_option", "shard_option", "TargetParam", "ProblemParam", "LabelParam"]
+
+
+class _Group(click.Group):
+    """Turns library errors about user input or set-up into one-line exit-2 errors."""
+
+    def invoke(self, ctx: click.Context):
+        from wgradcache.compile.toolchain import ToolchainError
+        from wgradcache.jobs import GeometryFileError, SelectionError
+
+        try:
+            return super().invoke(ctx)
+        except (GeometryFileError, SelectionError, ToolchainError) as e:
+            if debug():
+                raise
+            raise UserError(str(e)) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wgradcache")
+def main() -> None:
+    """Build, verify and serve an ahead-of-time cache of AMD GPU wgrad code objects.
+
+    Start with `wgradcache count` (how many jobs the walk yields per target), then
+    `wgradcache build --target gfx1250` and `wgradcache verify --from-cache`.
+    """
+
+
+class TargetParam(click.ParamType):
+    """A target of the catalog; ``kernels=True`` also needs a kernel generator for it.
+
+    The one place a typed target name is checked: build, verify, select, gc, ls all use it.
+    """
+
+    name = "target"
+
+    def __init__(self, kernels: bool = False):
+        self.kernels = kernels
+
+    def convert(self, value, param, ctx):
+        from wgradcache.model.targets import check_target
+
+        ok, why = check_target(value, kernels=self.kernels)
+        if not ok:
+            raise UserError(why)
+        return value
+
+
+class ProblemParam(click.ParamType):
+    """N,C,H,W,K,Y,X[,stride,pad,dilation,groups] -> ConvProblem."""
+
+    name = "problem"
+
+    def convert(self, value, param, ctx):
+        from wgradcache.model.problem import ConvProblem
+
+        if isinstance(value, ConvProblem):
+            return value
+        try:
+            return ConvProblem.parse(value)
+        except ValueError as e:
+            raise UserError(f"{param.opts[0] if param else 'problem'} {value}: {e}") from None
+
+
+class LabelParam(click.ParamType):
+    """A kernel label -> KernelSpec."""
+
+    name = "label"
+
+    def convert(self, value, param, ctx):
+        from wgradcache.model.spec import from_label
+
+        try:
+            return from_label(value)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+
+
+def _default_cache_dir() -> str:
+    return os.environ.get("WGRADCACHE_DIR", "cache")
+
+
+def cache_dir_option(f):
+    return click.option("--cache-dir", type=click.Path(file_okay=False),
+                        default=_default_cache_dir, show_default="./cache or $WGRADCACHE_DIR",
+                        help="cache root (default: $WGRADCACHE_DIR or ./cache)")(f)
+
+
+def geometries_option(f):
+    return click.option("--geometries", "geometries_file", type=click.Path(dir_okay=False),
+                        default=None, envvar="WGRADCACHE_GEOMETRIES",
+                        help="job data file (default: the shipped geometries.yaml)")(f)
+
+
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="machine-readable output")(f)
+
+
+def selection_options(f):
+    f = click.option("--variant", "variants", multiple=True, metavar="V",
+                     help="k_loop.epilogue.reduction, e.g. async.cshuffle.atomic (repeatable)")(f)
+    f = click.option("--dtype", "dtypes", multiple=True, metavar="D",
+                     help="fp16, bf16, fp16_f32 or bf16_f32 (repeatable; default fp16, bf16)")(f)
+    f = click.option("--target", "targets", multiple=True, type=TargetParam(), metavar="T",
+                     help="gfx1250, gfx1201, gfx1151, gfx950, gfx942 (repeatable; "
+                          "default: every target with kernels)")(f)
+    return geometries_option(f)
+
+
+def _shard(ctx, param, value):
+    from wgradcache.pipeline.build import parse_shard
+
+    try:
+        return parse_shard(value) if value else None
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def shard_option(f):
+    return click.option("--shard", default=None, metavar="i/n", callback=_shard,
+                        help="build shard i of n of the sorted job list")(f)
