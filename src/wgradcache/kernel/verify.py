@@ -232,31 +232,48 @@ class _Verifier:
                 self.fail(v, f"shuffle {v.arg}")
 
     def check_memory(self, v: Value):
-        op, dt, src = v.op, v.dtype, v.src
+        op, src = v.op, v.src
         n_fixed = 1 if op is Ops.LOAD else 2
         if len(src) not in (n_fixed, n_fixed + 1):
             self.fail(v, f"{len(src)} operands")
         if len(src) == n_fixed + 1 and src[-1].dtype != i1:
             self.fail(v, f"predicate {src[-1].dtype!r}")
-        p = src[0]
-        if not p.dtype.is_ptr:
-            self.fail(v, f"address {p.dtype!r} is not a pointer")
-        if op is Ops.LOAD:
-            if dt.base != p.dtype.elem or _bad_align(v.arg):
-                self.fail(v, f"load of {dt!r} through {p.dtype!r}, align {v.arg}")
-        elif op is Ops.STORE:
-            if src[1].dtype.base != p.dtype.elem or dt != void or _bad_align(v.arg):
-                self.fail(v, f"store of {src[1].dtype!r} through {p.dtype!r}")
-        elif op is Ops.ATOMIC_ADD:
-            val = src[1].dtype
-            if p.dtype.addrspace != GLOBAL or val not in (f32, f16.vec(2), bf16.vec(2)) or \
-                    val.base != p.dtype.elem:
-                self.fail(v, f"atomic add of {val!r} through {p.dtype!r}")
-        else:  # ASYNC_COPY
-            if p.dtype.addrspace != GLOBAL or not src[1].dtype.is_ptr or \
-                    src[1].dtype.addrspace != LDS or v.arg not in (4, 8, 16):
-                self.fail(v, f"async copy {p.dtype!r} -> {src[1].dtype!r}, {v.arg} bytes")
+        if not src[0].dtype.is_ptr:
+            self.fail(v, f"address {src[0].dtype!r} is not a pointer")
+        why = _MEMORY_RULES[op](v, src[0].dtype)
+        if why:
+            self.fail(v, why)
 
+
+def _load_rule(v: Value, p) -> str:
+    if v.dtype.base != p.elem or _bad_align(v.arg):
+        return f"load of {v.dtype!r} through {p!r}, align {v.arg}"
+    return ""
+
+
+def _store_rule(v: Value, p) -> str:
+    if v.src[1].dtype.base != p.elem or v.dtype != void or _bad_align(v.arg):
+        return f"store of {v.src[1].dtype!r} through {p!r}"
+    return ""
+
+
+def _atomic_rule(v: Value, p) -> str:
+    val = v.src[1].dtype
+    if p.addrspace != GLOBAL or val not in (f32, f16.vec(2), bf16.vec(2)) or val.base != p.elem:
+        return f"atomic add of {val!r} through {p!r}"
+    return ""
+
+
+def _async_copy_rule(v: Value, p) -> str:
+    dst = v.src[1].dtype
+    if p.addrspace != GLOBAL or not dst.is_ptr or dst.addrspace != LDS or v.arg not in (4, 8, 16):
+        return f"async copy {p!r} -> {dst!r}, {v.arg} bytes"
+    return ""
+
+
+# Memory op -> its rule: the reason it is malformed, "" when it is not.
+_MEMORY_RULES = {Ops.LOAD: _load_rule, Ops.STORE: _store_rule, Ops.ATOMIC_ADD: _atomic_rule,
+                 Ops.ASYNC_COPY: _async_copy_rule}
 
 _NOT_STATEMENTS = GroupOp.GlobalDefs | GroupOp.RegionDefs
 # op -> checker method (one dict lookup per statement instead of a chain of set tests)
