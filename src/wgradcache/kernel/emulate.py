@@ -28,6 +28,10 @@ Checks (each raises ``EmulationError`` naming the op, the buffer, its size and t
 
 LDS starts filled with 0xFF bytes (NaN for every float type) so a read of never-written
 LDS poisons the result instead of passing as zero.
+
+Why one module of ~850 lines: the handler table, the exec-mask stack and the memory model
+(bounds, races, async copies in flight) share the state of one run; the table is the
+definition of every op, and reads best in one place, as ``ops_python`` does.
 """
 
 from __future__ import annotations
