@@ -9,10 +9,11 @@ import pytest
 
 from wgradcache.compile import codegen
 from wgradcache.compile.codegen import CodegenError, CodegenOptions, compile_ir
+from wgradcache.compile.discovery import CODEGEN_ENV, find_linker
 from wgradcache.compile.isa import isa_stats
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_kernel
-from wgradcache.compile.toolchain import CODEGEN_ENV, find_linker, with_code_object_version
+from wgradcache.compile.toolchain import with_code_object_version
 from wgradcache.model.targets import get_target, target_names
 
 # llvm22-amdgpu-facts.md §5: e_flags of each target's code object (mach + xnack/sramecc).

@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from wgradcache.compile import disasm, lldlink, native, toolchain
+from wgradcache.compile import disasm, discovery, lldlink, native, toolchain
 from wgradcache.compile.codegen import compile_ir
+from wgradcache.compile.discovery import ToolchainError, find_linker
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.lldlink import LINKER_ENV, LinkError, in_process_lld, select_linker
 from wgradcache.compile.samples import gemm_kernel
-from wgradcache.compile.toolchain import ToolchainError, find_linker, with_code_object_version
+from wgradcache.compile.toolchain import with_code_object_version
 from wgradcache.jobs import walk
 from wgradcache.wgrad.emit import emit_ir
 
@@ -52,7 +53,7 @@ def test_default_is_in_process_with_ld_lld_version(monkeypatch, fresh_choice):
     monkeypatch.delenv(LINKER_ENV, raising=False)
     linker = select_linker()
     assert linker.kind == "inprocess" and linker.note == ""  # make deps installs liblld-22-dev
-    assert linker.version == toolchain.tool_version(find_linker())
+    assert linker.version == discovery.tool_version(find_linker())
     assert linker.version.startswith("Debian LLD 22.")
 
 

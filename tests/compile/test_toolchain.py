@@ -1,4 +1,4 @@
-"""Linker discovery, the toolchain identity and the code-object-version module flag."""
+"""Tool discovery, the toolchain identity and the code-object-version module flag."""
 
 from __future__ import annotations
 
@@ -9,18 +9,13 @@ import stat
 import pytest
 from llvmlite import binding
 
-from wgradcache.compile import libllvm, toolchain
+from wgradcache.compile import discovery, libllvm, toolchain
 from wgradcache.compile.codegen import TRIPLE, _llvm
+from wgradcache.compile.discovery import CODE_OBJECT_VERSION, ToolchainError, find_linker
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.lldlink import select_linker
 from wgradcache.compile.samples import mma_kernel
-from wgradcache.compile.toolchain import (
-    CODE_OBJECT_VERSION,
-    ToolchainError,
-    find_linker,
-    toolchain_identity,
-    with_code_object_version,
-)
+from wgradcache.compile.toolchain import toolchain_identity, with_code_object_version
 
 
 def _fake_tool(path, version_line: str):
@@ -72,19 +67,19 @@ def test_no_linker_says_how_to_install_in_one_line(bare_env, monkeypatch, tmp_pa
 
 
 def test_disassembler_is_optional(bare_env):
-    assert toolchain.find_disassembler() is None
+    assert discovery.find_disassembler() is None
     _fake_tool(bare_env / "llvm-objdump", "Ubuntu LLVM version 18.1.3")
-    assert toolchain.find_disassembler() is None
+    assert discovery.find_disassembler() is None
     tool = _fake_tool(bare_env / "llvm-objdump-22", "Debian LLVM version 22.1.8")
-    assert toolchain.find_disassembler() == tool
+    assert discovery.find_disassembler() == tool
 
 
 def test_real_linker_is_llvm_22():
-    assert re.search(r"LLD 22\.", toolchain.tool_version(find_linker()))
+    assert re.search(r"LLD 22\.", discovery.tool_version(find_linker()))
 
 
 def test_identity_fields_and_digest(monkeypatch):
-    monkeypatch.delenv(toolchain.CODEGEN_ENV, raising=False)
+    monkeypatch.delenv(discovery.CODEGEN_ENV, raising=False)
     ident = toolchain_identity()
     assert ident is toolchain_identity()  # cached per process
     assert ident.codegen == "libllvm"  # make deps installs llvm-22
@@ -101,29 +96,29 @@ def test_identity_fields_and_digest(monkeypatch):
     assert dataclasses.replace(ident, linker_version="LLD 23.0.0").digest() != digest
     assert dataclasses.replace(ident, codegen_digest="0" * 64).digest() != digest
     # The other backend is another toolchain: its objects never share keys with these.
-    monkeypatch.setenv(toolchain.CODEGEN_ENV, "llvmlite")
+    monkeypatch.setenv(discovery.CODEGEN_ENV, "llvmlite")
     other = toolchain_identity()
     assert other.codegen == "llvmlite" and other.digest() != digest
     assert other.llvm_version == ".".join(map(str, binding.llvm_version_info))
 
 
 def test_codegen_backend_choice(monkeypatch):
-    monkeypatch.setenv(toolchain.CODEGEN_ENV, "")
+    monkeypatch.setenv(discovery.CODEGEN_ENV, "")
     assert toolchain.codegen_backend() == "libllvm"
-    monkeypatch.setenv(toolchain.CODEGEN_ENV, "llvmlite")
+    monkeypatch.setenv(discovery.CODEGEN_ENV, "llvmlite")
     assert toolchain.codegen_backend() == "llvmlite"
-    monkeypatch.setenv(toolchain.CODEGEN_ENV, "llc")
+    monkeypatch.setenv(discovery.CODEGEN_ENV, "llc")
     assert toolchain.codegen_backend() == "llc"
     assert toolchain_identity().codegen == "llc"
     assert toolchain_identity().llvm_version.startswith("Debian LLVM version 22.")
-    monkeypatch.setenv(toolchain.CODEGEN_ENV, "gcc")
+    monkeypatch.setenv(discovery.CODEGEN_ENV, "gcc")
     with pytest.raises(ToolchainError, match="expected one of auto, libllvm, llvmlite, llc"):
         toolchain.codegen_backend()
     # No libLLVM: auto falls back to llvmlite; asking for libllvm says how to get it.
     monkeypatch.setattr(libllvm, "system_llvm", lambda: None)
-    monkeypatch.setenv(toolchain.CODEGEN_ENV, "auto")
+    monkeypatch.setenv(discovery.CODEGEN_ENV, "auto")
     assert toolchain.codegen_backend() == "llvmlite"
-    monkeypatch.setenv(toolchain.CODEGEN_ENV, "libllvm")
+    monkeypatch.setenv(discovery.CODEGEN_ENV, "libllvm")
     with pytest.raises(ToolchainError, match="install `llvm-22`"):
         toolchain.codegen_backend()
 
@@ -167,7 +162,7 @@ def test_an_unusable_libllvm_does_not_hide_a_good_one(monkeypatch, tmp_path):
     bad.parent.mkdir(parents=True)
     bad.write_bytes(b"not an ELF")
     monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
-    candidates = toolchain.llvm_library_candidates()
+    candidates = discovery.llvm_library_candidates()
     assert candidates[0] == bad and candidates.count(bad) == 1
     assert system_llvm().path in candidates
     lib = libllvm.system_llvm.__wrapped__()  # uncached: this environment's choice

@@ -43,6 +43,12 @@ from dataclasses import asdict, dataclass, field
 
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available
+from wgradcache.compile.discovery import (
+    CODE_OBJECT_VERSION,
+    ToolchainError,
+    find_disassembler,
+    find_llc,
+)
 from wgradcache.compile.libllvm import LLVMIRError, system_llvm
 from wgradcache.compile.lldlink import (
     LinkError,
@@ -50,14 +56,7 @@ from wgradcache.compile.lldlink import (
     select_linker,
     subprocess_argv,
 )
-from wgradcache.compile.toolchain import (
-    CODE_OBJECT_VERSION,
-    ToolchainError,
-    codegen_backend,
-    find_disassembler,
-    find_llc,
-    with_code_object_version,
-)
+from wgradcache.compile.toolchain import codegen_backend, with_code_object_version
 from wgradcache.model.targets import get_target
 
 __all__ = ["TRIPLE", "CodegenError", "CodegenOptions", "CompiledObject", "compile_ir",

@@ -23,7 +23,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from wgradcache.compile.libllvm import LLVMLibrary, system_llvm
-from wgradcache.compile.native import native_library, take_string
+from wgradcache.compile.native import NativeHelper, native_library
 
 __all__ = ["disassembler_available", "disassemble"]
 
@@ -80,10 +80,10 @@ def _decode(lib: LLVMLibrary, dc: int, code: bytes, start: int,
     return insns
 
 
-def _decode_native(native: ctypes.CDLL, dc: int, code: bytes, start: int,
+def _decode_native(native: NativeHelper, dc: int, code: bytes, start: int,
                    end: int) -> list[tuple[int, int, str]]:
     """``_decode`` in one call to the native helper (same context, same text)."""
-    lines = take_string(native, native.wgradcache_disassemble(dc, code, start, end))
+    lines = native.take_string(native.lib.wgradcache_disassemble(dc, code, start, end))
     out = []
     for line in lines.split("\n"):
         if line:
@@ -97,7 +97,7 @@ def disassemble(binary: bytes, cpu: str, features: str = "") -> str:
     return _disassemble(binary, cpu, features, native_library()[0])
 
 
-def _disassemble(binary: bytes, cpu: str, features: str, native: ctypes.CDLL | None) -> str:
+def _disassemble(binary: bytes, cpu: str, features: str, native: NativeHelper | None) -> str:
     """``disassemble``, decoding through the native helper when given, else per instruction
     through ctypes."""
     lib = system_llvm()

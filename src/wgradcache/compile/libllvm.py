@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from wgradcache.compile.toolchain import MIN_LLVM_MAJOR, llvm_library_candidates
+from wgradcache.compile.discovery import MIN_LLVM_MAJOR, llvm_library_candidates
 
 __all__ = ["LLVMLibrary", "LLVMIRError", "system_llvm"]
 

@@ -27,14 +27,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from wgradcache.compile.native import native_library, take_string
-from wgradcache.compile.toolchain import (
+from wgradcache.compile.discovery import (
     MIN_LLVM_MAJOR,
     ToolchainError,
     find_linker,
     tool_version,
     version_major,
 )
+from wgradcache.compile.native import NativeHelper, native_library
 
 __all__ = ["LINKER_ENV", "InProcessLLD", "Linker", "LinkError", "in_process_lld",
            "link_in_process", "linker_choice", "select_linker", "subprocess_argv"]
@@ -61,13 +61,13 @@ class Linker:
 
 
 class InProcessLLD:
-    """LLD's ELF driver in the native helper ``lib``; one link at a time per process (LLD
+    """LLD's ELF driver in the native ``helper``; one link at a time per process (LLD
     keeps global state per link), objects passed through a private directory in
     ``/dev/shm``."""
 
-    def __init__(self, lib: ctypes.CDLL):
-        self.lib = lib
-        self.path = Path(lib._name)
+    def __init__(self, helper: NativeHelper):
+        self.helper = helper
+        self.path = helper.path
         self._lock = threading.Lock()
         self._dir: Path | None = None
         self.broken = ""  # LLD's message once it says it cannot run again in this process
@@ -86,10 +86,10 @@ class InProcessLLD:
             if self.broken:
                 raise ToolchainError(f"in-process LLD cannot link again in this process "
                                      f"({self.broken}); set {LINKER_ENV}=subprocess")
-            rc = self.lib.wgradcache_lld_main(len(argv), arr, ctypes.byref(out),
-                                              ctypes.byref(err))
-            text_out = take_string(self.lib, out.value)
-            text_err = take_string(self.lib, err.value)
+            rc = self.helper.lib.wgradcache_lld_main(len(argv), arr, ctypes.byref(out),
+                                                     ctypes.byref(err))
+            text_out = self.helper.take_string(out.value)
+            text_err = self.helper.take_string(err.value)
             if rc & _CANNOT_RUN_AGAIN:
                 self.broken = text_err.strip() or f"exit status {rc & 0xff}"
         return rc & 0xff, text_out, text_err

@@ -27,12 +27,14 @@ import os
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from wgradcache.compile.toolchain import MIN_LLVM_MAJOR, sha256_file, user_cache_dir
+from wgradcache.compile import libllvm
+from wgradcache.compile.discovery import MIN_LLVM_MAJOR, sha256_file, user_cache_dir
 
-__all__ = ["PRUNE_AFTER_DAYS", "SOURCE", "build_native", "native_inputs", "native_library",
-           "prune_native"]
+__all__ = ["PRUNE_AFTER_DAYS", "SOURCE", "NativeHelper", "build_native", "load_native",
+           "native_inputs", "native_library", "prune_native"]
 
 SOURCE = Path(__file__).with_name("native.cpp")
 _ARCHIVES = ("liblldELF.a", "liblldCommon.a")
@@ -132,27 +134,41 @@ def prune_native(keep: Path, max_age_days: float = PRUNE_AFTER_DAYS) -> list[Pat
     return removed
 
 
-def load_native(path: Path) -> ctypes.CDLL:
+@dataclass(frozen=True)
+class NativeHelper:
+    """The loaded helper and the file it came from (what ``wgradcache toolchain`` shows and
+    ``lldlink`` records as the in-process linker's path)."""
+
+    lib: ctypes.CDLL
+    path: Path
+
+    def take_string(self, ptr: int | None) -> str:
+        """A malloc'ed C string from the helper as text, freed."""
+        if not ptr:
+            return ""
+        try:
+            return ctypes.string_at(ptr).decode(errors="replace")
+        finally:
+            self.lib.wgradcache_free(ptr)
+
+
+def load_native(path: Path) -> NativeHelper:
     """The helper at ``path`` with its signatures (after this process's libLLVM: the helper
     binds to the one codegen loaded, by soname)."""
-    from wgradcache.compile.libllvm import system_llvm
-
-    system_llvm()
+    libllvm.system_llvm()
     lib = ctypes.CDLL(str(path))
     with contextlib.suppress(OSError):  # a read-only cache directory: no stamp, no harm
         (path.parent / _USED).touch()
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
-    return lib
+    return NativeHelper(lib, path)
 
 
 @functools.cache
-def native_library() -> tuple[ctypes.CDLL | None, str]:
+def native_library() -> tuple[NativeHelper | None, str]:
     """(the helper, "") or (None, why not), once per process."""
-    from wgradcache.compile.libllvm import system_llvm
-
-    lib = system_llvm()
+    lib = libllvm.system_llvm()
     if lib is None:
         return None, f"no libLLVM >= {MIN_LLVM_MAJOR} to build the native helper against"
     ok, why, paths = native_inputs(lib.path)
@@ -163,12 +179,3 @@ def native_library() -> tuple[ctypes.CDLL | None, str]:
     except (OSError, AttributeError) as e:
         return None, str(e)
 
-
-def take_string(lib: ctypes.CDLL, ptr: int | None) -> str:
-    """A malloc'ed C string from the helper as text, freed."""
-    if not ptr:
-        return ""
-    try:
-        return ctypes.string_at(ptr).decode(errors="replace")
-    finally:
-        lib.wgradcache_free(ptr)
