@@ -14,7 +14,7 @@ from wgradcache.cli.app import (
     main,
     shard_option,
 )
-from wgradcache.cli.console import ProgressHook, RunFailed, UserError, table
+from wgradcache.cli.console import ProgressHook, RunFailed, UserError, printable, table
 
 
 @main.command()
@@ -66,7 +66,7 @@ def run_builds(requests, as_json: bool) -> int:
     summaries = [_one(req, show_progress=not as_json) for req in requests]
     for s in summaries:
         for f in s.failures:
-            click.echo(f"FAILED {f['label']}: {f['reason']}"
+            click.echo(printable(f"FAILED {f['label']}: {f['reason']}")
                        + (" (failed before; --retry-failed compiles it again)"
                           if f.get("previous") else ""), err=True)
     if as_json:

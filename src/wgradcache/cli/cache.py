@@ -15,7 +15,7 @@ from wgradcache.cli.app import (
     main,
     shard_option,
 )
-from wgradcache.cli.console import RunFailed, UserError, emit_json, table
+from wgradcache.cli.console import RunFailed, UserError, emit_json, printable, table
 
 
 @main.command(name="ls")
@@ -169,8 +169,8 @@ def merge(sources, dest, as_json) -> None:
         emit_json(rep.to_json())
     else:
         for c in rep.conflicts:
-            click.echo(f"CONFLICT {c['target']} {c.get('label') or c['identity_key']} "
-                       f"from {c['source']}: {c['reason']}", err=True)
+            click.echo(printable(f"CONFLICT {c['target']} {c.get('label') or c['identity_key']} "
+                                 f"from {c['source']}: {c['reason']}"), err=True)
         click.echo(f"merged {rep.copied_entries} entries ({rep.copied_blobs} blobs), "
                    f"{rep.skipped} already present, {len(rep.conflicts)} conflicts")
     if not rep.ok:

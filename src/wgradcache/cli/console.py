@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 __all__ = ["UserError", "RunFailed", "emit_json", "table", "console", "progress",
-           "ProgressHook", "debug"]
+           "ProgressHook", "debug", "printable"]
 
 
 class UserError(click.ClickException):
@@ -25,7 +25,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:  # noqa: D102 - click API
-        click.echo(f"error: {self.format_message()}", err=True)
+        click.echo(f"error: {printable(self.format_message())}", err=True)
 
 
 class RunFailed(click.ClickException):
@@ -34,7 +34,7 @@ class RunFailed(click.ClickException):
     exit_code = 1
 
     def show(self, file=None) -> None:  # noqa: D102 - click API
-        click.echo(f"failed: {self.format_message()}", err=True)
+        click.echo(f"failed: {printable(self.format_message())}", err=True)
 
 
 def debug() -> bool:
@@ -54,15 +54,31 @@ def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=False))
 
 
+def printable(value: Any) -> str:
+    """``str(value)`` with every non-printable character escaped (``\\n``, ``\\x1b``).
+
+    Labels, reasons and keys printed for people can come from a cache directory, which is
+    input: a newline there would forge a line of our output (a GitHub ``::error::``
+    annotation), an escape code would drive the terminal.
+    """
+    s = str(value)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in s)
+
+
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
           numeric_from: int = 1) -> None:
+    """A rich table; cells and title are plain text (never rich markup) and printable."""
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=title, title_justify="left")
+    t = Table(title=Text(printable(title)), title_justify="left")
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if i >= numeric_from else "left")
     for r in rows:
-        t.add_row(*(str(x) for x in r))
+        t.add_row(*(Text(printable(x)) for x in r))
     console().print(t)
 
 

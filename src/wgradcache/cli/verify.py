@@ -13,7 +13,14 @@ from wgradcache.cli.app import (
     json_option,
     main,
 )
-from wgradcache.cli.console import ProgressHook, RunFailed, UserError, emit_json, table
+from wgradcache.cli.console import (
+    ProgressHook,
+    RunFailed,
+    UserError,
+    emit_json,
+    printable,
+    table,
+)
 
 
 @main.command()
@@ -65,9 +72,9 @@ def run_verify(req, junit: str | None, as_json: bool) -> bool:
         emit_json(rep.to_json())
         return rep.ok
     for note in rep.notes:
-        click.echo(note, err=True)
+        click.echo(printable(note), err=True)
     for f in rep.failures:
-        click.echo(f"FAIL [{f.level}] {f.label or f.key}: {f.reason}", err=True)
+        click.echo(printable(f"FAIL [{f.level}] {f.label or f.key}: {f.reason}"), err=True)
     table(f"verify --level {req.level}: {'ok' if rep.ok else 'FAILED'}",
           ("target", "entries", "expected (count)", "missing", "complete"),
           [(t, d["entries"], d["expected"], d["missing"], "yes" if d["complete"] else "no")

@@ -1,0 +1,30 @@
+"""What people see is plain, printable text, whatever a cache directory holds."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from wgradcache.cli import main
+from wgradcache.cli.console import printable, table
+
+
+def test_printable_escapes_what_would_forge_or_drive_the_terminal():
+    assert printable("gfx1250-fp16-t32x32x32") == "gfx1250-fp16-t32x32x32"
+    assert printable("x\n::error::forged") == "x\\n::error::forged"
+    assert printable("\x1b[31mred\x1b[0m") == "\\x1b[31mred\\x1b[0m"
+    assert printable("tab\there\r") == "tab\\there\\r"
+    assert printable(42) == "42"
+
+
+def test_table_cells_are_text_not_markup(capsys):
+    table("t [bold]x[/bold]", ("a", "b"), [("[red]label[/red]", "\x1b[2Jz\nq")])
+    out = capsys.readouterr().out
+    assert "[red]label[/red]" in out and "t [bold]x[/bold]" in out
+    assert "\x1b" not in out and "\\x1b[2Jz\\nq" in out
+
+
+def test_a_one_line_error_stays_one_line(tmp_path):
+    r = CliRunner().invoke(main, ["show", "gfx1250\n::error::forged", "--cache-dir",
+                                  str(tmp_path)])
+    assert r.exit_code == 2
+    assert r.output.count("\n") == 1 and "\\n::error::forged" in r.output
