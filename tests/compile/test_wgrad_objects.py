@@ -10,7 +10,7 @@ import pytest
 from wgradcache.cache.store import TargetCache
 from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated
-from wgradcache.jobs import walk
+from wgradcache.jobs import default_jobdata, walk
 from wgradcache.model.spec import KernelSpec, lds_bytes, validate
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.build import BuildRequest, build
@@ -28,7 +28,8 @@ def _sync_specs() -> list[KernelSpec]:
             ("gfx1250", "gfx1201", "gfx1151"), ("fp16", "bf16"), GEOMETRIES):
         spec = KernelSpec(target=target, dtype=dtype, dw_dtype=dtype, tile_m=tm, tile_n=tn,
                           tile_k=tk, warp_m=wm, warp_n=wn, vec_a=8, vec_b=8)
-        if validate(spec)[0]:  # gfx1151 keeps 32 accumulators per lane at most
+        # gfx1151 keeps 32 accumulators per lane at most
+        if validate(spec, limits=default_jobdata().limits_for(target))[0]:
             out.append(spec)
     # gfx1250's 2-step tile_k 64, narrow loads, fp32 dW (gfx1151's f32 atomic is native)
     out.append(KernelSpec("gfx1250", "bf16", "bf16", 128, 128, 64, 4, 2, vec_a=8, vec_b=8))
@@ -44,7 +45,8 @@ def sync_entries(tmp_path_factory):
     specs = _sync_specs()
     by_target: dict[str, list[KernelSpec]] = {}
     for s in specs:
-        assert validate(s) == (True, ""), s.label()
+        assert validate(s, limits=default_jobdata().limits_for(s.target)) == (True, ""), \
+            s.label()
         by_target.setdefault(s.target, []).append(s)
     entries = {}
     for target, group in by_target.items():

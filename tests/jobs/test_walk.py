@@ -35,8 +35,9 @@ def test_shipped_walk_has_no_rejects_and_labels_round_trip(target):
     specs = list(walk(target, DTYPE_KEYS))
     assert specs
     assert len({s.identity_key() for s in specs}) == len(specs)  # no two jobs alike
+    limits = default_jobdata().limits_for(target)
     for s in specs:
-        ok, why = validate(s)
+        ok, why = validate(s, limits=limits)
         assert ok, (s.label(), why)
         assert from_label(s.label()) == s
 
@@ -129,6 +130,7 @@ def test_per_target_budgets_apply_to_walk_and_validator():
     # the validator reads the same budgets
     s = next(s for s in walk("gfx1201", ["fp16"]) if (s.tile_m, s.tile_n) == (128, 64))
     narrow = dataclasses.replace(s, vec_a=1, vec_b=1, warp_m=2, warp_n=2)
-    assert validate(narrow) == (
+    assert validate(narrow, limits=d.limits_for("gfx1201")) == (
         False, "48 global loads per thread per K tile exceed the budget 40")
-    assert validate(dataclasses.replace(narrow, target="gfx1250"))[0]
+    assert validate(dataclasses.replace(narrow, target="gfx1250"),
+                    limits=d.limits_for("gfx1250"))[0]

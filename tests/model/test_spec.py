@@ -6,7 +6,16 @@ import dataclasses
 
 import pytest
 
-from wgradcache.model.spec import KernelSpec, from_label, lds_bytes, validate
+from wgradcache.model.spec import (
+    DEFAULT_LIMITS,
+    KernelSpec,
+    Limits,
+    from_label,
+    geometry_fits,
+    lds_bytes,
+    validate,
+)
+from wgradcache.model.targets import get_target
 
 BASE = KernelSpec(target="gfx1250", dtype="fp16", dw_dtype="fp16", tile_m=64, tile_n=64,
                   tile_k=32, warp_m=2, warp_n=2, vec_a=8, vec_b=8)
@@ -60,7 +69,7 @@ def test_bad_label_is_a_clear_error():
     (dict(target="gfx1300"), "unknown target 'gfx1300'"),
 ])
 def test_rejects_come_with_their_reason(change, reason):
-    ok, why = validate(dataclasses.replace(BASE, **change))
+    ok, why = validate(dataclasses.replace(BASE, **change), limits=DEFAULT_LIMITS)
     assert not ok
     assert reason in why
 
@@ -68,15 +77,32 @@ def test_rejects_come_with_their_reason(change, reason):
 def test_lds_budget_is_the_targets():
     big = dataclasses.replace(BASE, target="gfx1201", tile_m=128, tile_n=128, tile_k=32,
                               warp_m=2, warp_n=4, epilogue="cshuffle")
-    assert lds_bytes(big) == 65536 and validate(big) == (True, "")
+    assert lds_bytes(big) == 65536 and validate(big, limits=DEFAULT_LIMITS) == (True, "")
     # gfx1250's 320 KiB take an async double buffer of 128x128x64 with room to spare
     a = dataclasses.replace(BASE, tile_m=128, tile_n=128, tile_k=64, warp_m=2, warp_n=4,
                             vec_a=0, vec_b=0, chunk_a=16, chunk_b=16, k_loop="async")
-    assert lds_bytes(a) == 2 * 64 * 272 * 2 and validate(a) == (True, "")
-    from wgradcache.model.spec import Limits
-
+    assert lds_bytes(a) == 2 * 64 * 272 * 2 and validate(a, limits=DEFAULT_LIMITS) == (True, "")
     huge = dataclasses.replace(big, tile_k=128, epilogue="default")
     assert validate(huge, limits=Limits(max_k_steps=8)) == (
         False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
-    assert validate(huge)[1] == ("tile_k 128 is 8 k-steps of the 16x16x16 atom, over the "
-                                 "budget 2")
+    assert validate(huge, limits=DEFAULT_LIMITS)[1] == (
+        "tile_k 128 is 8 k-steps of the 16x16x16 atom, over the budget 2")
+
+
+def test_limits_are_required_and_none_checks_the_rules_alone():
+    with pytest.raises(TypeError, match="limits"):
+        validate(BASE)  # no default budgets read from a file
+    fat = dataclasses.replace(BASE, tile_m=128, tile_n=128)  # 128 accumulators per lane
+    assert validate(fat, limits=DEFAULT_LIMITS) == (
+        False, "128 accumulator registers per lane exceed the budget 64")
+    assert validate(fat, limits=Limits(max_acc_per_lane=128)) == (True, "")
+    assert validate(fat, limits=None) == (True, "")  # over a budget, still a correct kernel
+    # the target's own limits hold without budgets
+    wide = dataclasses.replace(BASE, tile_m=256, tile_n=256, warp_m=8, warp_n=8)
+    assert validate(wide, limits=None) == (False, "block size 2048 outside [32, 1024]")
+    lds = dataclasses.replace(BASE, target="gfx1201", tile_m=128, tile_n=128, tile_k=128,
+                              warp_m=2, warp_n=4)
+    assert validate(lds, limits=None) == (
+        False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
+    assert geometry_fits(get_target("gfx1201"), "fp16", lds.geometry, None) == (
+        False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")

@@ -38,8 +38,10 @@ def _spec(target, dtype, k_loop, epilogue, reduction, dw=None):
 
 
 def _admitted(target, dtype, variant):
+    from wgradcache.jobs import default_jobdata
     from wgradcache.model.spec import validate
-    return validate(_spec(target, dtype, *variant))[0]
+    return validate(_spec(target, dtype, *variant),
+                    limits=default_jobdata().limits_for(target))[0]
 
 
 LOWER_CASES = [pytest.param(t, d, v, id=f"{t}-{d}-{'.'.join(v)}")

@@ -12,6 +12,7 @@ from wgrad_cases import (
     check,
     geometry_for,
     make_spec,
+    shipped_limits,
     widest_vec,
 )
 
@@ -61,7 +62,8 @@ def test_ladder_geometries(target, geometry):
     rotation = [(8, 8), (4, 2), (2, 8), (1, 4), (8, 1)]
     # the i-th pair of the rotation that the target's load budget admits on this geometry
     vec = next(v for j in range(5) for v in [rotation[(i + j) % 5]]
-               if loads_fit(get_target(target), dtype, "sync", geometry, *v)[0])
+               if loads_fit(get_target(target), dtype, "sync", geometry, *v,
+                            shipped_limits(target))[0])
     spec = make_spec(target, dtype, geometry, EDGE, vec=vec)
     kd = cached_kernel(spec)
     assert kd.lds_bytes == lds_bytes(spec) and kd.block_size == spec.block_size

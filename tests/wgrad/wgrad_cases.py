@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from wgradcache.jobs import default_jobdata
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec, geometry_fits, validate
+from wgradcache.model.spec import KernelSpec, Limits, geometry_fits, validate
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.emulate import EmulationReport
 from wgradcache.wgrad.capability import serves
@@ -34,12 +35,17 @@ VEC_PAIRS = ((8, 8), (8, 4), (4, 8), (4, 4), (2, 2), (8, 1), (1, 1))
 LIMIT = {"fp16": 5e-3, "bf16": 1e-2, "fp32": 1e-4}
 
 
+def shipped_limits(target: str) -> Limits:
+    """The shipped geometries file's budgets for ``target`` (what the walk keeps)."""
+    return default_jobdata().limits_for(target)
+
+
 def geometry_for(target: str, dtype: str, i: int) -> tuple[int, int, int, int, int]:
     """The i-th geometry of the spread (cyclic) that the target's ladder admits."""
     t = get_target(target)
     for j in range(len(GEOMETRIES)):
         g = GEOMETRIES[(i + j) % len(GEOMETRIES)]
-        if geometry_fits(t, dtype, g)[0]:
+        if geometry_fits(t, dtype, g, shipped_limits(target))[0]:
             return g
     raise AssertionError(f"no spread geometry fits {target} {dtype}")
 
@@ -58,7 +64,7 @@ def make_spec(target: str, dtype: str, geometry, problem: ConvProblem | None = N
         va, vb = vec or widest_vec(problem, geometry[0], geometry[1])
         kw.update(vec_a=va, vec_b=vb)
     spec = KernelSpec(target, dtype, dw or dtype, *geometry, **kw)
-    ok, why = validate(spec)
+    ok, why = validate(spec, limits=shipped_limits(target))
     assert ok, f"{spec.label()}: {why}"
     if problem is not None:
         ok, why = serves(spec, problem)

@@ -3,6 +3,10 @@
 Every rule about what a target admits lives here as a small predicate returning
 ``(ok, reason)``. The walk (``jobs.walk``), the closed-form ``jobs.count``, the validator
 below and ``select`` call the same predicates, so they can never disagree about a job.
+
+The ladder budgets (``Limits``) are the job data's, never read here: every caller passes the
+budgets of the geometries file it walks, or ``None`` for the rules alone (what the generator
+needs to emit a correct kernel: a kernel over a budget spills, it does not compute wrong).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ __all__ = [
     "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
     "elem_bytes", "lds_bytes", "lds_bytes_for", "accumulators_per_lane", "lds_fits",
-    "load_widths_ok", "loads_fit", "loads_per_thread", "shipped_limits",
+    "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label",
 ]
@@ -41,7 +45,8 @@ _SCHEMA = 1  # bump when the meaning of a field changes: every identity key chan
 
 @dataclass(frozen=True)
 class Limits:
-    """Ladder budgets shared by the walk and the validator (from geometries.yaml)."""
+    """Ladder budgets shared by the walk and the validator (a geometries file's filters,
+    per target: ``JobData.limits_for``)."""
 
     max_acc_per_lane: int = 64
     max_block_size: int = 256
@@ -50,7 +55,7 @@ class Limits:
     max_loads_per_thread: int = 40  # global loads per thread per K tile (both operands)
 
 
-DEFAULT_LIMITS = Limits()  # equal to the shipped geometries.yaml filters (tested)
+DEFAULT_LIMITS = Limits()  # the shipped file's base filters (tested); no per-target override
 
 
 @dataclass(frozen=True, order=True)
@@ -202,11 +207,9 @@ def lds_bytes(spec: KernelSpec) -> int:
 # ---- the predicates: each returns (ok, reason) ---------------------------------------
 
 def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int, int],
-                  limits: Limits | None = None) -> tuple[bool, str]:
-    """Ladder filter, in fixed order: atom, divisibility, block size, accumulators, LDS.
-
-    ``limits``: the ladder budgets (default: the shipped file's for the target)."""
-    limits = limits or shipped_limits(target.name)
+                  limits: Limits | None) -> tuple[bool, str]:
+    """Ladder filter, in fixed order: atom, divisibility, k-steps, block size, accumulators,
+    LDS. ``limits``: the job data's budgets for the target; None checks the target alone."""
     tm, tn, tk, wm, wn = geometry
     atom = target.atom(dtype)
     if atom is None:
@@ -219,15 +222,17 @@ def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int
         return False, f"tile_n {tn} / warp_n {wn} is not a multiple of the atom's n {atom.n}"
     if tk % atom.k:
         return False, f"tile_k {tk} is not a multiple of the atom's k {atom.k} ({atom.shape})"
-    if tk // atom.k > limits.max_k_steps:
+    if limits is not None and tk // atom.k > limits.max_k_steps:
         return False, (f"tile_k {tk} is {tk // atom.k} k-steps of the {atom.shape} atom, over "
                        f"the budget {limits.max_k_steps}")
     block = wm * wn * target.wave_size
-    hi = min(limits.max_block_size, target.max_block_size)
-    if not limits.min_block_size <= block <= hi:
-        return False, f"block size {block} outside [{limits.min_block_size}, {hi}]"
+    lo = limits.min_block_size if limits is not None else target.wave_size
+    hi = min(limits.max_block_size, target.max_block_size) if limits is not None \
+        else target.max_block_size
+    if not lo <= block <= hi:
+        return False, f"block size {block} outside [{lo}, {hi}]"
     acc = accumulators_per_lane(tm, tn, wm, wn, target.wave_size)
-    if acc > limits.max_acc_per_lane:
+    if limits is not None and acc > limits.max_acc_per_lane:
         return False, (f"{acc} accumulator registers per lane exceed the budget "
                        f"{limits.max_acc_per_lane}")
     return lds_fits(target, dtype, "sync", "default", geometry)
@@ -272,10 +277,11 @@ def loads_per_thread(dtype: str, k_loop: str, geometry: tuple[int, int, int, int
 
 def loads_fit(target: Target, dtype: str, k_loop: str,
               geometry: tuple[int, int, int, int, int], a: int, b: int,
-              limits: Limits | None = None) -> tuple[bool, str]:
+              limits: Limits | None) -> tuple[bool, str]:
     """Narrow loads hold every loaded element (and its address) in registers until the LDS
-    store: too many per thread spill."""
-    limits = limits or shipped_limits(target.name)
+    store: too many per thread spill. ``limits`` None: no budget (spilling is not wrong)."""
+    if limits is None:
+        return True, ""
     n = loads_per_thread(dtype, k_loop, geometry, target.wave_size, a, b)
     if n > limits.max_loads_per_thread:
         return False, (f"{n:g} global loads per thread per K tile exceed the budget "
@@ -308,25 +314,19 @@ def store_vector_ok(epilogue: str, reduction: str, store_vec: int) -> tuple[bool
     return True, ""
 
 
-def shipped_limits(target: str) -> Limits:
-    """The ladder budgets of the shipped geometries.yaml for one target."""
-    from wgradcache.jobs.geometries import default_jobdata
-
-    return default_jobdata().limits_for(target)
-
-
-def validate(spec: KernelSpec, target: Target | None = None,
-             limits: Limits | None = None) -> tuple[bool, str]:
+def validate(spec: KernelSpec, *, limits: Limits | None,
+             target: Target | None = None) -> tuple[bool, str]:
     """Every rule a spec must obey on its target, in a fixed order; first failure wins.
 
-    ``limits``: the ladder budgets (default: the shipped geometries.yaml's for the target).
+    ``limits`` (required, no default): the ladder budgets of the job data the caller walks,
+    ``JobData.limits_for(spec.target)``, so a custom geometries file admits in the build
+    what it admits in ``count``; ``None`` checks every rule but the budgets (the generator
+    and ``serves``: what a correct kernel needs).
     """
     try:
         target = target or get_target(spec.target)
     except KeyError as e:
         return False, str(e.args[0])
-    if limits is None:
-        limits = shipped_limits(target.name)
     if not target.has_kernels:
         return False, f"{target.name}: no kernel generator for {target.family} targets yet"
     if spec.dtype not in AB_DTYPES:
