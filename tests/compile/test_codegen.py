@@ -9,12 +9,13 @@ import pytest
 
 from wgradcache.compile import codegen
 from wgradcache.compile.codegen import CodegenError, CodegenOptions, compile_ir
-from wgradcache.compile.discovery import CODEGEN_ENV, find_linker
+from wgradcache.compile.discovery import CODE_OBJECT_VERSION, CODEGEN_ENV, find_linker
 from wgradcache.compile.isa import isa_stats
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_kernel
-from wgradcache.compile.toolchain import with_code_object_version
+from wgradcache.compile.toolchain import toolchain_identity, with_code_object_version
 from wgradcache.model.targets import get_target, target_names
+from wgradcache.wgrad.emit import emit_ir
 
 # llvm22-amdgpu-facts.md §5: e_flags of each target's code object (mach + xnack/sramecc).
 E_FLAGS = {"gfx1250": 0x549, "gfx1201": 0x4E, "gfx1151": 0x4A, "gfx950": 0x54F, "gfx942": 0x54C}
@@ -153,3 +154,27 @@ def test_bad_arguments():
         compile_ir(mma_kernel("gfx1250"), "gfx9000")
     with pytest.raises(ValueError, match="listing"):
         compile_ir(mma_kernel("gfx1250"), "gfx1250", listing="objdump")
+
+
+@pytest.mark.parametrize("version", [4, 6, 500, "5"])
+def test_a_code_object_version_the_lowering_does_not_emit_is_refused_in_one_line(version):
+    """Lowered kernels pin v5 in their IR; any other version could only fail on every job
+    (before: 4 and 6 were accepted, and each real kernel then raised in the worker)."""
+    with pytest.raises(ValueError) as err:
+        CodegenOptions(code_object_version=version)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"code_object_version {version!r} cannot be built: kernels are "
+                          f"lowered for v{CODE_OBJECT_VERSION}")
+
+
+def test_lowering_options_and_identity_share_one_code_object_version():
+    from wgradcache.jobs import walk
+
+    spec = next(iter(walk("gfx1250")))
+    ir = emit_ir(spec).ir_text
+    assert CodegenOptions().code_object_version == CODE_OBJECT_VERSION
+    assert toolchain_identity().code_object_version == CODE_OBJECT_VERSION
+    assert with_code_object_version(ir, CodegenOptions().code_object_version) == ir
+    assert compile_ir(ir, "gfx1250", listing="none").info.code_object_version == \
+        CODE_OBJECT_VERSION

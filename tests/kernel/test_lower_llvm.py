@@ -12,6 +12,7 @@ import pytest
 import yaml
 from kernel_samples import FORM_TARGET, WMMA_FORMS, every_op, gemm_tile
 
+from wgradcache.compile.discovery import CODE_OBJECT_VERSION, code_object_version_flag
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import bf16, f16, f32, i32, ptr
 from wgradcache.kernel.lower_llvm import DATA_LAYOUT, LoweringError, lower
@@ -74,6 +75,7 @@ def test_kernel_signature_attributes_and_module_flag():
             'align 16 %"a", ptr addrspace(1) nonnull align 4 %"c", i32 %"n") '
             '"amdgpu-flat-work-group-size"="128,128" "uniform-work-group-size"="true"') in text
     assert '!{ i32 1, !"amdhsa_code_object_version", i32 500 }' in text
+    assert code_object_version_flag(CODE_OBJECT_VERSION) == 500  # the flag has one source
     assert "!llvm.module.flags = !{ !" in text
     assert f'target datalayout = "{DATA_LAYOUT}"' in text
     verify(text)

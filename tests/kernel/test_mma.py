@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from wgradcache.kernel import mma
+from wgradcache.model.targets import TARGETS
 
 
 @pytest.mark.parametrize("form", sorted(mma.LAYOUTS))
@@ -69,3 +72,41 @@ def test_k_runs():
 def test_unknown_form():
     with pytest.raises(KeyError, match="unknown MMA form"):
         mma.layout("gfx90a")
+
+
+@pytest.mark.parametrize("key", sorted(mma.INTRINSICS))
+def test_intrinsic_names_spell_the_layout_operands(key):
+    """The overload suffix of each WMMA name is its lane layout's C/D and A/B vectors; MFMA
+    intrinsics are not overloaded."""
+    form, elem = key
+    intr, lay = mma.intrinsic(form, elem), mma.layout(form)
+    assert intr.name.startswith(f"llvm.amdgcn.{'mfma' if form == 'mfma' else 'wmma'}.f32.")
+    assert f"{lay.m}x{lay.n}x{lay.k}" in intr.name
+    if form == "mfma":
+        assert not re.search(r"\.v\d+", intr.name)
+    else:
+        assert intr.name.endswith(f".v{lay.c_elems}f32.v{lay.ab_elems}{intr.operand}")
+    assert intr.operand == (elem if form == "gfx1250" or elem == "f16" else "i16")
+
+
+def test_every_layout_form_has_both_intrinsics_and_every_atom_a_layout():
+    assert set(mma.INTRINSICS) == {(f, e) for f in mma.LAYOUTS for e in ("f16", "bf16")}
+    assert {a.form for t in TARGETS.values() for a in t.atoms.values()} == set(mma.LAYOUTS)
+    with pytest.raises(KeyError, match="no MMA intrinsic for form 'gfx12' with f32 operands"):
+        mma.intrinsic("gfx12", "f32")
+
+
+def test_argument_lists_per_style():
+    a, b, c = ("<16 x half>", "%a"), ("<16 x half>", "%b"), ("<8 x float>", "%c")
+    assert mma.intrinsic("gfx1250", "f16").args(a, b, c) == [
+        ("i1", "0"), a, ("i1", "0"), b, ("i16", "0"), c, ("i1", "0"), ("i1", "0")]
+    assert mma.intrinsic("gfx11", "f16").args(a, b, c) == [a, b, c]
+    assert mma.intrinsic("mfma", "bf16").args(a, b, c) == [a, b, c] + [("i32", "0")] * 3
+
+
+def test_intrinsic_names_live_only_in_mma_py():
+    """One place for the names: the lowering and compile.samples read ``INTRINSICS``."""
+    src = Path(mma.__file__).parents[1]
+    naming = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
+                    if re.search(r"llvm\.amdgcn\.(wmma|mfma|swmmac)", p.read_text()))
+    assert naming == ["kernel/mma.py"]

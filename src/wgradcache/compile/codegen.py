@@ -82,6 +82,8 @@ class CodegenOptions:
     """
 
     opt_level: int = 3
+    # Only CODE_OBJECT_VERSION: the lowering pins it in every kernel's IR (a field all the
+    # same, so content keys say which version they hold).
     code_object_version: int = CODE_OBJECT_VERSION
     # llvmlite target features, e.g. "-xnack"; they change e_flags (facts §5). Never
     # "+wavefrontsize64" on gfx1250: LLVM drops the kernel silently (facts §1).
@@ -90,9 +92,10 @@ class CodegenOptions:
     def __post_init__(self) -> None:
         if self.opt_level not in (0, 1, 2, 3):
             raise ValueError(f"opt_level must be 0..3, got {self.opt_level}")
-        if self.code_object_version not in (4, 5, 6):
-            raise ValueError(f"code_object_version must be 4, 5 or 6, "
-                             f"got {self.code_object_version}")
+        if self.code_object_version != CODE_OBJECT_VERSION:
+            raise ValueError(f"code_object_version {self.code_object_version!r} cannot be "
+                             f"built: kernels are lowered for v{CODE_OBJECT_VERSION} "
+                             f"(compile.discovery.CODE_OBJECT_VERSION)")
 
     def to_dict(self) -> dict:
         return asdict(self)

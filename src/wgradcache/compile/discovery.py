@@ -22,6 +22,7 @@ __all__ = [
     "CODE_OBJECT_VERSION",
     "MIN_LLVM_MAJOR",
     "ToolchainError",
+    "code_object_version_flag",
     "find_disassembler",
     "find_linker",
     "find_llc",
@@ -43,6 +44,13 @@ need (hidden kernel arguments, the kernel descriptor layout). The module flag
 ``amdhsa_code_object_version`` = 500 selects it (llvm22-amdgpu-facts.md §5, checked on
 gfx942 and gfx1250).
 """
+
+
+def code_object_version_flag(version: int) -> int:
+    """The value of the ``amdhsa_code_object_version`` module flag that selects ``version``
+    (5 -> 500): what the lowering writes and ``toolchain.with_code_object_version`` adds."""
+    return version * 100
+
 
 MIN_LLVM_MAJOR = 22
 """Oldest LLVM whose tools know gfx1250 (linker relocations, disassembler opcodes)."""

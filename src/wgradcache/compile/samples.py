@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wgradcache.kernel.mma import MmaIntrinsic, intrinsic, layout
 from wgradcache.model.targets import get_target
 
 __all__ = [
@@ -27,35 +28,34 @@ _ATTRS = 'attributes #0 = {{ "amdgpu-flat-work-group-size"="1,{block}" }}'
 
 @dataclass(frozen=True)
 class MmaForm:
-    """One matrix intrinsic as LLVM IR: operand types and the call's argument layout."""
+    """One matrix intrinsic as LLVM IR text: ``kernel.mma``'s intrinsic (name, argument
+    list) with the operand types of its lane layout."""
 
-    name: str  # full mangled intrinsic name, without '@'
+    intrinsic: MmaIntrinsic
     ab_type: str  # e.g. "<16 x half>"
     c_type: str  # e.g. "<8 x float>"
     ab_elems: int
     c_elems: int
     k: int
-    style: str  # "gfx1250" (8 args with immarg flags), "wmma" (3 args), "mfma" (6 args)
+
+    @property
+    def name(self) -> str:
+        """The full mangled intrinsic name, without '@'."""
+        return self.intrinsic.name
+
+    def _args(self, a: str, b: str, c: str) -> list[tuple[str, str]]:
+        return self.intrinsic.args((self.ab_type, a), (self.ab_type, b), (self.c_type, c))
 
     def declare(self) -> str:
-        ab, c = self.ab_type, self.c_type
-        if self.style == "gfx1250":
-            args = f"i1, {ab}, i1, {ab}, i16, {c}, i1, i1"
-        elif self.style == "wmma":
-            args = f"{ab}, {ab}, {c}"
-        else:
-            args = f"{ab}, {ab}, {c}, i32, i32, i32"
-        return f"declare {c} @{self.name}({args})"
+        types = ", ".join(t for t, _ in self._args("", "", ""))
+        return f"declare {self.c_type} @{self.name}({types})"
 
     def call(self, dst: str, a: str, b: str, c: str) -> str:
-        ab, ct = self.ab_type, self.c_type
-        if self.style == "gfx1250":
-            args = f"i1 0, {ab} {a}, i1 0, {ab} {b}, i16 0, {ct} {c}, i1 0, i1 0"
-        elif self.style == "wmma":
-            args = f"{ab} {a}, {ab} {b}, {ct} {c}"
-        else:
-            args = f"{ab} {a}, {ab} {b}, {ct} {c}, i32 0, i32 0, i32 0"
-        return f"  {dst} = call {ct} @{self.name}({args})"
+        args = ", ".join(f"{t} {v}" for t, v in self._args(a, b, c))
+        return f"  {dst} = call {self.c_type} @{self.name}({args})"
+
+
+_LLVM_ELEM = {"f16": "half", "bf16": "bfloat", "i16": "i16"}
 
 
 def mma_form(target: str, dtype: str = "fp16") -> MmaForm:
@@ -63,20 +63,10 @@ def mma_form(target: str, dtype: str = "fp16") -> MmaForm:
     atom = get_target(target).atom(dtype)
     if atom is None:
         raise ValueError(f"{target} has no MMA atom for {dtype}")
-    elem = "half" if dtype == "fp16" else "bfloat"
-    short = "f16" if dtype == "fp16" else "bf16"
-    if atom.form == "gfx1250":
-        ab = f"<16 x {elem}>"
-        return MmaForm(f"{atom.intrinsic}.v8f32.v16{short}", ab, "<8 x float>", 16, 8, 32,
-                       "gfx1250")
-    if atom.form in ("gfx12", "gfx11"):
-        n = 8 if atom.form == "gfx12" else 16
-        # 16x16x16 bf16 WMMA takes integer vectors (facts §1).
-        el, suffix = ("half", f"v{n}f16") if dtype == "fp16" else ("i16", f"v{n}i16")
-        return MmaForm(f"{atom.intrinsic}.v8f32.{suffix}", f"<{n} x {el}>", "<8 x float>",
-                       n, 8, 16, "wmma")
-    el = "half" if dtype == "fp16" else "i16"
-    return MmaForm(atom.intrinsic, f"<4 x {el}>", "<4 x float>", 4, 4, 16, "mfma")
+    lay = layout(atom.form)
+    intr = intrinsic(atom.form, "f16" if dtype == "fp16" else "bf16")
+    return MmaForm(intr, f"<{lay.ab_elems} x {_LLVM_ELEM[intr.operand]}>",
+                   f"<{lay.c_elems} x float>", lay.ab_elems, lay.c_elems, lay.k)
 
 
 def mma_kernel(target: str, dtype: str = "fp16", count: int = 1, name: str = "mma") -> str:

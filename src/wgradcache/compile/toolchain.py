@@ -32,6 +32,7 @@ from wgradcache.compile.discovery import (
     CODEGEN_ENV,
     MIN_LLVM_MAJOR,
     ToolchainError,
+    code_object_version_flag,
     find_disassembler,
     find_llc,
     find_tool,
@@ -180,7 +181,7 @@ def with_code_object_version(ir_text: str, version: int = CODE_OBJECT_VERSION) -
     caller asked for something contradictory. Named metadata defined twice is merged by the
     parser, so a second ``!llvm.module.flags`` line is enough even if the IR has flags.
     """
-    want = version * 100
+    want = code_object_version_flag(version)
     found = _COV_FLAG.search(ir_text)
     if found:
         if int(found.group(1)) != want:

@@ -14,7 +14,7 @@ llvmlite's build-time operand type checks are gone with it: ``verify.verify`` (r
 anything left.
 
 Layout after tinygrad's LLVM renderer: per-op tables (``_BINOPS``, ``_ICMP``, ...), the
-per-target differences as data (``_MMA_INTRINSICS``), one rule per op kind (``_RULES``), and
+per-target differences as data (``mma.INTRINSICS``), one rule per op kind (``_RULES``), and
 one ``_Lowering`` that walks the structured regions 1:1 (a FOR becomes a header with phis
 whose incomings are filled in at the latch, an IF becomes then/else blocks + phis). Opaque
 pointers carry their address space; addresses are ``getelementptr``s, never integer casts.
@@ -36,7 +36,8 @@ Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
   fences make LDS stores visible across waves, as HIP's ``__syncthreads``);
 * predicated memory ops become a branch (a load merges 0 with a phi), so a predicated-off
   lane issues nothing;
-* code object v5 module flag ``!{i32 1, !"amdhsa_code_object_version", i32 500}``.
+* the module flag ``!{i32 1, !"amdhsa_code_object_version", i32 500}`` of
+  ``compile.discovery.CODE_OBJECT_VERSION`` (5), the version the codegen options accept.
 
 The same KernelDef always gives byte-identical text (names come from value ids).
 """
@@ -48,8 +49,10 @@ import struct
 from collections.abc import Callable
 from functools import cache
 
+from wgradcache.compile.discovery import CODE_OBJECT_VERSION, code_object_version_flag
+from wgradcache.kernel import mma
 from wgradcache.kernel.builder import _f32_to_bf16_bits
-from wgradcache.kernel.ir import DType, GroupOp, KernelDef, Ops, Value, bf16, f16, f32
+from wgradcache.kernel.ir import DType, GroupOp, KernelDef, Ops, Value, f32
 from wgradcache.model.targets import get_target
 
 __all__ = ["LoweringError", "lower", "DATA_LAYOUT", "TRIPLE"]
@@ -196,27 +199,13 @@ _CASTS = {Ops.SITOFP: "sitofp", Ops.UITOFP: "uitofp", Ops.FPTOSI: "fptosi",
           Ops.FPTOUI: "fptoui", Ops.TRUNC: "trunc", Ops.ZEXT: "zext", Ops.SEXT: "sext",
           Ops.BITCAST: "bitcast"}
 
-# (form, A/B element) -> (intrinsic, A/B operand dtype the intrinsic takes, extra-arg style).
-# Exact declarations that select on LLVM 22: llvm22-amdgpu-facts.md §1. gfx11/gfx12 bf16 take
-# integer vectors (llvm_anyint_ty): the lowering bitcasts; gfx1250 takes real bfloat vectors.
-_MMA_INTRINSICS = {
-    ("gfx1250", "f16"): ("llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16", f16.vec(16), "mods"),
-    ("gfx1250", "bf16"): ("llvm.amdgcn.wmma.f32.16x16x32.bf16.v8f32.v16bf16", bf16.vec(16),
-                          "mods"),
-    ("gfx12", "f16"): ("llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v8f16", f16.vec(8), ""),
-    ("gfx12", "bf16"): ("llvm.amdgcn.wmma.f32.16x16x16.bf16.v8f32.v8i16", DType("i16", 8), ""),
-    ("gfx11", "f16"): ("llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16", f16.vec(16), ""),
-    ("gfx11", "bf16"): ("llvm.amdgcn.wmma.f32.16x16x16.bf16.v8f32.v16i16", DType("i16", 16),
-                        ""),
-    ("mfma", "f16"): ("llvm.amdgcn.mfma.f32.16x16x16f16", f16.vec(4), "mfma"),
-    ("mfma", "bf16"): ("llvm.amdgcn.mfma.f32.16x16x16bf16.1k", DType("i16", 4), "mfma"),
-}
 _ASYNC_COPY = {4: "llvm.amdgcn.global.load.async.to.lds.b32",
                8: "llvm.amdgcn.global.load.async.to.lds.b64",
                16: "llvm.amdgcn.global.load.async.to.lds.b128"}
 _NOFINE = ", !amdgpu.no.fine.grained.memory !0"  # !0 is always the empty node
 _MODULE_FLAGS = ["!llvm.module.flags = !{ !1 }", "!0 = !{  }",
-                 '!1 = !{ i32 1, !"amdhsa_code_object_version", i32 500 }']
+                 '!1 = !{ i32 1, !"amdhsa_code_object_version", '
+                 f"i32 {code_object_version_flag(CODE_OBJECT_VERSION)} }}"]
 
 
 def _hw_uses(stmts, seen: dict[tuple, Value]):
@@ -544,22 +533,18 @@ class _Lowering:
             self.fail(v, f"MMA form {form!r} does not exist here (target has "
                          f"{', '.join(sorted(self.forms))})")
         ab = v.src[0].dtype
-        intr, op_dt, style = _MMA_INTRINSICS[(form, ab.scalar)]
+        try:
+            intr = mma.intrinsic(form, ab.scalar)
+        except KeyError as e:
+            self.fail(v, e.args[0])
+        op_dt = DType(intr.operand, ab.count)
         a, bb, c = (self.val(s) for s in v.src)
-        at, ct = ltype(op_dt), ltype(v.dtype)
+        at = ltype(op_dt)
         if op_dt != ab:  # bf16 as integer vectors on gfx11/gfx12/mfma
             a = self.cast("bitcast", a, at, name + ".a")
             bb = self.cast("bitcast", bb, at, name + ".b")
-        if style == "mods":  # gfx1250: neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b (immarg)
-            f = self.intrinsic(intr, ct, ["i1", at, "i1", at, "i16", ct, "i1", "i1"])
-            false = ("i1", "0")
-            args = [false, a, false, bb, ("i16", "0"), c, false, false]
-        elif style == "mfma":  # A, B, C, cbsz, abid, blgp
-            f = self.intrinsic(intr, ct, [at, at, ct, "i32", "i32", "i32"])
-            args = [a, bb, c] + [("i32", "0")] * 3
-        else:
-            f = self.intrinsic(intr, ct, [at, at, ct])
-            args = [a, bb, c]
+        args = intr.args(a, bb, c)
+        f = self.intrinsic(intr.name, ltype(v.dtype), [t for t, _ in args])
         return self.call(f, args, name)
 
     # -- control ---------------------------------------------------------------------------

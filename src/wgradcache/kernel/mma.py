@@ -16,6 +16,10 @@ Every layout has the same shape, with ``g = lane // 16`` (the lane group) and ``
 Row (A), column (B) and the whole C/D map must match hardware; the in-lane k order is free
 as long as A and B share it, since D = C + sum_k A[m,k] B[k,n] is invariant under one
 permutation of k applied to both.
+
+The LLVM intrinsic of each form and A/B element type lives here too (``INTRINSICS``, the
+only place in the package that names one): its operand vectors are the lane layout's slots,
+and the lowering and ``compile.samples`` both build their calls from it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MmaLayout", "LAYOUTS", "layout", "k_runs"]
+__all__ = ["MmaLayout", "LAYOUTS", "layout", "k_runs", "MmaIntrinsic", "INTRINSICS",
+           "intrinsic"]
 
 
 @dataclass(frozen=True)
@@ -137,3 +142,57 @@ def layout(form: str) -> MmaLayout:
         return LAYOUTS[form]
     except KeyError:
         raise KeyError(f"unknown MMA form {form!r}; valid: {', '.join(LAYOUTS)}") from None
+
+
+@dataclass(frozen=True)
+class MmaIntrinsic:
+    """The LLVM intrinsic of one atom form and A/B element type: the exact declaration that
+    selects on LLVM 22 (llvm22-amdgpu-facts.md §1).
+
+    The A/B operands are vectors of ``layout(form).ab_elems`` ``operand`` elements and C/D
+    of ``c_elems`` floats; the name's overload suffix spells the same (a test holds them
+    together).
+    """
+
+    name: str  # full, mangled
+    operand: str  # A/B element type it takes: "i16" where bf16 travels as integer bits
+    style: str  # argument list: "mods" (gfx1250), "plain" (gfx11/gfx12 WMMA), "mfma"
+
+    def args(self, a: tuple[str, str], b: tuple[str, str],
+             c: tuple[str, str]) -> list[tuple[str, str]]:
+        """The call's arguments as (LLVM type, value) text, from the typed A, B and C."""
+        if self.style == "mods":  # neg_a, A, neg_b, B, c_mod, C, reuse_a, reuse_b (immarg)
+            false = ("i1", "0")
+            return [false, a, false, b, ("i16", "0"), c, false, false]
+        if self.style == "mfma":  # A, B, C, cbsz, abid, blgp
+            return [a, b, c, ("i32", "0"), ("i32", "0"), ("i32", "0")]
+        return [a, b, c]
+
+
+# (form, A/B element) -> intrinsic. gfx11/gfx12 WMMA and MFMA take bf16 as integer vectors
+# (llvm_anyint_ty): the lowering bitcasts; gfx1250 takes real bfloat vectors.
+INTRINSICS: dict[tuple[str, str], MmaIntrinsic] = {
+    ("gfx1250", "f16"): MmaIntrinsic("llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16",
+                                     "f16", "mods"),
+    ("gfx1250", "bf16"): MmaIntrinsic("llvm.amdgcn.wmma.f32.16x16x32.bf16.v8f32.v16bf16",
+                                      "bf16", "mods"),
+    ("gfx12", "f16"): MmaIntrinsic("llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v8f16",
+                                   "f16", "plain"),
+    ("gfx12", "bf16"): MmaIntrinsic("llvm.amdgcn.wmma.f32.16x16x16.bf16.v8f32.v8i16",
+                                    "i16", "plain"),
+    ("gfx11", "f16"): MmaIntrinsic("llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16",
+                                   "f16", "plain"),
+    ("gfx11", "bf16"): MmaIntrinsic("llvm.amdgcn.wmma.f32.16x16x16.bf16.v8f32.v16i16",
+                                    "i16", "plain"),
+    ("mfma", "f16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x16f16", "f16", "mfma"),
+    ("mfma", "bf16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x16bf16.1k", "i16", "mfma"),
+}
+
+
+def intrinsic(form: str, elem: str) -> MmaIntrinsic:
+    """The intrinsic of ``form`` for A/B elements ``elem`` ("f16" or "bf16")."""
+    try:
+        return INTRINSICS[(form, elem)]
+    except KeyError:
+        raise KeyError(f"no MMA intrinsic for form {form!r} with {elem} operands; valid: "
+                       f"{', '.join(f'{f}/{e}' for f, e in INTRINSICS)}") from None

@@ -24,13 +24,13 @@ class MmaAtom:
     ``form`` names the operand form the lowering and the lane maps key on:
     ``gfx1250`` (16x16x32, 16 elements per lane, no duplication), ``gfx12`` (16x16x16, 8 per
     lane), ``gfx11`` (16x16x16, 16 per lane, lanes 16-31 duplicate 0-15), ``mfma`` (wave64).
+    Its LLVM intrinsic per A/B dtype is ``kernel.mma.intrinsic(form, ...)``.
     """
 
     m: int
     n: int
     k: int
     form: str
-    intrinsic: str
 
     @property
     def shape(self) -> str:
@@ -61,17 +61,9 @@ class Target:
         return self.atoms.get(dtype_ab)
 
 
-def _wmma1250(dt: str) -> MmaAtom:
-    return MmaAtom(16, 16, 32, "gfx1250", f"llvm.amdgcn.wmma.f32.16x16x32.{dt}")
-
-
-def _wmma16(dt: str, form: str) -> MmaAtom:
-    return MmaAtom(16, 16, 16, form, f"llvm.amdgcn.wmma.f32.16x16x16.{dt}")
-
-
-def _mfma(dt: str) -> MmaAtom:
-    name = "16x16x16f16" if dt == "fp16" else "16x16x16bf16.1k"
-    return MmaAtom(16, 16, 16, "mfma", f"llvm.amdgcn.mfma.f32.{name}")
+def _atoms(m: int, n: int, k: int, form: str) -> dict[str, MmaAtom]:
+    """fp16 and bf16 use the same atom shape and form."""
+    return dict.fromkeys(("fp16", "bf16"), MmaAtom(m, n, k, form))
 
 
 _PROBE = "probe: llvm22-amdgpu-facts.md"
@@ -88,7 +80,7 @@ TARGETS: dict[str, Target] = {
     for t in (
         Target(
             name="gfx1250", family="wmma", wave_size=32,
-            atoms={"fp16": _wmma1250("f16"), "bf16": _wmma1250("bf16")},
+            atoms=_atoms(16, 16, 32, "gfx1250"),
             lds_bytes=327680, async_lds_copy=True, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             # No public CU count for gfx1250; rocKE's split-K table defaults unknown
@@ -100,7 +92,7 @@ TARGETS: dict[str, Target] = {
         ),
         Target(
             name="gfx1201", family="wmma", wave_size=32,
-            atoms={"fp16": _wmma16("f16", "gfx12"), "bf16": _wmma16("bf16", "gfx12")},
+            atoms=_atoms(16, 16, 16, "gfx12"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=False, f32_atomic_needs_no_fine_grained=False,
             # RX 9070 XT: 64 CUs (AMD product page); not in rocKE's table. No probe can tell.
@@ -111,7 +103,7 @@ TARGETS: dict[str, Target] = {
         ),
         Target(
             name="gfx1151", family="wmma", wave_size=32,
-            atoms={"fp16": _wmma16("f16", "gfx11"), "bf16": _wmma16("bf16", "gfx11")},
+            atoms=_atoms(16, 16, 16, "gfx11"),
             lds_bytes=65536, async_lds_copy=False,
             # <2 x half>/<2 x bfloat> atomics become a CAS loop whatever metadata (§2).
             packed_atomics_native=False,
@@ -123,7 +115,7 @@ TARGETS: dict[str, Target] = {
         ),
         Target(
             name="gfx950", family="mfma", wave_size=64,
-            atoms={"fp16": _mfma("fp16"), "bf16": _mfma("bf16")},
+            atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=163840, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             cu_count=256, xcd_count=8, has_kernels=False, e_mach=0x4F,
@@ -131,7 +123,7 @@ TARGETS: dict[str, Target] = {
         ),
         Target(
             name="gfx942", family="mfma", wave_size=64,
-            atoms={"fp16": _mfma("fp16"), "bf16": _mfma("bf16")},
+            atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             cu_count=304, xcd_count=8, has_kernels=False, e_mach=0x4C,
