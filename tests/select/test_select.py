@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from wgradcache.cli import main
-from wgradcache.model.problem import ConvProblem, load_layers
+from wgradcache.model.problem import ConvProblem
+from wgradcache.numerics.layers import load_layers
 from wgradcache.pipeline.select import candidates_from_walk, select
 
 LAYERS = load_layers(Path(__file__).resolve().parents[2] / "layers" / "reference.yaml")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wgradcache.model.problem import ConvProblem, round_to_dtype
+from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec
+from wgradcache.numerics.reference import round_to_dtype
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import (
     MAX_DEGREE,

@@ -16,15 +16,10 @@ import numpy as np
 
 from wgradcache.kernel.emulate import EmulationError, bf16_to_f32, emulate, f32_to_bf16
 from wgradcache.kernel.ir import KernelDef
-from wgradcache.model.problem import (
-    ConvProblem,
-    ErrorBound,
-    error_bound,
-    make_inputs,
-    peak_normalised_error,
-    reference_dw,
-)
+from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec
+from wgradcache.numerics.error_model import ErrorBound, error_bound, peak_normalised_error
+from wgradcache.numerics.reference import make_inputs, reference_dw
 from wgradcache.wgrad.abi import buffer_bytes, stage2_values, wgrad_values
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.kernel import build_kernel

@@ -28,11 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wgradcache.model.problem import (
-    ConvProblem,
-    peak_normalised_error,
-)
+from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec
+from wgradcache.numerics.error_model import peak_normalised_error
 from wgradcache.pipeline.emulate import EmulationReport, from_storage, prepare_run, to_storage
 from wgradcache.runtime.hip import HipDevice, HipError, HipSession
 from wgradcache.wgrad.abi import (
