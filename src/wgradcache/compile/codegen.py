@@ -268,6 +268,20 @@ def _link_in_process(obj: bytes) -> bytes:
         raise CodegenError(f"ld.lld (in-process) failed: {e}") from None
 
 
+def _listing(lister: str, obj: bytes, ir: str, target: str, options: CodegenOptions,
+             backend: str, objdump: _Tool | None) -> tuple[str, str]:
+    """(the ISA listing, its kind) from ``lister`` (see ``_lister``); ``objdump``: the
+    llvm-objdump process that was sent ``obj``."""
+    if lister == "llvm":
+        return disassemble(obj, target, options.features), "disassembly"
+    if lister == "objdump":
+        return objdump.finish().decode(), "disassembly"
+    if lister == "codegen":  # a second parse: codegen changed the first module
+        with _parsed(ir, backend) as mod:
+            return _emit(mod, target, options, backend, assembly=True).decode(), "assembly"
+    return "", "none"
+
+
 def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
              early_tools: bool, lister: str | None = None) -> CompiledObject:
     """``compile_ir``. For the benchmark: ``early_tools=False`` starts the tool processes
@@ -305,16 +319,8 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
         # A linker process works while this process lists; each phase is the wall time
         # spent here.
         t3 = time.perf_counter()
-        if lister == "llvm":
-            asm, kind = disassemble(obj, target, options.features), "disassembly"
-        elif lister == "objdump":
-            asm, kind = tools[-1].finish().decode(), "disassembly"
-        elif lister == "codegen":  # a second parse: codegen changed the first module
-            with _parsed(ir, backend) as mod:
-                asm = _emit(mod, target, options, backend, assembly=True).decode()
-            kind = "assembly"
-        else:
-            asm, kind = "", "none"
+        asm, kind = _listing(lister, obj, ir, target, options, backend,
+                             tools[-1] if lister == "objdump" else None)
         t["listing"] = time.perf_counter() - t3
         if linker.kind == "subprocess":
             t4 = time.perf_counter()

@@ -215,8 +215,41 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
     accs = [(i, j) for i in range(am) for j in range(an)]
     phis = [f"  %acc{i}_{j} = phi {f.c_type} [zeroinitializer, %entry], [%acc{i}_{j}.n, %loop]"
             for i, j in accs]
+    _gemm_copies(s, tid, row0, elem, block, (loads_a, loads_b), async_copy)
+    s.emit("call void @llvm.amdgcn.s.barrier()")
+    _gemm_mmas(s, f, accs, lane, (wrow, wcol), (am, an), ksub, tile_k)
+    s.emit("call void @llvm.amdgcn.s.barrier()")
+    body = s.lines
+    s.lines = []
+    epilogue = _gemm_epilogue(f, accs, tid, row0, elem, block, atomic)
+
+    decls = [f.declare(), "declare i32 @llvm.amdgcn.workitem.id.x()",
+             "declare i32 @llvm.amdgcn.workgroup.id.x()", "declare void @llvm.amdgcn.s.barrier()"]
+    if async_copy:
+        decls += ["declare void @llvm.amdgcn.global.load.async.to.lds.b128(ptr addrspace(1), "
+                  "ptr addrspace(3), i32 immarg, i32 immarg)",
+                  "declare void @llvm.amdgcn.s.wait.asynccnt(i16 immarg)"]
+    out = [
+        f"@lds_a = internal addrspace(3) global [{bytes_a} x i8] poison, align 16",
+        f"@lds_b = internal addrspace(3) global [{bytes_b} x i8] poison, align 16",
+        "",
+        f"define amdgpu_kernel void @{name}(ptr addrspace(1) noalias %a, "
+        "ptr addrspace(1) noalias %b, ptr addrspace(1) noalias %d, i32 %K) #0 {",
+        "entry:", *entry, "  br label %loop", "loop:",
+        "  %k = phi i32 [0, %entry], [%k.n, %loop]", *phis, *body,
+        f"  %k.n = add i32 %k, {tile_k}",
+        "  %more = icmp ult i32 %k.n, %K",
+        "  br i1 %more, label %loop, label %exit",
+        "exit:", *epilogue, "  ret void", "}", "", *decls, _ATTRS.format(block=block),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _gemm_copies(s: _Ssa, tid: str, row0: str, elem: str, block: int,
+                 loads: tuple[int, int], async_copy: bool) -> None:
+    """One K step's copies of the A and B tiles into LDS, 16 bytes per access."""
     kk = "%k"
-    for op, nloads, lds in (("a", loads_a, "@lds_a"), ("b", loads_b, "@lds_b")):
+    for op, nloads, lds in (("a", loads[0], "@lds_a"), ("b", loads[1], "@lds_b")):
         for i in range(nloads):
             lin = s(f"add i32 {tid}, {i * block}")
             off = s(f"mul i32 {lin}, 8")
@@ -232,13 +265,19 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
                 s.emit(f"store <8 x {elem}> {v}, ptr addrspace(3) {dst}, align 16")
     if async_copy:
         s.emit("call void @llvm.amdgcn.s.wait.asynccnt(i16 0)")
-    s.emit("call void @llvm.amdgcn.s.barrier()")
+
+
+def _gemm_mmas(s: _Ssa, f: MmaForm, accs: list[tuple[int, int]], lane: str,
+               warp_rc: tuple[str, str], subtiles: tuple[int, int], ksub: int,
+               tile_k: int) -> None:
+    """Per K sub-step: the wave's A and B fragments from LDS, then every MMA of its
+    sub-tile, each accumulator chained into the next step (the last feeds the loop phi)."""
     cur = {ij: f"%acc{ij[0]}_{ij[1]}" for ij in accs}
     frag_bytes = f.ab_elems * 2
     for kstep in range(ksub):
-        frags_a, frags_b = [], []
-        for count, sub, lds, out in ((am, wrow, "@lds_a", frags_a),
-                                     (an, wcol, "@lds_b", frags_b)):
+        frags: tuple[list[str], list[str]] = ([], [])
+        for count, sub, lds, out in zip(subtiles, warp_rc, ("@lds_a", "@lds_b"), frags,
+                                        strict=True):
             for i in range(count):
                 base = s(f"mul i32 {sub}, {count * 16 * tile_k * 2}")
                 lo = s(f"mul i32 {lane}, {frag_bytes}")
@@ -248,12 +287,13 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
                 out.append(s(f"load {f.ab_type}, ptr addrspace(3) {p}, align 16"))
         for i, j in accs:
             dst = f"%acc{i}_{j}.n" if kstep == ksub - 1 else f"%m{kstep}_{i}_{j}"
-            s.lines.append(f.call(dst, frags_a[i], frags_b[j], cur[(i, j)]))
+            s.lines.append(f.call(dst, frags[0][i], frags[1][j], cur[(i, j)]))
             cur[(i, j)] = dst
-    s.emit("call void @llvm.amdgcn.s.barrier()")
-    body = s.lines
-    s.lines = []
 
+
+def _gemm_epilogue(f: MmaForm, accs: list[tuple[int, int]], tid: str, row0: str, elem: str,
+                   block: int, atomic: bool) -> list[str]:
+    """D as 16-bit values: stored, or added with packed ``atomicrmw fadd`` pairs."""
     epi = _Ssa()
     epi._n = 100000
     half_c = f.c_elems // 2
@@ -274,24 +314,4 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
         else:
             p = epi(f"getelementptr {elem}, ptr addrspace(1) %d, i32 {off}")
             epi.emit(f"store <{f.c_elems} x {elem}> {cvt}, ptr addrspace(1) {p}, align 16")
-
-    decls = [f.declare(), "declare i32 @llvm.amdgcn.workitem.id.x()",
-             "declare i32 @llvm.amdgcn.workgroup.id.x()", "declare void @llvm.amdgcn.s.barrier()"]
-    if async_copy:
-        decls += ["declare void @llvm.amdgcn.global.load.async.to.lds.b128(ptr addrspace(1), "
-                  "ptr addrspace(3), i32 immarg, i32 immarg)",
-                  "declare void @llvm.amdgcn.s.wait.asynccnt(i16 immarg)"]
-    out = [
-        f"@lds_a = internal addrspace(3) global [{bytes_a} x i8] poison, align 16",
-        f"@lds_b = internal addrspace(3) global [{bytes_b} x i8] poison, align 16",
-        "",
-        f"define amdgpu_kernel void @{name}(ptr addrspace(1) noalias %a, "
-        "ptr addrspace(1) noalias %b, ptr addrspace(1) noalias %d, i32 %K) #0 {",
-        "entry:", *entry, "  br label %loop", "loop:",
-        "  %k = phi i32 [0, %entry], [%k.n, %loop]", *phis, *body,
-        f"  %k.n = add i32 %k, {tile_k}",
-        "  %more = icmp ult i32 %k.n, %K",
-        "  br i1 %more, label %loop, label %exit",
-        "exit:", *epi.lines, "  ret void", "}", "", *decls, _ATTRS.format(block=block),
-    ]
-    return "\n".join(out) + "\n"
+    return epi.lines
