@@ -55,6 +55,9 @@ def test_default_is_in_process_with_ld_lld_version(monkeypatch, fresh_choice):
     assert linker.kind == "inprocess" and linker.note == ""  # make deps installs liblld-22-dev
     assert linker.version == discovery.tool_version(find_linker())
     assert linker.version.startswith("Debian LLD 22.")
+    helper = native.native_library()[0]
+    assert linker.path == helper.path and helper.path.name == "native.so"
+    assert toolchain.toolchain_report()["native_helper"] == str(helper.path)
 
 
 @pytest.mark.parametrize("ir,target", CASES)

@@ -41,6 +41,9 @@ from wgradcache.compile.discovery import (
 )
 
 __all__ = [
+    # re-exported from discovery: what users of the toolchain set and catch
+    "CODEGEN_ENV",
+    "ToolchainError",
     "CODEGEN_BACKENDS",
     "ToolchainIdentity",
     "codegen_backend",
