@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import small_geometries
+from wgradcache.cache.entry import Entry
 from wgradcache.cache.store import TargetCache, sha256_bytes
 from wgradcache.cli import main
 from wgradcache.jobs import count, load, walk
@@ -25,9 +26,9 @@ def _whole(cache: TargetCache) -> int:
     """Every entry's blob exists with the recorded size and sha256; returns the count."""
     n = 0
     for _ik, e in cache.iter_entries():
-        assert isinstance(e, dict), e
-        data = cache.read_blob(e["blob"])
-        assert len(data) == e["blob_size"] and sha256_bytes(data) == e["blob_sha256"]
+        assert isinstance(e, Entry), e
+        data = cache.read_blob(e.blob)
+        assert len(data) == e.blob_size and sha256_bytes(data) == e.blob_sha256
         n += 1
     return n
 
@@ -40,7 +41,7 @@ def test_small_cache_builds_every_variant(small_cache):
     assert (s["jobs"], s["built"] + s["relinked"], s["failed"], s["rejected"]) == (18, 18, 0, 0)
     cache = TargetCache(small_cache["cache"], "gfx1250")
     assert _whole(cache) == 18
-    assert {e["variant"] for _, e in cache.iter_entries()} == {
+    assert {e.variant for _, e in cache.iter_entries()} == {
         "sync.default.none", "sync.default.atomic", "sync.cshuffle.none",
         "sync.cshuffle.atomic", "sync.default.two_stage", "async.default.none",
         "async.default.atomic", "async.cshuffle.none", "async.cshuffle.atomic"}
@@ -53,7 +54,7 @@ def test_second_build_compiles_nothing_and_says_so(small_cache):
     assert r.exit_code == 0
     assert json.loads(r.output) | {"seconds": 0} == {
         "target": "gfx1250", "jobs": 18, "built": 0, "relinked": 0, "up_to_date": 18,
-        "rejected": 0, "failed": 0, "bytes": 0, "seconds": 0}
+        "rejected": 0, "failed": 0, "stage2_failed": 0, "bytes": 0, "seconds": 0}
     r = CliRunner().invoke(main, args)
     assert "gfx1250: nothing to compile: all 18 jobs up to date" in r.output
 
@@ -64,7 +65,7 @@ def test_progress_counts_jobs_and_weighs_them_by_expected_work(small_cache, tmp_
     cache_dir = tmp_path / "cache"
     shutil.copytree(small_cache["cache"], cache_dir)
     cache = TargetCache(cache_dir, "gfx1250")
-    specs = [KernelSpec.from_dict(e["identity"]) for _, e in cache.iter_entries()]
+    specs = [KernelSpec.from_dict(e.identity) for _, e in cache.iter_entries()]
     stale = sorted(specs, key=lambda s: s.label())[:2]
     for s in stale:
         cache.remove_entry(s.identity_key())
@@ -173,12 +174,12 @@ def _task(behaviour: str, key: str) -> dict:
 def test_one_worker_survives_a_hung_and_a_dying_job():
     """--jobs 1: each job runs in a worker process with its own timeout; a hung job is
     killed, a dying worker replaced, and both are retried alone while the rest go on."""
-    from wgradcache.pipeline.build import _run_one_worker
+    from wgradcache.pipeline.workers import run_one_worker
 
     tasks = [("ok", "a"), ("hang", "b"), ("ok", "c"), ("die", "d"), ("ok", "e")]
     got: list[dict] = []
     t0 = time.monotonic()
-    _run_one_worker(_task, tasks, BuildRequest(target="gfx1250", job_timeout=8),
+    run_one_worker(_task, tasks, BuildRequest(target="gfx1250", job_timeout=8),
                     got.append, retry=lambda t: {"ik": t[1], "retried": True})
     assert time.monotonic() - t0 < 60
     assert [r["ik"] for r in got] == ["a", "b", "c", "d", "e"]
@@ -187,22 +188,24 @@ def test_one_worker_survives_a_hung_and_a_dying_job():
     assert got[0]["pid"] != got[2]["pid"] != got[4]["pid"]  # replaced after each failure
 
 
-def test_worker_with_another_toolchain_refuses_to_compile(tmp_path):
+def test_worker_with_another_toolchain_refuses_to_compile():
     """A worker whose LLVM or LLD differs from the coordinator's (a remote dask worker)
     would file its bytes under the coordinator's content key: the job fails instead, and
     the reason names what differs."""
-    from wgradcache.pipeline.build import _job_task, codegen_context
+    from wgradcache.pipeline.build import codegen_context
+    from wgradcache.pipeline.workers import job_task
 
     spec = next(walk("gfx1250", ["fp16"], ["sync.default.none"]))
     options, toolchain, _ = codegen_context()
     elsewhere = {**toolchain, "linker_path": "/opt/elsewhere/ld.lld"}
-    ok = _job_task(spec, options, elsewhere, True, str(tmp_path))
+    ok = job_task(spec, options, elsewhere, True, frozenset())
     assert "error" not in ok and ok["hsaco"]  # where the linker lives does not matter
     other = {**toolchain, "linker_version": "LLD 23.0.0"}
-    res = _job_task(spec, options, other, True, str(tmp_path))
+    res = job_task(spec, options, other, True, frozenset())
     assert res["error"].startswith("this worker's toolchain differs from the coordinator's "
                                    "in linker_version (")
     assert "'LLD 23.0.0' there" in res["error"] and "hsaco" not in res
+    assert res["transient"] is True  # a misconfigured worker, not the job: retried next run
 
 
 def test_either_linker_serves_the_same_cache(tmp_path, monkeypatch):

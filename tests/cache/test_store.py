@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from wgradcache.cache.store import CorruptEntry, TargetCache, atomic_write, content_key
+from wgradcache.cache.entry import CorruptEntry, Entry, FailureRecord, read_record
+from wgradcache.cache.store import TargetCache, atomic_write, content_key
 
 IR = "define amdgpu_kernel void @wgrad_a() {\n  ret void\n}\n"
 TC = {"llvm": "22.1.0", "linker": "LLD 22.1.8"}
@@ -50,16 +51,61 @@ def test_atomic_write_leaves_no_temp_on_failure(tmp_path, monkeypatch):
     assert sorted(p.name for p in target.parent.iterdir()) == ["f.json"]
 
 
+def _entry(ik: str = "ab" * 32, **kw) -> Entry:
+    base = dict(identity_key=ik, identity={"tile_m": 32}, label="x", target="gfx1250",
+                variant="sync.default.none", dtype="fp16", blob="k1", blob_size=64,
+                blob_sha256="0" * 64, symbol="wgrad_x", emitted_symbol="wgrad_x",
+                ir_sha256="1" * 64, block_size=64, code_object={"vgpr_count": 40},
+                isa={"mma": 8}, generator_digest="g", toolchain={"llvm_version": "22"},
+                toolchain_digest="t", codegen_options={"opt_level": 3}, published=1.5)
+    return Entry(**{**base, **kw})
+
+
 def test_entries_round_trip_and_corrupt_entries_are_reported(tmp_path):
     c = TargetCache(tmp_path, "gfx1250")
-    c.write_entry("ab" * 32, {"label": "x", "n": 1})
-    assert c.read_entry("ab" * 32) == {"label": "x", "n": 1}
+    c.write_entry(_entry())
+    assert c.read_entry("ab" * 32) == _entry()
     assert c.read_entry("cd" * 32) is None
     path = c.entry_path("ab" * 32)
     path.write_bytes(path.read_bytes()[:7])  # truncated
     with pytest.raises(CorruptEntry, match="not whole JSON"):
         c.read_entry("ab" * 32)
     assert [type(e) for _, e in c.iter_entries()] == [CorruptEntry]
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    ({"blob_size": "64"}, "blob_size: str, not int"),
+    ({"blob_size": True}, "blob_size: bool, not int"),
+    ({"identity": None}, "identity: NoneType, not dict"),
+    ({"published": "today"}, "published: str, not a number"),
+    ({"label": 7}, "label: int, not str"),
+])
+def test_the_entry_reader_names_the_field_of_the_wrong_type(tmp_path, edit, reason):
+    doc = {**json.loads(json.dumps(_entry().__dict__)), **edit}
+    with pytest.raises(CorruptEntry) as e:
+        read_record(Entry, json.dumps(doc), "e.json")
+    assert str(e.value) == f"e.json: {reason}"
+
+
+def test_the_entry_reader_names_a_missing_field_and_drops_unknown_ones():
+    doc = dict(_entry().__dict__)
+    del doc["isa"]
+    with pytest.raises(CorruptEntry) as e:
+        read_record(Entry, json.dumps(doc), "e.json")
+    assert str(e.value) == "e.json: no field 'isa'"
+    assert read_record(Entry, json.dumps({**_entry().__dict__, "extra": 1}), "e") == _entry()
+    with pytest.raises(CorruptEntry, match="^e.json: not a JSON object$"):
+        read_record(Entry, "[1]", "e.json")
+
+
+def test_a_failure_record_from_before_transient_existed_is_retried():
+    """Older versions recorded timeouts and worker mismatches as permanent: a record
+    without the field reads as transient, so the next build compiles the job again."""
+    doc = {"identity_key": "ab", "label": "x", "reason": "codegen timed out",
+           "generator_digest": "g", "toolchain_digest": "t", "when": 1.0}
+    assert read_record(FailureRecord, json.dumps(doc), "f").transient is True
+    assert read_record(FailureRecord, json.dumps({**doc, "transient": False}),
+                       "f").transient is False
 
 
 def test_blob_write_records_size_and_sha(tmp_path):
@@ -72,13 +118,28 @@ def test_blob_write_records_size_and_sha(tmp_path):
 
 def test_jsonl_logs_skip_a_torn_last_line(tmp_path):
     c = TargetCache(tmp_path, "gfx1250")
-    c.append_reject({"label": "a", "reason": "r"})
     c.append_stats({"built": 1})
-    with open(c.rejects_path, "a") as f:
-        f.write('{"label": "b", "rea')
-    assert c.rejects() == [{"label": "a", "reason": "r"}]
+    with open(c.stats_path, "a") as f:
+        f.write('{"built": 2, "rea')
     assert c.stats() == [{"built": 1}]
-    assert json.loads(c.rejects_path.read_text().splitlines()[0])["label"] == "a"
+
+
+def test_rejects_keep_one_line_per_identity(tmp_path):
+    """Every build refuses the same specs again: the file keeps one line per identity (the
+    latest reason), drops identities the rules now admit, and is not rewritten when
+    nothing changed."""
+    c = TargetCache(tmp_path, "gfx1250")
+    a, b = ({"identity_key": k, "label": k, "reason": "r", "toolchain": "t"} for k in "ab")
+    c.record_rejects({"a": a, "b": b}, accepted=set())
+    mtime = c.rejects_path.stat().st_mtime_ns
+    c.record_rejects({"a": a, "b": b}, accepted=set())
+    assert c.rejects() == [a, b] and c.rejects_path.stat().st_mtime_ns == mtime
+    c.record_rejects({"a": {**a, "reason": "r2"}}, accepted={"b"})
+    assert c.rejects() == [{**a, "reason": "r2"}]
+    with open(c.rejects_path, "ab") as f:  # duplicates an older version appended
+        f.write(c.rejects_path.read_bytes())
+    c.record_rejects({"a": {**a, "reason": "r2"}}, accepted=set())
+    assert c.rejects() == [{**a, "reason": "r2"}]
 
 
 def test_last_used_stamp_is_explicit(tmp_path):

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from wgradcache.cache.entry import record_json
 from wgradcache.cache.store import TargetCache
 from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated
@@ -53,7 +54,7 @@ def sync_entries(tmp_path_factory):
         summary = build(BuildRequest(target=target, cache_dir=str(root), jobs=2), specs=group)
         assert summary.failed == 0, summary.failures
         for ik, e in TargetCache(root, target).iter_entries():
-            entries[ik] = e
+            entries[ik] = record_json(e)
     return [(s, entries[s.identity_key()]) for s in specs]
 
 
@@ -99,7 +100,7 @@ def gfx1250_variants(tmp_path_factory):
     summary = build(BuildRequest(target="gfx1250", cache_dir=str(root), jobs=2), specs=specs)
     assert summary.failed == 0, summary.failures
     cache = TargetCache(root, "gfx1250")
-    return [(s, cache.read_entry(s.identity_key())) for s in specs]
+    return [(s, record_json(cache.read_entry(s.identity_key()))) for s in specs]
 
 
 def test_variant_isa_on_gfx1250(gfx1250_variants):

@@ -4,6 +4,7 @@ build == the loky build, gc under a size bound."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 from wgradcache.cache.gc import gc, parse_size
 from wgradcache.cache.merge import merge
@@ -18,10 +19,9 @@ def _snapshot(root, dtype: str | None = None) -> dict:
     c = TargetCache(root, "gfx1250")
     out = {}
     for ik, e in c.iter_entries():
-        if dtype and e["dtype"] != dtype:
+        if dtype and e.dtype != dtype:
             continue
-        e = {k: v for k, v in e.items() if k != "published"}
-        out[ik] = (e, c.read_blob(e["blob"]))
+        out[ik] = (replace(e, published=0.0), c.read_blob(e.blob))
     return out
 
 
@@ -68,11 +68,10 @@ def test_merging_a_conflicting_cache_is_refused_and_writes_nothing(small_cache, 
     shutil.copytree(small_cache["cache"], other)
     c = TargetCache(other, "gfx1250")
     ik, e = next(iter(c.iter_entries()))
-    data = bytearray(c.read_blob(e["blob"]))
+    data = bytearray(c.read_blob(e.blob))
     data[-1] ^= 0xFF
     new = c.write_blob("0" * 64, bytes(data))
-    c.write_entry(ik, {**e, "blob": new.key, "blob_size": new.size,
-                       "blob_sha256": new.sha256})
+    c.write_entry(replace(e, blob=new.key, blob_size=new.size, blob_sha256=new.sha256))
     dest = tmp_path / "dest"
     shutil.copytree(small_cache["cache"], dest)
     before = _snapshot(dest)
@@ -107,7 +106,7 @@ def test_gc_under_a_size_bound_keeps_what_remains_verifiable(small_cache, tmp_pa
     stamps = {key: 1000.0 + i for i, key in enumerate(c.blob_keys())}  # a known LRU order
     for key, when in stamps.items():
         c.stamp_used(key, when)
-    stage2 = {e["blob"] for e in c.stage2_entries().values()}
+    stage2 = {e.blob for e in c.stage2_entries().values()}
     assert len(stage2) == 2
     rep = gc(c, None, max_size=bound)
     assert rep.bytes_after <= bound < rep.bytes_before == total
@@ -129,7 +128,7 @@ def test_gc_keeps_a_stage2_kernel_while_a_two_stage_blob_needs_it(small_cache, t
     root = tmp_path / "cache"
     shutil.copytree(small_cache["cache"], root)
     c = TargetCache(root, "gfx1250")
-    stage2 = {e["blob"] for e in c.stage2_entries().values()}
+    stage2 = {e.blob for e in c.stage2_entries().values()}
     for i, key in enumerate(sorted(c.blob_keys(), key=lambda k: (k not in stage2, k))):
         c.stamp_used(key, 1000.0 + i)
     total = sum(c.blob_path(k).stat().st_size for k in c.blob_keys())

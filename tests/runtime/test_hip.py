@@ -108,5 +108,5 @@ def test_loading_a_code_object_for_another_arch_is_a_hip_error(monkeypatch, smal
     cache = TargetCache(small_cache["cache"], "gfx1250")
     _, entry = next(iter(cache.iter_entries()))
     with HipSession(HipDevice(0, "gfx1201")) as s, pytest.raises(HipError) as e:
-        s.load_kernel(cache.read_blob(entry["blob"]), entry["symbol"])
+        s.load_kernel(cache.read_blob(entry.blob), entry.symbol)
     assert str(e.value) == "hipModuleLoadData: hipErrorNoBinaryForGpu (209)"

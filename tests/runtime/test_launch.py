@@ -34,7 +34,7 @@ def _stored(small_cache, label):
     entry = cache.read_entry(spec.identity_key())
     s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
           if spec.reduction == "two_stage" else None)
-    return spec, CodeObject(cache.read_blob(entry["blob"]), entry["symbol"]), s2
+    return spec, CodeObject(cache.read_blob(entry.blob), entry.symbol), s2
 
 
 def _scalars(values):

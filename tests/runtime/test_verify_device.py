@@ -7,6 +7,7 @@ import json
 
 from click.testing import CliRunner
 
+from wgradcache.cache.entry import record_json
 from wgradcache.cache.store import TargetCache
 from wgradcache.cli import main
 from wgradcache.pipeline.verify import VerifyRequest, verify
@@ -16,7 +17,7 @@ from wgradcache.wgrad.stage2 import stage2_symbol
 
 def _entries(small_cache):
     cache = TargetCache(small_cache["cache"], "gfx1250")
-    return [e for _, e in cache.iter_entries()]
+    return [record_json(e) for _, e in cache.iter_entries()]
 
 
 def test_verify_device_hip_launches_the_stored_code_objects(small_cache, fake_hip):

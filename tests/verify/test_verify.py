@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import xml.etree.ElementTree as ET
@@ -61,20 +62,20 @@ def _fail_reasons(cache, geometries, level):
 def test_flipped_byte_in_a_blob(small_cache, tmp_path):
     cache, geo = _copy(small_cache, tmp_path)
     ik, e = _entries(cache)[0]
-    p = cache.blob_path(e["blob"])
+    p = cache.blob_path(e.blob)
     data = bytearray(p.read_bytes())
     data[len(data) // 2] ^= 0x01
     p.write_bytes(bytes(data))
     reasons = _fail_reasons(cache, geo, "integrity")
-    assert ("integrity", f"blob {e['blob'][:16]} does not match the size/sha256 its entry "
+    assert ("integrity", f"blob {e.blob[:16]} does not match the size/sha256 its entry "
                          "records") in reasons
 
 
 def test_deleted_blob(small_cache, tmp_path):
     cache, geo = _copy(small_cache, tmp_path)
     _ik, e = _entries(cache)[1]
-    cache.blob_path(e["blob"]).unlink()
-    assert ("integrity", f"blob {e['blob'][:16]} is missing") in _fail_reasons(
+    cache.blob_path(e.blob).unlink()
+    assert ("integrity", f"blob {e.blob[:16]} is missing") in _fail_reasons(
         cache, geo, "integrity")
 
 
@@ -100,13 +101,13 @@ def test_entry_whose_binary_is_not_its_ir(small_cache, tmp_path):
     integrity and structure cannot tell; re-emitting the IR can."""
     cache, geo = _copy(small_cache, tmp_path)
     entries = dict(_entries(cache))
-    by_label = {e["label"]: (ik, e) for ik, e in entries.items()}
+    by_label = {e.label: (ik, e) for ik, e in entries.items()}
     ik, e = by_label["gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none"]
     _, other = by_label["gfx1250-bf16-t32x32x32-w1x1-v8x8-sync-default-none"]
-    data = cache.read_blob(other["blob"])
-    cache.blob_path(e["blob"]).unlink()  # else it would be an orphan
-    e.update(blob=other["blob"], blob_size=len(data), blob_sha256=sha256_bytes(data))
-    cache.write_entry(ik, e)
+    data = cache.read_blob(other.blob)
+    cache.blob_path(e.blob).unlink()  # else it would be an orphan
+    cache.write_entry(dataclasses.replace(e, blob=other.blob, blob_size=len(data),
+                                          blob_sha256=sha256_bytes(data)))
     assert _fail_reasons(cache, geo, "structure") == []
     assert _fail_reasons(cache, geo, "numerics") == [
         ("numerics", "the stored binary is not this IR: re-emitted IR hashes to another "
@@ -115,16 +116,14 @@ def test_entry_whose_binary_is_not_its_ir(small_cache, tmp_path):
 
 def test_stale_entry_is_reported(small_cache, tmp_path):
     """An entry the current walk does not yield (here: a vec pair the file does not have)."""
-    import dataclasses
-
     from wgradcache.model.spec import from_label
 
     cache, geo = _copy(small_cache, tmp_path)
     spec = from_label("gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")
     e = cache.read_entry(spec.identity_key())
     old = dataclasses.replace(spec, vec_a=4, vec_b=4)
-    cache.write_entry(old.identity_key(), {**e, "identity": old.canonical(),
-                                           "label": old.label()})
+    cache.write_entry(dataclasses.replace(e, identity_key=old.identity_key(),
+                                          identity=old.canonical(), label=old.label()))
     assert ("integrity", "stale: the current walk does not yield this identity "
                          "(`wgradcache gc --stale` removes it)") in _fail_reasons(
         cache, geo, "integrity")
@@ -133,7 +132,7 @@ def test_stale_entry_is_reported(small_cache, tmp_path):
 def test_missing_stage2_kernel(small_cache, tmp_path):
     cache, geo = _copy(small_cache, tmp_path)
     assert sorted(cache.stage2_entries()) == ["bf16-wsr8", "fp16-wsr8"]
-    blob = cache.stage2_entries()["bf16-wsr8"]["blob"]
+    blob = cache.stage2_entries()["bf16-wsr8"].blob
     (cache.dir / "stage2" / "bf16-wsr8.json").unlink()
     reasons = _fail_reasons(cache, geo, "integrity")
     assert ("integrity", "two-stage entries without their stage-2 kernel") in reasons

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from wgradcache.cache.store import CorruptEntry, TargetCache
+from wgradcache.cache.entry import CorruptEntry, Entry, record_json
+from wgradcache.cache.store import TargetCache
 from wgradcache.model.spec import from_label
 
 __all__ = ["EntryNotFound", "list_entries", "find_entry", "explain", "cache_targets"]
@@ -24,7 +25,12 @@ class EntryNotFound(LookupError):
 class FoundEntry:
     target: str
     identity_key: str
-    entry: dict
+    record: Entry
+
+    @property
+    def entry(self) -> dict:
+        """The entry as a JSON object (what ``show --json`` prints)."""
+        return record_json(self.record)
 
 
 def cache_targets(root: str | Path, target: str | None = None) -> list[str]:
@@ -45,11 +51,11 @@ def list_entries(root: str | Path, target: str | None = None,
                 rows.append({"target": t, "identity_key": ik, "label": "?", "variant": "?",
                              "blob_size": 0, "error": str(entry)})
                 continue
-            if variant and entry.get("variant") != variant:
+            if variant and entry.variant != variant:
                 continue
-            rows.append({"target": t, "identity_key": ik, "label": entry.get("label"),
-                         "variant": entry.get("variant"), "blob_size": entry.get("blob_size"),
-                         "blob": entry.get("blob")})
+            rows.append({"target": t, "identity_key": ik, "label": entry.label,
+                         "variant": entry.variant, "blob_size": entry.blob_size,
+                         "blob": entry.blob})
     return sorted(rows, key=lambda r: (r["target"], r["label"] or ""))
 
 
@@ -87,25 +93,25 @@ def explain(root: str | Path, key_or_label: str) -> dict:
     from wgradcache.wgrad.emit import emit_ir, generator_digest
 
     found = find_entry(root, key_or_label)
-    e = found.entry
-    spec = KernelSpec.from_dict(e["identity"])
+    e = found.record
+    spec = KernelSpec.from_dict(e.identity)
     options, toolchain, tdigest = codegen_context()
     k = emit_ir(spec)
     ir_now = sha256_bytes(blank_symbol(k.ir_text, k.symbol).encode())
     ckey_now = content_key(k.ir_text, k.symbol, spec.target, options, toolchain)
     rows = [
-        ("ir_sha256 (symbol blanked)", e.get("ir_sha256"), ir_now),
-        ("target", e.get("target"), spec.target),
-        ("codegen options", e.get("codegen_options"), options),
+        ("ir_sha256 (symbol blanked)", e.ir_sha256, ir_now),
+        ("target", e.target, spec.target),
+        ("codegen options", e.codegen_options, options),
         ("toolchain (where the linker lives is not in the key)",
-         keyed_fields(e.get("toolchain") or {}), keyed_fields(toolchain)),
+         keyed_fields(e.toolchain), keyed_fields(toolchain)),
         ("generator digest (not in the key; decides up-to-date)",
-         e.get("generator_digest"), generator_digest()),
+         e.generator_digest, generator_digest()),
     ]
     return {
-        "identity_key": found.identity_key, "label": e.get("label"),
-        "content_key": e.get("blob"), "content_key_now": ckey_now,
-        "up_to_date": e.get("blob") == ckey_now,
+        "identity_key": found.identity_key, "label": e.label,
+        "content_key": e.blob, "content_key_now": ckey_now,
+        "up_to_date": e.blob == ckey_now,
         "inputs": [{"input": name, "stored": a, "now": b, "same": a == b}
                    for name, a, b in rows],
     }

@@ -5,8 +5,12 @@ a directory being collected. A build writes a blob and its entries in one lock h
 younger than ``grace`` seconds is still never treated as an orphan, in case a writer from
 an older tool version wrote the blob first and the entry in a second hold.
 
-"Least recently used" is the explicit stamp ``used/<content key>`` that builds and
-``select`` write, not atime (often disabled, and touched by backups). A blob an entry still
+"Least recently used" is the explicit stamp ``used/<content key>``, written when a build
+or a merge publishes the blob: the order is oldest-published first, not last-served.
+Nothing stamps a blob when it is served: ``select`` and ``verify`` are read-only queries,
+often run on a cache restored read-only or shared by several readers, and a query that
+takes the writer lock would queue behind a build. Not atime either (often disabled, and
+touched by backups). A blob an entry still
 needs is only removed together with every entry that needs it, and a stage-2 reduce kernel
 only after every two-stage blob that needs it (it counts as used when they were).
 """
@@ -59,12 +63,6 @@ class GcReport:
                 "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
 
 
-def _remove_blob(cache: TargetCache, key: str) -> None:
-    cache.blob_path(key).unlink(missing_ok=True)
-    (cache.blobs / f"{key}.json").unlink(missing_ok=True)
-    (cache.used / key).unlink(missing_ok=True)
-
-
 def _blob_bytes(cache: TargetCache) -> dict[str, int]:
     return {k: cache.blob_path(k).stat().st_size for k in cache.blob_keys()}
 
@@ -92,16 +90,15 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
                 if not dry_run:
                     cache.remove_entry(ik)
                 continue
-            needs.setdefault(entry.get("blob", ""), []).append(ik)
-            companion = stage2_of(entry.get("identity") or {})
+            needs.setdefault(entry.blob, []).append(ik)
+            companion = stage2_of(entry.identity)
             if companion:
-                stage2_users.setdefault(companion, set()).add(entry.get("blob", ""))
+                stage2_users.setdefault(companion, set()).add(entry.blob)
         users_of: dict[str, set[str]] = {}  # stage-2 blob -> the blobs that need it
-        for name, entry in cache.stage2_entries().items():
-            if isinstance(entry, dict):
-                needs.setdefault(entry.get("blob", ""), []).append(f"stage2:{name}")
-                users_of.setdefault(entry.get("blob", ""), set()).update(
-                    stage2_users.get(name, ()))
+        for name, s2 in cache.stage2_entries().items():
+            if not isinstance(s2, CorruptEntry):
+                needs.setdefault(s2.blob, []).append(f"stage2:{name}")
+                users_of.setdefault(s2.blob, set()).update(stage2_users.get(name, ()))
         now = time.time()
         if orphans or stale:
             for key in list(sizes):
@@ -111,7 +108,7 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
                     continue
                 rep.orphan_blobs.append(key)
                 if not dry_run:
-                    _remove_blob(cache, key)
+                    cache.remove_blob(key)
                 del sizes[key]
         if max_size is not None:
             total = sum(sizes.values())
@@ -130,11 +127,11 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
                     rep.evicted_entries.append(ik)
                     if not dry_run:  # entries first: never an entry without its blob
                         if ik.startswith("stage2:"):
-                            (cache.dir / "stage2" / f"{ik[7:]}.json").unlink(missing_ok=True)
+                            cache.remove_stage2(ik[len("stage2:"):])
                         else:
                             cache.remove_entry(ik)
                 if not dry_run:
-                    _remove_blob(cache, key)
+                    cache.remove_blob(key)
                 total -= sizes.pop(key)
         rep.bytes_after = sum(sizes.values())
     return rep

@@ -13,9 +13,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wgradcache.cache.store import CorruptEntry, TargetCache, atomic_write
+from wgradcache.cache.entry import CorruptEntry, Entry
+from wgradcache.cache.store import TargetCache
 
 __all__ = ["MergeReport", "merge"]
+
 
 @dataclass
 class MergeReport:
@@ -41,62 +43,57 @@ def _targets(root: Path) -> list[str]:
 
 def merge(sources: list[str | Path], dest: str | Path) -> MergeReport:
     rep = MergeReport()
-    plan: list[tuple[TargetCache, TargetCache, str, dict]] = []
     dest = Path(dest)
+    # (target, identity key) -> (source cache, entry): one dict lookup per source entry
+    plan: dict[tuple[str, str], tuple[TargetCache, Entry]] = {}
     for src in map(Path, sources):
         if not src.is_dir():
             raise ValueError(f"merge source {src} is not a cache directory")
         for target in _targets(src):
             s, d = TargetCache(src, target), TargetCache(dest, target)
             for ik, entry in s.iter_entries():
+                where = {"source": str(src), "target": target, "identity_key": ik}
                 if isinstance(entry, CorruptEntry):
-                    rep.conflicts.append({"source": str(src), "target": target,
-                                          "identity_key": ik, "reason": str(entry)})
+                    rep.conflicts.append({**where, "reason": str(entry)})
                     continue
                 try:
                     have = d.read_entry(ik)
                 except CorruptEntry as e:
-                    rep.conflicts.append({"source": str(src), "target": target,
-                                          "identity_key": ik, "reason": str(e)})
+                    rep.conflicts.append({**where, "reason": str(e)})
                     continue
-                pending = next((p[3] for p in plan if p[1].dir == d.dir and p[2] == ik), None)
-                other = have or pending
+                pending = plan.get((target, ik))
+                other = have or (pending[1] if pending else None)
                 if other is None:
-                    plan.append((s, d, ik, entry))
-                elif other.get("blob_sha256") != entry.get("blob_sha256"):
+                    plan[(target, ik)] = (s, entry)
+                elif other.blob_sha256 != entry.blob_sha256:
                     rep.conflicts.append({
-                        "source": str(src), "target": target, "identity_key": ik,
-                        "label": entry.get("label"),
+                        **where, "label": entry.label,
                         "reason": f"same identity, different content: blob sha256 "
-                                  f"{entry.get('blob_sha256', '')[:12]} vs "
-                                  f"{other.get('blob_sha256', '')[:12]}"})
+                                  f"{entry.blob_sha256[:12]} vs {other.blob_sha256[:12]}"})
                 else:
                     rep.skipped += 1
     if rep.conflicts:
         return rep
-    for s, d, ik, entry in plan:
+    for (target, _ik), (s, entry) in plan.items():
+        d = TargetCache(dest, target)
         with d.lock():
-            key = entry["blob"]
-            if not d.has_blob(key):
-                d.write_blob(key, s.read_blob(key))
-                side = s.blobs / f"{key}.json"
-                if side.is_file():
-                    atomic_write(d.blobs / f"{key}.json", side.read_bytes())
+            if not d.has_blob(entry.blob):
+                d.copy_blob_from(s, entry.blob)
                 rep.copied_blobs += 1
-            d.write_entry(ik, entry)
-            d.stamp_used(key, s.last_used(key) or None)
+            d.write_entry(entry)
+            d.stamp_used(entry.blob, s.last_used(entry.blob) or None)
             rep.copied_entries += 1
     for src in map(Path, sources):
         for target in _targets(src):
             s, d = TargetCache(src, target), TargetCache(dest, target)
-            for name, entry in s.stage2_entries().items():
-                if not isinstance(entry, dict) or d.stage2_entries().get(name) == entry:
+            for name, s2 in s.stage2_entries().items():
+                if isinstance(s2, CorruptEntry) or d.stage2_entries().get(name) == s2:
                     continue
                 with d.lock():
-                    if not d.has_blob(entry["blob"]):
-                        d.write_blob(entry["blob"], s.read_blob(entry["blob"]))
-                    d.write_stage2(name, entry)
-    for target in {p[1].target for p in plan}:
+                    if not d.has_blob(s2.blob):
+                        d.copy_blob_from(s, s2.blob)
+                    d.write_stage2(s2)
+    for target in sorted({t for t, _ in plan}):
         TargetCache(dest, target).append_stats({"merge": [str(x) for x in sources],
                                                 "when": time.time(),
                                                 "entries": rep.copied_entries})

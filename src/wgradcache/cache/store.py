@@ -1,11 +1,16 @@
 """The content-addressed on-disk cache of one target (DESIGN §7).
 
     <root>/<target>/blobs/<content key>.hsaco   code objects, shared by identities
+    <root>/<target>/blobs/<content key>.json    its sidecar (``BlobMeta``: what a relink needs)
     <root>/<target>/entries/<identity key>.json one per kernel; written last (commit marker)
+    <root>/<target>/stage2/<dw>-wsr<R>.json     stage-2 reduce kernels of two-stage entries
     <root>/<target>/failed/<identity key>.json  jobs that failed, with the reason
-    <root>/<target>/used/<content key>          last-used stamps for gc (content: a time)
-    <root>/<target>/rejects.jsonl               specs the validator refused, with the reason
+    <root>/<target>/used/<content key>          publish stamps for gc's LRU (content: a time)
+    <root>/<target>/rejects.jsonl               specs the validator refused: one line each
     <root>/<target>/stats.jsonl                 one line per run
+
+This module owns that layout: every path above is built here, and every record is read and
+written through ``cache/entry.py``'s typed records, never as raw JSON elsewhere.
 
 Every file is written to a temporary name in the same directory and moved into place with
 ``os.replace``, so a reader sees the old file or the new one, never half of one. An entry
@@ -27,14 +32,20 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from wgradcache.cache.entry import (
+    BlobMeta,
+    CorruptEntry,
+    Entry,
+    FailureRecord,
+    Stage2Entry,
+    read_record,
+    record_bytes,
+)
+
 __all__ = ["TargetCache", "CorruptEntry", "BlobRef", "content_key", "atomic_write",
-           "sha256_bytes", "blank_symbol"]
+           "sha256_bytes", "blank_symbol", "stage2_name", "stage2_of"]
 
 _SYMBOL_BLANK = "@K@"
-
-
-class CorruptEntry(ValueError):
-    """An entry file that is not a whole JSON object (truncated, hand-edited)."""
 
 
 @dataclass(frozen=True)
@@ -83,15 +94,6 @@ def content_key(ir_text: str, symbol: str, target: str, options: dict, toolchain
     return h.hexdigest()
 
 
-def _json_bytes(doc: dict) -> bytes:
-    """An entry-like document as compact JSON with sorted keys. Not indented on purpose:
-    ``indent`` makes ``json`` fall back to its pure-Python encoder (0.55 ms per full-cache
-    entry against 0.17 ms), and compact entries are 26 % smaller (6.3 vs 8.6 kB) and parse
-    ~15 % faster, which a no-op rebuild does for every entry. ``wgradcache show`` is for
-    reading."""
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-
 def atomic_write(path: Path, data: bytes) -> None:
     """Temp file in the same directory, fsync, ``os.replace``: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,10 +112,14 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _line(record: dict) -> bytes:
+    return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
 def _append_line(path: Path, record: dict) -> None:
     """One JSON line, written with a single O_APPEND write (whole lines under the lock)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    line = _line(record)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)
@@ -159,19 +165,26 @@ class TargetCache:
             self._lock = FileLock(str(self.dir / ".lock"))
         return self._lock
 
-    # -- blobs ----------------------------------------------------------------------
+    # -- blobs and their sidecars ---------------------------------------------------
     def blob_path(self, key: str) -> Path:
         return self.blobs / f"{key}.hsaco"
+
+    def sidecar_path(self, key: str) -> Path:
+        return self.blobs / f"{key}.json"
 
     def has_blob(self, key: str) -> bool:
         return self.blob_path(key).is_file()
 
-    def write_blob(self, key: str, data: bytes) -> BlobRef:
+    def write_blob(self, key: str, data: bytes, meta: BlobMeta | None = None) -> BlobRef:
+        """The blob (unless the same bytes are there), then its sidecar when given (call
+        under the writer lock)."""
         ref = BlobRef(key, len(data), sha256_bytes(data))
         path = self.blob_path(key)
         if not (path.is_file() and path.stat().st_size == ref.size
                 and sha256_bytes(path.read_bytes()) == ref.sha256):
             atomic_write(path, data)
+        if meta is not None:
+            atomic_write(self.sidecar_path(key), record_bytes(meta))
         return ref
 
     def blob_ref(self, key: str) -> BlobRef:
@@ -181,13 +194,43 @@ class TargetCache:
     def read_blob(self, key: str) -> bytes:
         return self.blob_path(key).read_bytes()
 
+    def read_sidecar(self, key: str) -> BlobMeta | None:
+        """The metadata of an existing blob, or None (no blob, or no whole sidecar: the blob
+        is then compiled again rather than relinked)."""
+        if not self.has_blob(key):
+            return None
+        try:
+            return self._read(BlobMeta, self.sidecar_path(key))
+        except CorruptEntry:
+            return None
+
+    def relinkable(self) -> frozenset[str]:
+        """The content keys whose blob and sidecar both exist: what a build may relink to
+        instead of compiling. One directory listing, no file read."""
+        if not self.blobs.is_dir():
+            return frozenset()
+        names = {p.name for p in self.blobs.iterdir()}
+        return frozenset(n[:-6] for n in names
+                         if n.endswith(".hsaco") and f"{n[:-6]}.json" in names)
+
+    def copy_blob_from(self, src: TargetCache, key: str) -> None:
+        """Blob ``key`` and its sidecar (when whole) from another cache of this target."""
+        self.write_blob(key, src.read_blob(key), src.read_sidecar(key))
+
+    def remove_blob(self, key: str) -> None:
+        """The blob, its sidecar and its stamp (call under the writer lock)."""
+        self.blob_path(key).unlink(missing_ok=True)
+        self.sidecar_path(key).unlink(missing_ok=True)
+        (self.used / key).unlink(missing_ok=True)
+
     def blob_keys(self) -> list[str]:
         if not self.blobs.is_dir():
             return []
         return sorted(p.name[:-6] for p in self.blobs.glob("*.hsaco"))
 
     def stamp_used(self, key: str, when: float | None = None) -> None:
-        """Last-used stamp for gc (explicit, not atime)."""
+        """The stamp gc's LRU orders by: written when a build or a merge publishes the blob
+        (explicit, not atime)."""
         atomic_write(self.used / key, f"{when if when is not None else time.time():.6f}".encode())
 
     def last_used(self, key: str) -> float:
@@ -200,13 +243,12 @@ class TargetCache:
     def entry_path(self, identity_key: str) -> Path:
         return self.entries / f"{identity_key}.json"
 
-    def read_entry(self, identity_key: str) -> dict | None:
-        """The entry, or None when absent; CorruptEntry when it is not whole JSON."""
-        return self._read_json(self.entry_path(identity_key))
+    def read_entry(self, identity_key: str) -> Entry | None:
+        """The entry, or None when absent; CorruptEntry when it is not whole."""
+        return self._read(Entry, self.entry_path(identity_key))
 
-    def write_entry(self, identity_key: str, entry: dict) -> None:
-        atomic_write(self.entry_path(identity_key),
-                     _json_bytes(entry))
+    def write_entry(self, entry: Entry) -> None:
+        atomic_write(self.entry_path(entry.identity_key), record_bytes(entry))
 
     def remove_entry(self, identity_key: str) -> None:
         self.entry_path(identity_key).unlink(missing_ok=True)
@@ -216,7 +258,7 @@ class TargetCache:
             return []
         return sorted(p.stem for p in self.entries.glob("*.json"))
 
-    def iter_entries(self) -> Iterator[tuple[str, dict | CorruptEntry]]:
+    def iter_entries(self) -> Iterator[tuple[str, Entry | CorruptEntry]]:
         for key in self.entry_keys():
             try:
                 entry = self.read_entry(key)
@@ -227,37 +269,59 @@ class TargetCache:
                 yield key, entry
 
     # -- stage-2 companions ----------------------------------------------------------
-    def stage2_entries(self) -> dict[str, dict | CorruptEntry]:
+    def stage2_path(self, name: str) -> Path:
+        return self.dir / "stage2" / f"{name}.json"
+
+    def read_stage2(self, name: str) -> Stage2Entry | None:
+        """The companion ``name`` (``stage2_name``), None when absent; CorruptEntry."""
+        return self._read(Stage2Entry, self.stage2_path(name))
+
+    def stage2_entries(self) -> dict[str, Stage2Entry | CorruptEntry]:
         """name -> the companion entry of a stage-2 reduce kernel (two-stage split-K)."""
         d = self.dir / "stage2"
-        out: dict[str, dict | CorruptEntry] = {}
+        out: dict[str, Stage2Entry | CorruptEntry] = {}
         for p in sorted(d.glob("*.json")) if d.is_dir() else []:
             try:
-                out[p.stem] = self._read_json(p) or {}
+                entry = self.read_stage2(p.stem)
             except CorruptEntry as e:
                 out[p.stem] = e
+                continue
+            if entry is not None:
+                out[p.stem] = entry
         return out
 
-    def write_stage2(self, name: str, entry: dict) -> None:
-        atomic_write(self.dir / "stage2" / f"{name}.json",
-                     _json_bytes(entry))
+    def write_stage2(self, entry: Stage2Entry) -> None:
+        atomic_write(self.stage2_path(entry.name), record_bytes(entry))
+
+    def remove_stage2(self, name: str) -> None:
+        self.stage2_path(name).unlink(missing_ok=True)
 
     # -- failures, rejects, stats ----------------------------------------------------
-    def read_failure(self, identity_key: str) -> dict | None:
+    def read_failure(self, identity_key: str) -> FailureRecord | None:
+        """The job's failure record; None when absent or not whole (then it is retried)."""
         try:
-            return self._read_json(self.failed / f"{identity_key}.json")
+            return self._read(FailureRecord, self.failed / f"{identity_key}.json")
         except CorruptEntry:
             return None
 
-    def write_failure(self, identity_key: str, record: dict) -> None:
-        atomic_write(self.failed / f"{identity_key}.json",
-                     _json_bytes(record))
+    def write_failure(self, record: FailureRecord) -> None:
+        atomic_write(self.failed / f"{record.identity_key}.json", record_bytes(record))
 
     def clear_failure(self, identity_key: str) -> None:
         (self.failed / f"{identity_key}.json").unlink(missing_ok=True)
 
-    def append_reject(self, record: dict) -> None:
-        _append_line(self.rejects_path, record)
+    def record_rejects(self, rejected: dict[str, dict], accepted: set[str]) -> None:
+        """One line per rejected identity: ``rejected`` (identity key -> its record) replaces
+        what the file said of those identities, ``accepted`` ones leave it (the rules
+        changed). The file is rewritten only when that changes it, so a no-op build writes
+        nothing (call under the writer lock)."""
+        lines = self.rejects()
+        old = {r.get("identity_key"): r for r in lines}
+        new = {k: r for k, r in old.items() if k not in accepted}
+        new.update(rejected)
+        if new == old and len(lines) == len(old):  # (an older version appended duplicates)
+            return
+        atomic_write(self.rejects_path, b"".join(_line(r) for r in new.values()))
 
     def rejects(self) -> list[dict]:
         return _read_lines(self.rejects_path)
@@ -269,15 +333,10 @@ class TargetCache:
         return _read_lines(self.stats_path)
 
     @staticmethod
-    def _read_json(path: Path) -> dict | None:
+    def _read(cls, path: Path):
+        """The record of type ``cls`` at ``path``, None when absent; CorruptEntry."""
         try:
             text = path.read_text()
         except FileNotFoundError:
             return None
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise CorruptEntry(f"{path}: not whole JSON ({e.msg} at char {e.pos})") from None
-        if not isinstance(doc, dict):
-            raise CorruptEntry(f"{path}: not a JSON object")
-        return doc
+        return read_record(cls, text, str(path))

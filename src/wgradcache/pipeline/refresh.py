@@ -124,7 +124,7 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
         tdoc = {
             **summary.to_json(),
             "failures": summary.failures,
-            "rejects": [r for r in cache.rejects() if r.get("toolchain") == tdigest],
+            "rejects": summary.rejects,  # this run's: one per identity the plan refused
             "gc": g.to_json(),
             "verify": vrep.to_json(),
             "cache_bytes": _cache_bytes(cache),
@@ -140,7 +140,7 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
             },
             "entries": keys,
         }
-        ok = ok and summary.failed == 0 and vrep.ok
+        ok = ok and summary.ok and vrep.ok
         doc["targets"][target] = tdoc
     doc["ok"] = ok
     report_dir.mkdir(parents=True, exist_ok=True)

@@ -60,9 +60,9 @@ def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> list[K
 
     out = []
     for _ik, entry in TargetCache(cache_dir, target).iter_entries():
-        if isinstance(entry, CorruptEntry) or entry.get("dtype") != dtype_key:
+        if isinstance(entry, CorruptEntry) or entry.dtype != dtype_key:
             continue
-        out.append(KernelSpec.from_dict(entry["identity"]))
+        out.append(KernelSpec.from_dict(entry.identity))
     return out
 
 

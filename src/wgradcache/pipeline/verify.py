@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wgradcache.cache.store import CorruptEntry, TargetCache, sha256_bytes, stage2_name
+from wgradcache.cache.entry import CorruptEntry, Entry
+from wgradcache.cache.store import TargetCache, sha256_bytes, stage2_name
 from wgradcache.model.spec import DTYPE_KEYS, KernelSpec, lds_bytes
 from wgradcache.model.targets import get_target
 
@@ -136,12 +137,12 @@ def _walk_identities(target: str, geometries_file: str | None) -> set[str]:
     return {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
 
 
-def _expected_count(target: str, entries: list[dict], geometries_file: str | None) -> int:
+def _expected_count(target: str, entries: list[Entry], geometries_file: str | None) -> int:
     """``count`` for the dtypes the cache holds (an fp32-dW build is opt-in)."""
     from wgradcache.jobs import count, default_jobdata
 
     data = default_jobdata(geometries_file)
-    dtypes = sorted({e.get("dtype") for e in entries if e.get("dtype") in DTYPE_KEYS}
+    dtypes = sorted({e.dtype for e in entries if e.dtype in DTYPE_KEYS}
                     | set(data.default_dtypes))
     return sum(sum(v.values()) for v in count(target, dtypes, None, data).values())
 
@@ -151,14 +152,14 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
     walked = _walk_identities(cache.target, req.geometries_file)
     good: list[tuple] = []
     referenced: set[str] = set()
-    entries: list[dict] = []
+    entries: list[Entry] = []
     for ik, entry in cache.iter_entries():
         rep.checked += 1
         if isinstance(entry, CorruptEntry):
             rep.failures.append(Failure(ik, "?", "integrity", str(entry)))
             continue
-        label = entry.get("label", "?")
-        blob = entry.get("blob", "")
+        label = entry.label
+        blob = entry.blob
         referenced.add(blob)
         entries.append(entry)
         try:
@@ -166,7 +167,7 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
         except FileNotFoundError:
             rep.failures.append(Failure(ik, label, "integrity", f"blob {blob[:16]} is missing"))
             continue
-        if len(data) != entry.get("blob_size") or sha256_bytes(data) != entry.get("blob_sha256"):
+        if len(data) != entry.blob_size or sha256_bytes(data) != entry.blob_sha256:
             rep.failures.append(Failure(ik, label, "integrity",
                                         f"blob {blob[:16]} does not match the size/sha256 "
                                         "its entry records"))
@@ -177,7 +178,7 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
                                         "(`wgradcache gc --stale` removes it)"))
             continue
         try:
-            spec = KernelSpec.from_dict(entry["identity"])
+            spec = KernelSpec.from_dict(entry.identity)
         except (KeyError, TypeError) as e:
             rep.failures.append(Failure(ik, label, "integrity", f"bad identity: {e}"))
             continue
@@ -194,22 +195,22 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
         name = stage2_name(dw, r)
         entry = stage2.get(name)
         rep.checked += 1
-        if not isinstance(entry, dict):
+        if entry is None or isinstance(entry, CorruptEntry):
             rep.failures.append(Failure(name, f"stage2 {name}", "integrity",
                                         "two-stage entries without their stage-2 kernel"
                                         if entry is None else str(entry)))
             continue
-        referenced.add(entry.get("blob", ""))
+        referenced.add(entry.blob)
         try:
-            data = cache.read_blob(entry.get("blob", ""))
+            data = cache.read_blob(entry.blob)
         except FileNotFoundError:
             data = b""
-        if len(data) != entry.get("blob_size") or sha256_bytes(data) != entry.get("blob_sha256"):
+        if len(data) != entry.blob_size or sha256_bytes(data) != entry.blob_sha256:
             rep.failures.append(Failure(name, f"stage2 {name}", "integrity",
                                         "stage-2 blob missing or not what its entry records"))
     for entry in stage2.values():
-        if isinstance(entry, dict):
-            referenced.add(entry.get("blob", ""))
+        if not isinstance(entry, CorruptEntry):
+            referenced.add(entry.blob)
     for key in cache.blob_keys():
         if key not in referenced:
             rep.checked += 1
@@ -230,7 +231,7 @@ def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list
     target = get_target(cache.target)
     ok_rows = []
     for ik, entry, spec, data in good:
-        label = entry.get("label", "?")
+        label = entry.label
         problems: list[str] = []
         try:
             co = read_code_object(data)
@@ -250,7 +251,7 @@ def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list
             problems.append(f"spills: {co.vgpr_spill_count} VGPR, {co.sgpr_spill_count} SGPR")
         if co.private_segment_fixed_size:
             problems.append(f"scratch {co.private_segment_fixed_size} B")
-        problems += isa_problems(spec, entry.get("isa", {}))
+        problems += isa_problems(spec, entry.isa)
         if problems:
             rep.failures.append(Failure(ik, label, "structure", "; ".join(problems)))
         else:
@@ -289,9 +290,9 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
             if note not in rep.notes:
                 rep.notes.append(note)
     for ik, entry, spec, _data in rows:
-        label = entry.get("label", "?")
+        label = entry.label
         k = emit_ir(spec)
-        if content_key(k.ir_text, k.symbol, spec.target, options, toolchain) != entry["blob"]:
+        if content_key(k.ir_text, k.symbol, spec.target, options, toolchain) != entry.blob:
             rep.failures.append(Failure(ik, label, "numerics",
                                         "the stored binary is not this IR: re-emitted IR "
                                         "hashes to another content key"))
@@ -306,7 +307,7 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
                 if dev is not None:  # the stored blob (+ its stage-2 companion)
                     s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
                           if spec.reduction == "two_stage" else None)
-                    code = CodeObject(_data, entry.get("symbol") or kernel_symbol(spec))
+                    code = CodeObject(_data, entry.symbol or kernel_symbol(spec))
                     r = run_on_device(dev, spec, p, code, s2, seed=req.seed)
                 else:
                     r = run_emulated(spec, p, seed=req.seed)

@@ -65,16 +65,21 @@ DeviceReport = EmulationReport  # one shape for both: judged the same way
 def stage2_code(cache, dw_dtype: str, replicas: int) -> CodeObject:
     """The stage-2 companion of the two-stage entries with (``dw_dtype``, R) in ``cache``
     (a ``TargetCache``); ValueError naming what is missing."""
-    name = f"{dw_dtype}-wsr{replicas}"
-    entry = cache.stage2_entries().get(name)
-    if not isinstance(entry, dict) or not entry.get("blob") or not entry.get("symbol"):
-        raise ValueError(f"no usable stage-2 kernel {name} in the {cache.target} cache"
-                         + ("" if entry is None or isinstance(entry, dict) else f": {entry}"))
+    from wgradcache.cache.store import CorruptEntry, stage2_name
+
+    name = stage2_name(dw_dtype, replicas)
     try:
-        data = cache.read_blob(entry["blob"])
+        entry = cache.read_stage2(name)
+    except CorruptEntry as e:
+        raise ValueError(f"no usable stage-2 kernel {name} in the {cache.target} cache: "
+                         f"{e}") from None
+    if entry is None or not entry.blob or not entry.symbol:
+        raise ValueError(f"no usable stage-2 kernel {name} in the {cache.target} cache")
+    try:
+        data = cache.read_blob(entry.blob)
     except FileNotFoundError:
-        raise ValueError(f"stage-2 kernel {name}: blob {entry['blob'][:16]} is missing") from None
-    return CodeObject(data, entry["symbol"])
+        raise ValueError(f"stage-2 kernel {name}: blob {entry.blob[:16]} is missing") from None
+    return CodeObject(data, entry.symbol)
 
 
 def check_code_object(code: CodeObject, args: tuple[AbiArg, ...], block: int) -> None:

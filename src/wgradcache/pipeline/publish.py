@@ -1,0 +1,144 @@
+"""Publishing: the coordinator turns worker results into cache entries and failures.
+
+Blob, then its metadata sidecar, then the entry (the commit marker), each by temp file +
+``os.replace`` under the target's writer lock, in one lock hold so gc never sees the blob
+without its entry. Only this process writes; workers stay pure.
+
+Every job ends in exactly one count of the summary: a publish that fails (a full disk, a
+blob a concurrent gc removed) is a failure with its reason, transient, so the next build
+tries again, and the build goes on. So ``jobs == built + relinked + up_to_date + rejected
++ failed`` always holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord
+from wgradcache.cache.store import BlobRef, TargetCache
+from wgradcache.model.spec import KernelSpec
+from wgradcache.pipeline.plan import job_cost
+
+__all__ = ["BuildSummary", "BuildContext", "Publisher"]
+
+
+@dataclass
+class BuildSummary:
+    target: str
+    jobs: int = 0
+    built: int = 0
+    relinked: int = 0
+    up_to_date: int = 0
+    rejected: int = 0
+    failed: int = 0  # jobs; stage-2 companions are not jobs and count in stage2_failed
+    stage2_failed: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    failures: list[dict] = field(default_factory=list)  # jobs' and stage-2 kernels'
+    rejects: list[dict] = field(default_factory=list)  # this run's, one per identity
+    # worker seconds summed over the jobs compiled here, by phase (emit, parse, codegen, link,
+    # listing, read, isa_stats): recorded in stats.jsonl, where the time of a build went
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.stage2_failed == 0
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "jobs": self.jobs, "built": self.built,
+                "relinked": self.relinked, "up_to_date": self.up_to_date,
+                "rejected": self.rejected, "failed": self.failed,
+                "stage2_failed": self.stage2_failed, "bytes": self.bytes,
+                "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every entry of one build records besides its job: generator and toolchain."""
+
+    generator_digest: str
+    options: dict
+    toolchain: dict
+    toolchain_digest: str
+
+
+class Publisher:
+    """Takes each worker result once, in the coordinator, and counts it once."""
+
+    def __init__(self, cache: TargetCache, ctx: BuildContext, summary: BuildSummary,
+                 specs: list[KernelSpec], progress: Callable[[int, float], None]):
+        self.cache, self.ctx, self.summary = cache, ctx, summary
+        self.progress = progress
+        self._specs = {s.identity_key(): s for s in specs}
+
+    def take(self, res: dict) -> None:
+        """One worker result: publish it or record its failure. Never raises for an error
+        of the cache (``run_chunked`` would take it for a dead worker)."""
+        spec = self._specs[res["ik"]]
+        for phase, sec in res.get("t", {}).items():
+            self.summary.phases[phase] = self.summary.phases.get(phase, 0.0) + sec
+        if "error" in res:
+            self.fail(spec, res["error"], transient=res.get("transient", False))
+        else:
+            try:
+                self._publish(spec, res)
+            except OSError as e:
+                self.fail(spec, f"publish: {type(e).__name__}: {e}", transient=True)
+        self.progress(1, job_cost(spec))
+
+    def fail(self, spec: KernelSpec, reason: str, *, transient: bool) -> None:
+        """Count and record a failed job; transient ones are compiled by the next build."""
+        ik = spec.identity_key()
+        self.summary.failed += 1
+        record = FailureRecord(identity_key=ik, label=spec.label(), reason=reason,
+                               generator_digest=self.ctx.generator_digest,
+                               toolchain_digest=self.ctx.toolchain_digest, when=time.time(),
+                               transient=transient)
+        try:
+            with self.cache.lock():
+                self.cache.write_failure(record)
+        except OSError as e:  # still a failure of this run, only not remembered
+            reason = f"{reason} (failure record not written: {e})"
+        self.summary.failures.append({"label": spec.label(), "reason": reason,
+                                      "transient": transient})
+
+    def _publish(self, spec: KernelSpec, res: dict) -> None:
+        """Blob (when compiled here), sidecar, then the entry. A relink whose blob or
+        sidecar vanished since the plan listed it (a concurrent gc) is a transient
+        failure."""
+        ik, ckey = res["ik"], res["ckey"]
+        cache = self.cache
+        with cache.lock():
+            if "hsaco" in res:
+                meta: BlobMeta = res["meta"]
+                ref = cache.write_blob(ckey, res["hsaco"], meta)
+            else:
+                meta = cache.read_sidecar(ckey)
+                if meta is None:
+                    self.fail(spec, "blob removed while relinking (concurrent gc); "
+                                    "the next build compiles it", transient=True)
+                    return
+                ref = cache.blob_ref(ckey)  # the entry records what is on disk
+            cache.write_entry(self._entry(spec, ik, ref, res, meta))
+            cache.clear_failure(ik)
+            cache.stamp_used(ckey)
+        if "hsaco" in res:
+            self.summary.built += 1
+            self.summary.bytes += ref.size
+        else:
+            self.summary.relinked += 1
+
+    def _entry(self, spec: KernelSpec, ik: str, ref: BlobRef, res: dict,
+               meta: BlobMeta) -> Entry:
+        ctx, co = self.ctx, meta.code_object
+        return Entry(
+            identity_key=ik, identity=spec.canonical(), label=spec.label(),
+            target=spec.target, variant=spec.variant, dtype=spec.dtype_key,
+            blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256,
+            symbol=co.get("symbol", res["symbol"]), emitted_symbol=res["symbol"],
+            ir_sha256=res["ir_sha256"], block_size=spec.block_size, code_object=co,
+            isa=meta.isa, generator_digest=ctx.generator_digest, toolchain=ctx.toolchain,
+            toolchain_digest=ctx.toolchain_digest, codegen_options=ctx.options,
+            published=time.time())

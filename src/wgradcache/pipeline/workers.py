@@ -1,0 +1,203 @@
+"""The build's workers: pure tasks (job -> bytes) and the runs that survive LLVM's exits.
+
+A task never reads or writes the cache: the coordinator hands it the content keys it may
+relink to (``TargetCache.relinkable``, listed once per build on the coordinator's disk), so
+a Dask worker's own ``./cache`` never decides anything. A task returns a result dict:
+
+    {"ik", "t": {phase: seconds}, "symbol", "ir_sha256", "ckey"}  and then one of
+    "hsaco" + "meta" (a ``BlobMeta``)   compiled here
+    "relink": True                      a blob with this content key exists: no compile
+    "error" + "transient"               the reason; transient failures are retried by the
+                                        next build, permanent ones only on --retry-failed
+
+LLVM can kill a worker (``Cannot select`` aborts, an LDS overflow exits): the chunk's
+unfinished jobs are retried one at a time in an isolated child with the job timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from wgradcache.cache.entry import BlobMeta
+from wgradcache.cache.store import blank_symbol, content_key, sha256_bytes
+from wgradcache.model.spec import KernelSpec
+from wgradcache.pipeline.plan import BuildRequest
+
+__all__ = ["codegen_context", "job_task", "job_alone", "metadata", "run_chunked",
+           "run_one_worker"]
+
+# compile/isolate.py's words for a compile it killed at the job timeout: the machine was
+# busy or the job is slow, not wrong, so the next build tries again
+_TIMED_OUT = "codegen timed out"
+
+
+def codegen_context() -> tuple[dict, dict, str]:
+    """(codegen options, toolchain identity, toolchain digest) of this process."""
+    from wgradcache.compile.codegen import CodegenOptions
+    from wgradcache.compile.toolchain import toolchain_identity
+
+    tc = toolchain_identity()
+    return CodegenOptions().to_dict(), tc.to_dict(), tc.digest()
+
+
+def _emit(spec: KernelSpec, options: dict, toolchain: dict, check: bool) -> tuple[dict, str]:
+    """(result, IR text), or (result with a permanent error, "") for a generator bug."""
+    from wgradcache.wgrad.emit import emit_ir
+
+    t0 = time.perf_counter()
+    try:
+        k = emit_ir(spec, check=check)
+    except Exception as e:  # a generator bug is this job's failure, not the build's
+        return ({"ik": spec.identity_key(), "error": f"emit: {type(e).__name__}: {e}",
+                 "transient": False}, "")
+    return ({"ik": spec.identity_key(), "t": {"emit": time.perf_counter() - t0},
+             "symbol": k.symbol,
+             "ir_sha256": sha256_bytes(blank_symbol(k.ir_text, k.symbol).encode()),
+             "ckey": content_key(k.ir_text, k.symbol, spec.target, options, toolchain)},
+            k.ir_text)
+
+
+def metadata(obj) -> BlobMeta:
+    """The sidecar of a compiled object (code-object metadata, ISA statistics, listing)."""
+    from wgradcache.compile.isa import isa_stats
+
+    return BlobMeta(code_object=obj.info.to_dict(), isa=isa_stats(obj.asm),
+                    listing=obj.listing)
+
+
+def _toolchain_mismatch(toolchain: dict) -> str:
+    """Why this worker must not compile for a coordinator with ``toolchain`` (a dask worker
+    on another machine, say, with another LLVM or LLD: its bytes would be filed under the
+    coordinator's content key), or "" when the two agree."""
+    from wgradcache.compile.toolchain import identity_digest, keyed_fields, toolchain_identity
+
+    mine = toolchain_identity()
+    if mine.digest() == identity_digest(toolchain):
+        return ""
+    diff = [k for k, v in keyed_fields(mine.to_dict()).items() if toolchain.get(k) != v]
+    return ("this worker's toolchain differs from the coordinator's in "
+            + ", ".join(f"{k} ({getattr(mine, k)!r} here, {toolchain.get(k)!r} there)"
+                        for k in diff))
+
+
+def _settle(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
+            relinkable: frozenset[str]) -> tuple[dict, str]:
+    """Emit and key one job: (result, IR to compile), or (result, "") when nothing is left
+    to compile (an emit error, or a content key the coordinator can relink)."""
+    res, ir = _emit(spec, options, toolchain, check)
+    if "error" in res:
+        return res, ""
+    if res["ckey"] in relinkable:
+        return {**res, "relink": True}, ""
+    return res, ir
+
+
+def job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
+             relinkable: frozenset[str]) -> dict:
+    """One job in a worker: emit, key, and compile unless the coordinator can relink that
+    key. Never raises; an LLVM exit kills only this worker."""
+    from wgradcache.compile.codegen import CodegenOptions, compile_ir
+
+    mismatch = _toolchain_mismatch(toolchain)
+    if mismatch:  # a misconfigured worker, not a property of the job
+        return {"ik": spec.identity_key(), "error": mismatch, "transient": True}
+    res, ir = _settle(spec, options, toolchain, check, relinkable)
+    if not ir:
+        return res
+    try:
+        obj = compile_ir(ir, spec.target, CodegenOptions())
+        t0 = time.perf_counter()
+        meta = metadata(obj)
+        t = {**res["t"], **{k: v for k, v in obj.timings.items() if k != "total"},
+             "isa_stats": time.perf_counter() - t0}
+        return {**res, "t": t, "hsaco": obj.hsaco, "meta": meta}
+    except Exception as e:  # parse/verify errors come back as Python exceptions
+        return {**res, "error": f"{type(e).__name__}: {e}", "transient": False}
+
+
+def job_alone(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
+              relinkable: frozenset[str], timeout: float) -> dict:
+    """The retry: the compile in its own child process, so LLVM's exit is only its own."""
+    from wgradcache.compile.codegen import CodegenOptions
+    from wgradcache.compile.isolate import compile_isolated
+
+    # emitting is pure Python: safe in this process
+    res, ir = _settle(spec, options, toolchain, check, relinkable)
+    if not ir:
+        return res
+    out = compile_isolated(ir, spec.target, CodegenOptions(), timeout=timeout)
+    if not out.ok:
+        return {**res, "error": out.error, "transient": out.error.startswith(_TIMED_OUT)}
+    try:
+        return {**res, "hsaco": out.obj.hsaco, "meta": metadata(out.obj)}
+    except Exception as e:
+        return {**res, "error": f"{type(e).__name__}: {e}", "transient": False}
+
+
+def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int,
+                on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
+                retry: Callable[[tuple], dict]) -> None:
+    """Run tasks in chunks through joblib; on a dead worker or a timeout, retry the chunk's
+    unfinished tasks alone. Chunks are large (a barrier each) because deaths are rare.
+
+    Only joblib's own errors mean "retry": ``on_result`` runs outside that guard, so an
+    error of the caller is never mistaken for a dead worker (it must not raise)."""
+    if not tasks:
+        return
+    if n_jobs == 1 and req.backend != "dask":
+        run_one_worker(fn, tasks, req, on_result, retry)
+        return
+    import joblib
+
+    chunk = max(n_jobs * 32, 64)
+    ctx = (joblib.parallel_config(backend="dask") if req.backend == "dask"
+           else joblib.parallel_config(backend="loky"))
+    with ctx:
+        for start in range(0, len(tasks), chunk):
+            part = tasks[start:start + chunk]
+            done: set[str] = set()
+            par = joblib.Parallel(n_jobs=n_jobs, timeout=req.job_timeout,
+                                  return_as="generator_unordered",
+                                  batch_size=1, pre_dispatch="2*n_jobs")
+            results = iter(par(joblib.delayed(fn)(*t) for t in part))
+            while True:
+                try:
+                    res = next(results)
+                except StopIteration:
+                    break
+                except Exception:  # TerminatedWorkerError, TimeoutError, a dead dask worker
+                    for t in part:
+                        if key_of(t) not in done:
+                            done.add(key_of(t))
+                            on_result(retry(t))
+                    break
+                done.add(res["ik"])
+                on_result(res)
+
+
+def run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
+                   on_result: Callable[[dict], None], retry: Callable[[tuple], dict]) -> None:
+    """One worker process, one task at a time. joblib runs ``n_jobs=1`` in this process
+    (``SequentialBackend``), where an LLVM exit would end the build and no timeout holds;
+    a loky executor keeps the worker a separate process. A dead worker or a timeout
+    retries that task alone and replaces the worker.
+
+    The executor is this run's own, not loky's reusable one: joblib reuses that singleton
+    for ``Parallel`` and breaks on one it did not create (``_temp_folder_manager``)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from joblib.externals.loky import ProcessPoolExecutor
+
+    executor = ProcessPoolExecutor(max_workers=1)
+    try:
+        for t in tasks:
+            try:
+                res = executor.submit(fn, *t).result(timeout=req.job_timeout)
+            except Exception as e:  # TerminatedWorkerError, BrokenProcessPool, a timeout
+                executor.shutdown(wait=False, kill_workers=isinstance(e, FutureTimeout))
+                executor = ProcessPoolExecutor(max_workers=1)
+                res = retry(t)
+            on_result(res)
+    finally:
+        executor.shutdown(wait=False, kill_workers=True)
