@@ -65,13 +65,15 @@ class JobData:
         return replace(self, **changes)
 
 
-_REPOSITORY_FILE = Path(__file__).resolve().parents[3] / "geometries.yaml"
+# Package data (pyproject's package-data), found beside the package: the repository root is
+# not there in an installed wheel, where a root-relative path read site-packages' parent.
+_SHIPPED_FILE = Path(__file__).resolve().parents[1] / "data" / "geometries.yaml"
 
 
 def default_path() -> Path:
-    """$WGRADCACHE_GEOMETRIES, else the repository's geometries.yaml."""
+    """$WGRADCACHE_GEOMETRIES, else the shipped ``wgradcache/data/geometries.yaml``."""
     env = os.environ.get("WGRADCACHE_GEOMETRIES")
-    return Path(env) if env else _REPOSITORY_FILE
+    return Path(env) if env else _SHIPPED_FILE
 
 
 class _Reader:
