@@ -8,6 +8,9 @@ Sources are cited per fact. "probe" means a compile probe through LLVM 22 (llvml
 Debian llc-22), recorded in ``shared/reference/llvm22-amdgpu-facts.md`` and re-checked by
 ``tests/compile/test_lds_probe.py`` on this machine, which compiles an LDS allocation of
 exactly the limit and of the limit + 4 bytes for each target.
+
+The device sizes (CU and XCD counts, ``Target.cu_count``) live in ``devices.py``: they rank
+launches and never change a kernel, and this module is in the generator digest.
 """
 
 from __future__ import annotations
@@ -50,8 +53,6 @@ class Target:
     packed_atomics_native: bool  # <2 x half>/<2 x bfloat> atomicrmw fadd selects natively
     float_atomics_validated: bool  # admits two-stage split-K (f32 workspace atomics)
     f32_atomic_needs_no_fine_grained: bool  # native f32 atomic only with the metadata
-    cu_count: int
-    xcd_count: int
     has_kernels: bool  # the generators emit kernels for it today
     max_block_size: int = 1024
     e_mach: int = 0  # EF_AMDGPU_MACH of the code object (probe, llvm22 facts §5)
@@ -59,6 +60,19 @@ class Target:
 
     def atom(self, dtype_ab: str) -> MmaAtom | None:
         return self.atoms.get(dtype_ab)
+
+    @property
+    def cu_count(self) -> int:
+        """Compute units, from ``model.devices`` (outside the generator digest)."""
+        from wgradcache.model.devices import device_size
+
+        return device_size(self.name).cu_count
+
+    @property
+    def xcd_count(self) -> int:
+        from wgradcache.model.devices import device_size
+
+        return device_size(self.name).xcd_count
 
 
 def _atoms(m: int, n: int, k: int, form: str) -> dict[str, MmaAtom]:
@@ -83,23 +97,18 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 32, "gfx1250"),
             lds_bytes=327680, async_lds_copy=True, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            # No public CU count for gfx1250; rocKE's split-K table defaults unknown
-            # targets to 256 CUs / 1 XCD (rocke-aot-wgrad-facts.md §3). Unsourced.
-            cu_count=256, xcd_count=1, has_kernels=True, e_mach=0x49,
+            has_kernels=True, e_mach=0x49,
             sources={**_COMMON_SOURCES,
-                     "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)",
-                     "cu_count": "no source: rocKE default 256 / 1"},
+                     "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)"},
         ),
         Target(
             name="gfx1201", family="wmma", wave_size=32,
             atoms=_atoms(16, 16, 16, "gfx12"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=False, f32_atomic_needs_no_fine_grained=False,
-            # RX 9070 XT: 64 CUs (AMD product page); not in rocKE's table. No probe can tell.
-            cu_count=64, xcd_count=1, has_kernels=True, e_mach=0x4E,
+            has_kernels=True, e_mach=0x4E,
             sources={**_COMMON_SOURCES,
-                     "float_atomics_validated": "not validated upstream (PR #14832 gates gfx1250)",
-                     "cu_count": "no source in reference/: RX 9070 XT product figure"},
+                     "float_atomics_validated": "not validated upstream (PR #14832 gates gfx1250)"},
         ),
         Target(
             name="gfx1151", family="wmma", wave_size=32,
@@ -108,26 +117,21 @@ TARGETS: dict[str, Target] = {
             # <2 x half>/<2 x bfloat> atomics become a CAS loop whatever metadata (§2).
             packed_atomics_native=False,
             float_atomics_validated=False, f32_atomic_needs_no_fine_grained=True,
-            cu_count=40, xcd_count=1, has_kernels=True, e_mach=0x4A,
-            sources={**_COMMON_SOURCES,
-                     "cu_count": "rocKE split-K table lists 64 (facts §3); Strix Halo has 40. "
-                                 "We use 40, unsourced in reference/"},
+            has_kernels=True, e_mach=0x4A, sources=dict(_COMMON_SOURCES),
         ),
         Target(
             name="gfx950", family="mfma", wave_size=64,
             atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=163840, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            cu_count=256, xcd_count=8, has_kernels=False, e_mach=0x4F,
-            sources={**_COMMON_SOURCES, "cu_count": "rocKE split-K table (facts §3)"},
+            has_kernels=False, e_mach=0x4F, sources=dict(_COMMON_SOURCES),
         ),
         Target(
             name="gfx942", family="mfma", wave_size=64,
             atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            cu_count=304, xcd_count=8, has_kernels=False, e_mach=0x4C,
-            sources={**_COMMON_SOURCES, "cu_count": "rocKE split-K table (facts §3)"},
+            has_kernels=False, e_mach=0x4C, sources=dict(_COMMON_SOURCES),
         ),
     )
 }

@@ -1,0 +1,41 @@
+"""Device sizes per target: compute units and XCDs, what ranking a launch's waves needs.
+
+Apart from the target catalog (``targets.py``) because no emitted kernel depends on them:
+the catalog is in the generator digest, so correcting a CU count there re-emitted every job
+of the cache. ``Target.cu_count`` / ``Target.xcd_count`` read this table (imported on first
+use, so emission never loads it; ``tests/build/test_generator_digest.py`` checks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DeviceSize", "DEVICE_SIZES", "device_size"]
+
+
+@dataclass(frozen=True)
+class DeviceSize:
+    cu_count: int
+    xcd_count: int
+    source: str
+
+
+DEVICE_SIZES: dict[str, DeviceSize] = {
+    # No public CU count for gfx1250; rocKE's split-K table defaults unknown targets to
+    # 256 CUs / 1 XCD (rocke-aot-wgrad-facts.md §3).
+    "gfx1250": DeviceSize(256, 1, "no source: rocKE default 256 / 1"),
+    # RX 9070 XT: 64 CUs (AMD product page); not in rocKE's table. No probe can tell.
+    "gfx1201": DeviceSize(64, 1, "no source in reference/: RX 9070 XT product figure"),
+    "gfx1151": DeviceSize(40, 1, "rocKE split-K table lists 64 (facts §3); Strix Halo has 40. "
+                                 "We use 40, unsourced in reference/"),
+    "gfx950": DeviceSize(256, 8, "rocKE split-K table (facts §3)"),
+    "gfx942": DeviceSize(304, 8, "rocKE split-K table (facts §3)"),
+}
+
+
+def device_size(target: str) -> DeviceSize:
+    try:
+        return DEVICE_SIZES[target]
+    except KeyError:
+        raise KeyError(f"no device size for {target!r}; known: {', '.join(DEVICE_SIZES)}"
+                       ) from None
