@@ -106,3 +106,19 @@ def test_limits_are_required_and_none_checks_the_rules_alone():
         False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
     assert geometry_fits(get_target("gfx1201"), "fp16", lds.geometry, None) == (
         False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
+
+
+def test_model_imports_no_job_data():
+    """The rules take their budgets from the caller: model/ never reaches for jobs/."""
+    import subprocess
+    import sys
+
+    code = ("import sys, wgradcache.model.spec, wgradcache.model.problem, "
+            "wgradcache.model.targets, wgradcache.model.devices\n"
+            "print(' '.join(m for m in sys.modules if m.startswith(('wgradcache.', 'numpy'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert "wgradcache.model.spec" in out
+    # no job data, no numerics (numpy would also cost count its 0.5 s budget)
+    assert not [m for m in out if m.startswith(("wgradcache.jobs", "wgradcache.numerics",
+                                                "numpy"))]
