@@ -9,12 +9,12 @@ import pytest
 
 from wgradcache.compile import codegen
 from wgradcache.compile.codegen import CodegenError, CodegenOptions, compile_ir
-from wgradcache.compile.discovery import CODE_OBJECT_VERSION, CODEGEN_ENV, find_linker
+from wgradcache.compile.discovery import CODEGEN_ENV, find_linker
 from wgradcache.compile.isa import isa_stats
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_kernel
 from wgradcache.compile.toolchain import toolchain_identity, with_code_object_version
-from wgradcache.model.targets import get_target, target_names
+from wgradcache.model.targets import CODE_OBJECT_VERSION, get_target, target_names
 from wgradcache.wgrad.emit import emit_ir
 
 # llvm22-amdgpu-facts.md §5: e_flags of each target's code object (mach + xnack/sramecc).

@@ -11,11 +11,12 @@ from llvmlite import binding
 
 from wgradcache.compile import discovery, libllvm, toolchain
 from wgradcache.compile.codegen import TRIPLE, _llvm
-from wgradcache.compile.discovery import CODE_OBJECT_VERSION, ToolchainError, find_linker
+from wgradcache.compile.discovery import ToolchainError, find_linker
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.lldlink import select_linker
 from wgradcache.compile.samples import mma_kernel
 from wgradcache.compile.toolchain import toolchain_identity, with_code_object_version
+from wgradcache.model.targets import CODE_OBJECT_VERSION
 
 
 def _fake_tool(path, version_line: str):

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from kernel_samples import FORM_TARGET, WMMA_FORMS, every_op, gemm_tile
 
-from wgradcache.compile.discovery import CODE_OBJECT_VERSION, code_object_version_flag
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import bf16, f16, f32, i32, ptr
 from wgradcache.kernel.lower_llvm import DATA_LAYOUT, LoweringError, lower
+from wgradcache.model.targets import CODE_OBJECT_VERSION, code_object_version_flag
 
 llvm.initialize_all_targets()
 llvm.initialize_all_asmprinters()

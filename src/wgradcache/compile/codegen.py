@@ -43,12 +43,7 @@ from dataclasses import asdict, dataclass, field
 
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available
-from wgradcache.compile.discovery import (
-    CODE_OBJECT_VERSION,
-    ToolchainError,
-    find_disassembler,
-    find_llc,
-)
+from wgradcache.compile.discovery import ToolchainError, find_disassembler, find_llc
 from wgradcache.compile.libllvm import LLVMIRError, system_llvm
 from wgradcache.compile.lldlink import (
     LinkError,
@@ -57,7 +52,7 @@ from wgradcache.compile.lldlink import (
     subprocess_argv,
 )
 from wgradcache.compile.toolchain import codegen_backend, with_code_object_version
-from wgradcache.model.targets import get_target
+from wgradcache.model.targets import CODE_OBJECT_VERSION, get_target
 
 __all__ = ["TRIPLE", "CodegenError", "CodegenOptions", "CompiledObject", "compile_ir",
            "LISTINGS"]
@@ -95,7 +90,7 @@ class CodegenOptions:
         if self.code_object_version != CODE_OBJECT_VERSION:
             raise ValueError(f"code_object_version {self.code_object_version!r} cannot be "
                              f"built: kernels are lowered for v{CODE_OBJECT_VERSION} "
-                             f"(compile.discovery.CODE_OBJECT_VERSION)")
+                             f"(model.targets.CODE_OBJECT_VERSION)")
 
     def to_dict(self) -> dict:
         return asdict(self)

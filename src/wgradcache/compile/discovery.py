@@ -19,10 +19,8 @@ from pathlib import Path
 
 __all__ = [
     "CODEGEN_ENV",
-    "CODE_OBJECT_VERSION",
     "MIN_LLVM_MAJOR",
     "ToolchainError",
-    "code_object_version_flag",
     "find_disassembler",
     "find_linker",
     "find_llc",
@@ -33,24 +31,6 @@ __all__ = [
     "user_cache_dir",
     "version_major",
 ]
-
-CODE_OBJECT_VERSION = 5
-"""AMDHSA code object version of every kernel we build: the lowering's module flag, the
-codegen options' only accepted value and the toolchain identity all read it here.
-
-Chosen on purpose rather than taken from LLVM: LLVM 22 defaults to v6 (``EI_ABIVERSION``
-4); ROCm loaders older than 6.x only read up to v5, and v5 carries everything our kernels
-need (hidden kernel arguments, the kernel descriptor layout). The module flag
-``amdhsa_code_object_version`` = 500 selects it (llvm22-amdgpu-facts.md §5, checked on
-gfx942 and gfx1250).
-"""
-
-
-def code_object_version_flag(version: int) -> int:
-    """The value of the ``amdhsa_code_object_version`` module flag that selects ``version``
-    (5 -> 500): what the lowering writes and ``toolchain.with_code_object_version`` adds."""
-    return version * 100
-
 
 MIN_LLVM_MAJOR = 22
 """Oldest LLVM whose tools know gfx1250 (linker relocations, disassembler opcodes)."""

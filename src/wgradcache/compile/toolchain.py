@@ -28,17 +28,16 @@ from pathlib import Path
 
 from wgradcache.compile import libllvm, lldlink, native
 from wgradcache.compile.discovery import (
-    CODE_OBJECT_VERSION,
     CODEGEN_ENV,
     MIN_LLVM_MAJOR,
     ToolchainError,
-    code_object_version_flag,
     find_disassembler,
     find_llc,
     find_tool,
     sha256_file,
     tool_version,
 )
+from wgradcache.model.targets import CODE_OBJECT_VERSION, code_object_version_flag
 
 __all__ = [
     # re-exported from discovery: what users of the toolchain set and catch

@@ -37,7 +37,7 @@ Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
 * predicated memory ops become a branch (a load merges 0 with a phi), so a predicated-off
   lane issues nothing;
 * the module flag ``!{i32 1, !"amdhsa_code_object_version", i32 500}`` of
-  ``compile.discovery.CODE_OBJECT_VERSION`` (5), the version the codegen options accept.
+  ``model.targets.CODE_OBJECT_VERSION`` (5), the version the codegen options accept.
 
 The same KernelDef always gives byte-identical text (names come from value ids).
 """
@@ -49,11 +49,10 @@ import struct
 from collections.abc import Callable
 from functools import cache
 
-from wgradcache.compile.discovery import CODE_OBJECT_VERSION, code_object_version_flag
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import _f32_to_bf16_bits
 from wgradcache.kernel.ir import DType, GroupOp, KernelDef, Ops, Value, f32
-from wgradcache.model.targets import get_target
+from wgradcache.model.targets import CODE_OBJECT_VERSION, code_object_version_flag, get_target
 
 __all__ = ["LoweringError", "lower", "DATA_LAYOUT", "TRIPLE"]
 

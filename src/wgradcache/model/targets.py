@@ -17,7 +17,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["MmaAtom", "Target", "TARGETS", "get_target", "target_names", "kernel_target_names"]
+__all__ = ["CODE_OBJECT_VERSION", "MmaAtom", "Target", "TARGETS", "code_object_version_flag",
+           "get_target", "target_names", "kernel_target_names"]
+
+CODE_OBJECT_VERSION = 5
+"""AMDHSA code object version of every kernel, on every target: the lowering writes its
+module flag, ``compile.codegen.CodegenOptions`` accepts no other and the toolchain identity
+records it.
+
+Chosen on purpose rather than taken from LLVM: LLVM 22 defaults to v6 (``EI_ABIVERSION``
+4); ROCm loaders older than 6.x only read up to v5, and v5 carries everything our kernels
+need (hidden kernel arguments, the kernel descriptor layout). The module flag
+``amdhsa_code_object_version`` = 500 selects it (llvm22-amdgpu-facts.md §5, checked on
+gfx942 and gfx1250).
+"""
+
+
+def code_object_version_flag(version: int) -> int:
+    """The ``amdhsa_code_object_version`` module flag value that selects ``version`` (5 ->
+    500): what the lowering writes and ``compile.toolchain.with_code_object_version`` adds."""
+    return version * 100
 
 
 @dataclass(frozen=True)

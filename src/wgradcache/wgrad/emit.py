@@ -20,13 +20,12 @@ _PKG = Path(__file__).resolve().parents[1]
 # Exactly the modules that emitting IR imports (tested): the emulator, the launcher, the
 # split policy, the walk, the error model (numerics/) and the device sizes (model/devices.py)
 # can change without making every entry re-emit. The job data (geometries.yaml, read through
-# jobs/) decides which specs are valid, never their IR. compile/discovery.py is here for the
-# code object version the lowering writes into every module.
+# jobs/) decides which specs are valid, never their IR.
 GENERATOR_SOURCES = (
     "wgrad/emit.py", "model/spec.py", "model/targets.py", "model/problem.py", "wgrad/abi.py",
     "kernel/ir.py", "kernel/builder.py", "kernel/verify.py", "kernel/mma.py",
     "kernel/lower_llvm.py", "wgrad/kernel.py", "wgrad/context.py", "wgrad/loaders.py",
-    "wgrad/kloop.py", "wgrad/epilogue.py", "wgrad/stage2.py", "compile/discovery.py",
+    "wgrad/kloop.py", "wgrad/epilogue.py", "wgrad/stage2.py",
 )
 
 
