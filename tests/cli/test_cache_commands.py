@@ -101,7 +101,8 @@ def test_bad_codegen_backend_is_a_one_line_error(monkeypatch, tmp_path):
 def test_toolchain_names_the_digest_the_cache_was_built_with(small_cache, monkeypatch):
     monkeypatch.delenv("WGRADCACHE_CODEGEN", raising=False)
     doc = json.loads(_run("toolchain", "--json").stdout)
-    entry = json.loads(_run("show", LABEL, "--cache-dir", str(small_cache["cache"])).stdout)
+    entry = json.loads(_run("show", LABEL, "--cache-dir", str(small_cache["cache"]),
+                            "--json").stdout)
     assert doc["toolchain_digest"] == entry["toolchain_digest"]
     assert (doc["codegen"], doc["disassembler"]) == ("libllvm", "libllvm (native loop)")
     assert (doc["linker"], doc["linker_note"]) == ("inprocess", "")
