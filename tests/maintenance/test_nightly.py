@@ -144,3 +144,34 @@ def test_parse_size():
     assert parse_size("2G") == 2 << 30
     assert parse_size("500m") == 500 << 20
     assert parse_size("123") == 123
+
+
+def test_load_plan_reads_the_shipped_plan_and_names_each_bad_field(tmp_path):
+    import pytest
+
+    from wgradcache.pipeline.refresh import PlanError, load_plan
+
+    plan = load_plan("jobs/nightly.yaml")
+    assert plan.targets and plan.verify_level in ("integrity", "structure", "numerics")
+    p = tmp_path / "plan.yaml"
+    for text, reason in [
+        ("targets: [gfx1250]\nextra: 1\n", "unknown key 'extra'; valid: dtypes, job_timeout, "
+                                           "max_size, targets, variants, verify"),
+        ("targets: []\n", "targets: name at least one target"),
+        ("targets: gfx1250\n", "targets: expected a list"),
+        ("targets: [gfx1250]\ndtypes: [fp8]\n", "dtypes: unknown 'fp8'; valid: "),
+        ("targets: [gfx1250]\nverify: {level: all}\n", "verify.level: unknown 'all'; valid: "
+                                                      "integrity, structure, numerics"),
+        ("targets: [gfx1250]\nverify: {sample: 2}\n", "verify.sample: must be in (0, 1], "
+                                                     "got 2.0"),
+        ("targets: [gfx1250]\nmax_size: 3KM\n", "max_size: size '3KM': unknown unit 'km'"),
+    ]:
+        p.write_text(text)
+        with pytest.raises(PlanError) as e:
+            load_plan(p)
+        assert str(e.value).startswith(f"{p}: {reason}"), str(e.value)
+    p.write_text("targets: [gfx1250]\ndtypes: [fp16]\nverify: {level: integrity, sample: 0.5}"
+                 "\nmax_size: 2G\njob_timeout: 60\n")
+    assert load_plan(p) == Plan(targets=("gfx1250",), dtypes=("fp16",), variants=(),
+                                verify_level="integrity", verify_sample=0.5,
+                                max_size=2 << 30, job_timeout=60.0)

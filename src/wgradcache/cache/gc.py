@@ -67,6 +67,15 @@ def _blob_bytes(cache: TargetCache) -> dict[str, int]:
     return {k: cache.blob_path(k).stat().st_size for k in cache.blob_keys()}
 
 
+@dataclass
+class _Needs:
+    """Who needs each blob: ``by_blob`` (blob -> identity keys, ``stage2:<name>`` for a
+    companion) and ``users_of`` (a stage-2 blob -> the two-stage blobs that need it)."""
+
+    by_blob: dict[str, list[str]] = field(default_factory=dict)
+    users_of: dict[str, set[str]] = field(default_factory=dict)
+
+
 def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = True,
        orphans: bool = True, max_size: int | None = None, grace: float = 600.0,
        dry_run: bool = False) -> GcReport:
@@ -77,61 +86,72 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
     with cache.lock():
         sizes = _blob_bytes(cache)
         rep.bytes_before = sum(sizes.values())
-        needs: dict[str, list[str]] = {}
-        stage2_users: dict[str, set[str]] = {}  # stage-2 name -> blobs of two-stage entries
-        for ik, entry in cache.iter_entries():
-            if isinstance(entry, CorruptEntry):
-                rep.corrupt_entries.append(ik)
-                if not dry_run:
-                    cache.remove_entry(ik)
-                continue
-            if stale and live_identities is not None and ik not in live_identities:
-                rep.stale_entries.append(ik)
-                if not dry_run:
-                    cache.remove_entry(ik)
-                continue
-            needs.setdefault(entry.blob, []).append(ik)
-            companion = stage2_of(entry.identity)
-            if companion:
-                stage2_users.setdefault(companion, set()).add(entry.blob)
-        users_of: dict[str, set[str]] = {}  # stage-2 blob -> the blobs that need it
-        for name, s2 in cache.stage2_entries().items():
-            if not isinstance(s2, CorruptEntry):
-                needs.setdefault(s2.blob, []).append(f"stage2:{name}")
-                users_of.setdefault(s2.blob, set()).update(stage2_users.get(name, ()))
-        now = time.time()
+        needs = _entries(cache, live_identities if stale else None, dry_run, rep)
         if orphans or stale:
-            for key in list(sizes):
-                if key in needs:
-                    continue
-                if now - cache.blob_path(key).stat().st_mtime < grace:
-                    continue
-                rep.orphan_blobs.append(key)
-                if not dry_run:
-                    cache.remove_blob(key)
-                del sizes[key]
+            _orphans(cache, sizes, needs, grace, dry_run, rep)
         if max_size is not None:
-            total = sum(sizes.values())
-
-            def lru(key: str) -> tuple[float, int, str]:
-                """Oldest first; a stage-2 kernel after the last of its users."""
-                used = max([cache.last_used(key)]
-                           + [cache.last_used(u) for u in users_of.get(key, ())])
-                return used, key in users_of, key
-
-            for key in sorted(sizes, key=lru):
-                if total <= max_size:
-                    break
-                rep.evicted_blobs.append(key)
-                for ik in needs.get(key, []):
-                    rep.evicted_entries.append(ik)
-                    if not dry_run:  # entries first: never an entry without its blob
-                        if ik.startswith("stage2:"):
-                            cache.remove_stage2(ik[len("stage2:"):])
-                        else:
-                            cache.remove_entry(ik)
-                if not dry_run:
-                    cache.remove_blob(key)
-                total -= sizes.pop(key)
+            _evict(cache, sizes, needs, max_size, dry_run, rep)
         rep.bytes_after = sum(sizes.values())
     return rep
+
+
+def _entries(cache: TargetCache, live: set[str] | None, dry_run: bool,
+             rep: GcReport) -> _Needs:
+    """Drop corrupt and stale entries (``live`` None: none is stale); who needs what."""
+    needs = _Needs()
+    stage2_users: dict[str, set[str]] = {}  # stage-2 name -> blobs of two-stage entries
+    for ik, entry in cache.iter_entries():
+        if isinstance(entry, CorruptEntry) or (live is not None and ik not in live):
+            (rep.corrupt_entries if isinstance(entry, CorruptEntry)
+             else rep.stale_entries).append(ik)
+            if not dry_run:
+                cache.remove_entry(ik)
+            continue
+        needs.by_blob.setdefault(entry.blob, []).append(ik)
+        companion = stage2_of(entry.identity)
+        if companion:
+            stage2_users.setdefault(companion, set()).add(entry.blob)
+    for name, s2 in cache.stage2_entries().items():
+        if not isinstance(s2, CorruptEntry):
+            needs.by_blob.setdefault(s2.blob, []).append(f"stage2:{name}")
+            needs.users_of.setdefault(s2.blob, set()).update(stage2_users.get(name, ()))
+    return needs
+
+
+def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, grace: float,
+             dry_run: bool, rep: GcReport) -> None:
+    now = time.time()
+    for key in list(sizes):
+        if key in needs.by_blob or now - cache.blob_path(key).stat().st_mtime < grace:
+            continue
+        rep.orphan_blobs.append(key)
+        if not dry_run:
+            cache.remove_blob(key)
+        del sizes[key]
+
+
+def _evict(cache: TargetCache, sizes: dict[str, int], needs: _Needs, max_size: int,
+           dry_run: bool, rep: GcReport) -> None:
+    """Oldest-published first, until the blobs fit ``max_size``; a stage-2 kernel counts
+    as published when the last of its users was, and goes after them."""
+    total = sum(sizes.values())
+
+    def order(key: str) -> tuple[float, bool, str]:
+        users = needs.users_of.get(key, ())
+        return max([cache.last_used(key)] + [cache.last_used(u) for u in users]), \
+            key in needs.users_of, key
+
+    for key in sorted(sizes, key=order):
+        if total <= max_size:
+            break
+        rep.evicted_blobs.append(key)
+        for ik in needs.by_blob.get(key, []):
+            rep.evicted_entries.append(ik)
+            if not dry_run:  # entries first: never an entry without its blob
+                if ik.startswith("stage2:"):
+                    cache.remove_stage2(ik[len("stage2:"):])
+                else:
+                    cache.remove_entry(ik)
+        if not dry_run:
+            cache.remove_blob(key)
+        total -= sizes.pop(key)

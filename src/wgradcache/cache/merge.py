@@ -44,19 +44,34 @@ def _targets(root: Path) -> list[str]:
 def merge(sources: list[str | Path], dest: str | Path) -> MergeReport:
     rep = MergeReport()
     dest = Path(dest)
-    # (target, identity key) -> (source cache, entry): one dict lookup per source entry
-    plan: dict[tuple[str, str], tuple[TargetCache, Entry]] = {}
-    for src in map(Path, sources):
+    plan = _plan(list(map(Path, sources)), dest, rep)
+    if rep.conflicts:
+        return rep
+    _copy_entries(plan, dest, rep)
+    _copy_stage2(list(map(Path, sources)), dest)
+    for target in sorted({t for t, _ in plan}):
+        TargetCache(dest, target).append_stats({"merge": [str(x) for x in sources],
+                                                "when": time.time(),
+                                                "entries": rep.copied_entries})
+    return rep
+
+
+_Plan = dict[tuple[str, str], tuple[TargetCache, Entry]]  # (target, identity) -> source
+
+
+def _plan(sources: list[Path], dest: Path, rep: MergeReport) -> _Plan:
+    """What to copy, keyed for one dict lookup per source entry; conflicts go to ``rep``."""
+    plan: _Plan = {}
+    for src in sources:
         if not src.is_dir():
             raise ValueError(f"merge source {src} is not a cache directory")
         for target in _targets(src):
             s, d = TargetCache(src, target), TargetCache(dest, target)
             for ik, entry in s.iter_entries():
                 where = {"source": str(src), "target": target, "identity_key": ik}
-                if isinstance(entry, CorruptEntry):
-                    rep.conflicts.append({**where, "reason": str(entry)})
-                    continue
                 try:
+                    if isinstance(entry, CorruptEntry):
+                        raise entry
                     have = d.read_entry(ik)
                 except CorruptEntry as e:
                     rep.conflicts.append({**where, "reason": str(e)})
@@ -72,8 +87,10 @@ def merge(sources: list[str | Path], dest: str | Path) -> MergeReport:
                                   f"{entry.blob_sha256[:12]} vs {other.blob_sha256[:12]}"})
                 else:
                     rep.skipped += 1
-    if rep.conflicts:
-        return rep
+    return plan
+
+
+def _copy_entries(plan: _Plan, dest: Path, rep: MergeReport) -> None:
     for (target, _ik), (s, entry) in plan.items():
         d = TargetCache(dest, target)
         with d.lock():
@@ -83,7 +100,10 @@ def merge(sources: list[str | Path], dest: str | Path) -> MergeReport:
             d.write_entry(entry)
             d.stamp_used(entry.blob, s.last_used(entry.blob) or None)
             rep.copied_entries += 1
-    for src in map(Path, sources):
+
+
+def _copy_stage2(sources: list[Path], dest: Path) -> None:
+    for src in sources:
         for target in _targets(src):
             s, d = TargetCache(src, target), TargetCache(dest, target)
             for name, s2 in s.stage2_entries().items():
@@ -93,8 +113,3 @@ def merge(sources: list[str | Path], dest: str | Path) -> MergeReport:
                     if not d.has_blob(s2.blob):
                         d.copy_blob_from(s, s2.blob)
                     d.write_stage2(s2)
-    for target in sorted({t for t, _ in plan}):
-        TargetCache(dest, target).append_stats({"merge": [str(x) for x in sources],
-                                                "when": time.time(),
-                                                "entries": rep.copied_entries})
-    return rep

@@ -55,34 +55,38 @@ def load_plan(path: str | Path) -> Plan:
     extra = set(doc) - known
     if extra:
         raise PlanError(f"{p}: unknown key {sorted(extra)[0]!r}; valid: {', '.join(sorted(known))}")
-
-    def names(key: str, valid) -> tuple[str, ...]:
-        vals = doc.get(key) or []
-        if not isinstance(vals, list):
-            raise PlanError(f"{p}: {key}: expected a list")
-        for v in vals:
-            if v not in valid:
-                raise PlanError(f"{p}: {key}: unknown {v!r}; valid: {', '.join(valid)}")
-        return tuple(vals)
-
-    targets = names("targets", tuple(TARGETS))
+    targets = _names(p, doc, "targets", tuple(TARGETS))
     if not targets:
         raise PlanError(f"{p}: targets: name at least one target")
-    v = doc.get("verify") or {}
+    level, sample = _verify_options(p, doc.get("verify") or {})
+    try:
+        max_size = parse_size(str(doc["max_size"])) if doc.get("max_size") else None
+    except ValueError as e:
+        raise PlanError(f"{p}: max_size: {e}") from None
+    return Plan(targets=targets, dtypes=_names(p, doc, "dtypes", DTYPE_KEYS),
+                variants=_names(p, doc, "variants", VARIANT_KEYS), verify_level=level,
+                verify_sample=sample, max_size=max_size,
+                job_timeout=float(doc.get("job_timeout", 300)))
+
+
+def _names(p: Path, doc: dict, key: str, valid) -> tuple[str, ...]:
+    vals = doc.get(key) or []
+    if not isinstance(vals, list):
+        raise PlanError(f"{p}: {key}: expected a list")
+    for v in vals:
+        if v not in valid:
+            raise PlanError(f"{p}: {key}: unknown {v!r}; valid: {', '.join(valid)}")
+    return tuple(vals)
+
+
+def _verify_options(p: Path, v: dict) -> tuple[str, float]:
     level = v.get("level", "structure")
     if level not in LEVELS:
         raise PlanError(f"{p}: verify.level: unknown {level!r}; valid: {', '.join(LEVELS)}")
     sample = float(v.get("sample", 1.0))
     if not 0 < sample <= 1:
         raise PlanError(f"{p}: verify.sample: must be in (0, 1], got {sample}")
-    try:
-        max_size = parse_size(str(doc["max_size"])) if doc.get("max_size") else None
-    except ValueError as e:
-        raise PlanError(f"{p}: max_size: {e}") from None
-    return Plan(targets=targets, dtypes=names("dtypes", DTYPE_KEYS),
-                variants=names("variants", VARIANT_KEYS), verify_level=level,
-                verify_sample=sample, max_size=max_size,
-                job_timeout=float(doc.get("job_timeout", 300)))
+    return level, sample
 
 
 def _cache_bytes(cache: TargetCache) -> int:
