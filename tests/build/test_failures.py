@@ -93,10 +93,27 @@ def test_a_blob_removed_while_relinking_is_transient(tmp_path, monkeypatch):
     lost = build(req, specs=specs)
     assert (lost.failed, lost.relinked, lost.built) == (2, 0, 0) and _adds_up(lost)
     assert {f["reason"] for f in lost.failures} == {
-        "blob removed while relinking (concurrent gc); the next build compiles it"}
+        "blob or its sidecar gone while relinking (a concurrent gc?); the next build "
+        "compiles it"}
     monkeypatch.undo()
-    again = build(req, specs=specs)
-    assert (again.relinked, again.failed) == (2, 0)
+    again = build(req, specs=specs)  # the sidecars were dropped: compiled, not relinked
+    assert (again.built, again.relinked, again.failed) == (2, 0, 0)
+
+
+def test_a_sidecar_that_is_not_whole_is_compiled_again_not_relinked_forever(tmp_path):
+    specs = _specs(1)
+    req = BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=1)
+    assert build(req, specs=specs).built == 1
+    cache = TargetCache(tmp_path, "gfx1250")
+    (ik,) = cache.entry_keys()
+    key = cache.read_entry(ik).blob
+    cache.remove_entry(ik)
+    cache.sidecar_path(key).write_text("{")
+    first = build(req, specs=specs)
+    assert (first.failed, first.failures[0]["transient"]) == (1, True)
+    second = build(req, specs=specs)
+    assert (second.built, second.failed) == (1, 0)
+    assert cache.read_sidecar(key) is not None
 
 
 def test_the_relink_decision_is_the_coordinators(tmp_path, monkeypatch):

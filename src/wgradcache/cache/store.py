@@ -213,6 +213,11 @@ class TargetCache:
         return frozenset(n[:-6] for n in names
                          if n.endswith(".hsaco") and f"{n[:-6]}.json" in names)
 
+    def forget_sidecar(self, key: str) -> None:
+        """Remove a sidecar a relink could not read, so that ``relinkable`` stops listing
+        its blob and the next build compiles it (call under the writer lock)."""
+        self.sidecar_path(key).unlink(missing_ok=True)
+
     def copy_blob_from(self, src: TargetCache, key: str) -> None:
         """Blob ``key`` and its sidecar (when whole) from another cache of this target."""
         self.write_blob(key, src.read_blob(key), src.read_sidecar(key))

@@ -106,8 +106,9 @@ class Publisher:
 
     def _publish(self, spec: KernelSpec, res: dict) -> None:
         """Blob (when compiled here), sidecar, then the entry. A relink whose blob or
-        sidecar vanished since the plan listed it (a concurrent gc) is a transient
-        failure."""
+        sidecar vanished since the plan listed it (a concurrent gc), or whose sidecar is
+        not whole, is a transient failure, and the sidecar is dropped so the next build
+        compiles the job instead of trying that relink again."""
         ik, ckey = res["ik"], res["ckey"]
         cache = self.cache
         with cache.lock():
@@ -117,8 +118,9 @@ class Publisher:
             else:
                 meta = cache.read_sidecar(ckey)
                 if meta is None:
-                    self.fail(spec, "blob removed while relinking (concurrent gc); "
-                                    "the next build compiles it", transient=True)
+                    cache.forget_sidecar(ckey)
+                    self.fail(spec, "blob or its sidecar gone while relinking (a concurrent "
+                                    "gc?); the next build compiles it", transient=True)
                     return
                 ref = cache.blob_ref(ckey)  # the entry records what is on disk
             cache.write_entry(self._entry(spec, ik, ref, res, meta))
