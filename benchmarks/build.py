@@ -119,7 +119,7 @@ def run_llc_lld(jobs: list[EmittedJob], workers: int, workdir: Path) -> tuple[fl
 # ---- our compile side alone -----------------------------------------------------------
 
 def _compile_timed(target: str, ir: str, backend: str = "libllvm") -> tuple[bytes, dict]:
-    """In a loky worker: what ``build._job_task`` compiles, with its phases timed."""
+    """In a loky worker: what ``workers.job_task`` compiles, with its phases timed."""
     from wgradcache.compile.codegen import CodegenOptions, compile_ir
     from wgradcache.compile.isa import isa_stats
     from wgradcache.compile.toolchain import CODEGEN_ENV
@@ -224,7 +224,7 @@ def cache_blobs(cache_dir: Path, target: str, specs: list[KernelSpec]) -> list[b
     out = []
     for s in specs:
         entry = cache.read_entry(s.identity_key())
-        out.append(cache.read_blob(entry["blob"]) if entry else None)
+        out.append(cache.read_blob(entry.blob) if entry else None)
     return out
 
 
