@@ -58,11 +58,12 @@ def build(targets, as_json, **options) -> None:
     requests = [BuildRequest(target=t, **options) for t in targets or ("gfx1250",)]
     failed = run_builds(requests, as_json)
     if failed:
-        raise RunFailed(f"{failed} job(s) failed; see the failures above")
+        raise RunFailed(f"{failed} job(s) or stage-2 kernel(s) failed; see the failures above")
 
 
 def run_builds(requests, as_json: bool) -> int:
-    """Build each request in turn; render; return the number of failed jobs."""
+    """Build each request in turn; render; return the number of failed jobs and stage-2
+    kernels (a two-stage entry is useless without its stage-2 kernel: exit 1 either way)."""
     summaries = [_one(req, show_progress=not as_json) for req in requests]
     for s in summaries:
         for f in s.failures:
@@ -81,7 +82,7 @@ def run_builds(requests, as_json: bool) -> int:
             if s.jobs and s.built == 0 and s.relinked == 0 and s.failed == 0:
                 click.echo(f"{s.target}: nothing to compile: all {s.up_to_date} jobs "
                            "up to date")
-    return sum(s.failed for s in summaries)
+    return sum(s.failed + s.stage2_failed for s in summaries)
 
 
 def _one(req, show_progress: bool):
