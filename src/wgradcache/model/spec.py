@@ -314,6 +314,56 @@ def store_vector_ok(epilogue: str, reduction: str, store_vec: int) -> tuple[bool
     return True, ""
 
 
+def _names_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[bool, str]:
+    if not target.has_kernels:
+        return False, f"{target.name}: no kernel generator for {target.family} targets yet"
+    if spec.dtype not in AB_DTYPES:
+        return False, f"dtype {spec.dtype!r} not one of {AB_DTYPES}"
+    if spec.dw_dtype not in (spec.dtype, "fp32"):
+        return False, f"dW dtype {spec.dw_dtype!r} must be {spec.dtype} or fp32"
+    for name, value, allowed in (("k_loop", spec.k_loop, K_LOOPS),
+                                 ("epilogue", spec.epilogue, EPILOGUES),
+                                 ("reduction", spec.reduction, REDUCTIONS)):
+        if value not in allowed:
+            return False, f"{name} {value!r} not one of {allowed}"
+    return True, ""
+
+
+def _load_widths(spec: KernelSpec) -> tuple[int, int]:
+    return (spec.chunk_a, spec.chunk_b) if spec.k_loop == "async" else (spec.vec_a, spec.vec_b)
+
+
+def _widths_belong(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[bool, str]:
+    if spec.k_loop == "async" and (spec.vec_a or spec.vec_b):
+        return False, ("the async loop takes its widths from the copy: vec_a/vec_b "
+                       "must be left unset")
+    if spec.k_loop == "sync" and (spec.chunk_a or spec.chunk_b):
+        return False, "chunk_a/chunk_b belong to the async loop"
+    return load_widths_ok(spec.k_loop, spec.dtype, spec.tile_m, spec.tile_n, *_load_widths(spec))
+
+
+def _replicas_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[bool, str]:
+    if spec.reduction == "two_stage" and spec.ws_replicas < 1:
+        return False, f"ws_replicas {spec.ws_replicas} must be >= 1 for two-stage"
+    if spec.reduction != "two_stage" and spec.ws_replicas:
+        return False, "ws_replicas belongs to two-stage split-K"
+    return True, ""
+
+
+# validate's rules, in their fixed order (the first failure is the reason a reject records).
+_RULES = (
+    _names_ok,
+    lambda s, t, lim: geometry_fits(t, s.dtype, s.geometry, lim),
+    lambda s, t, lim: k_loop_admitted(t, s.k_loop),
+    _widths_belong,
+    lambda s, t, lim: loads_fit(t, s.dtype, s.k_loop, s.geometry, *_load_widths(s), lim),
+    lambda s, t, lim: reduction_admitted(t, s.dw_dtype, s.reduction, s.epilogue),
+    lambda s, t, lim: store_vector_ok(s.epilogue, s.reduction, s.store_vec),
+    _replicas_ok,
+    lambda s, t, lim: lds_fits(t, s.dtype, s.k_loop, s.epilogue, s.geometry),
+)
+
+
 def validate(spec: KernelSpec, *, limits: Limits | None,
              target: Target | None = None) -> tuple[bool, str]:
     """Every rule a spec must obey on its target, in a fixed order; first failure wins.
@@ -327,43 +377,8 @@ def validate(spec: KernelSpec, *, limits: Limits | None,
         target = target or get_target(spec.target)
     except KeyError as e:
         return False, str(e.args[0])
-    if not target.has_kernels:
-        return False, f"{target.name}: no kernel generator for {target.family} targets yet"
-    if spec.dtype not in AB_DTYPES:
-        return False, f"dtype {spec.dtype!r} not one of {AB_DTYPES}"
-    if spec.dw_dtype not in (spec.dtype, "fp32"):
-        return False, f"dW dtype {spec.dw_dtype!r} must be {spec.dtype} or fp32"
-    for name, value, allowed in (("k_loop", spec.k_loop, K_LOOPS),
-                                 ("epilogue", spec.epilogue, EPILOGUES),
-                                 ("reduction", spec.reduction, REDUCTIONS)):
-        if value not in allowed:
-            return False, f"{name} {value!r} not one of {allowed}"
-    ok, why = geometry_fits(target, spec.dtype, spec.geometry, limits)
-    if not ok:
-        return ok, why
-    ok, why = k_loop_admitted(target, spec.k_loop)
-    if not ok:
-        return ok, why
-    if spec.k_loop == "async" and (spec.vec_a or spec.vec_b):
-        return False, ("the async loop takes its widths from the copy: vec_a/vec_b "
-                       "must be left unset")
-    if spec.k_loop == "sync" and (spec.chunk_a or spec.chunk_b):
-        return False, "chunk_a/chunk_b belong to the async loop"
-    widths = (spec.chunk_a, spec.chunk_b) if spec.k_loop == "async" else (spec.vec_a, spec.vec_b)
-    ok, why = load_widths_ok(spec.k_loop, spec.dtype, spec.tile_m, spec.tile_n, *widths)
-    if not ok:
-        return ok, why
-    ok, why = loads_fit(target, spec.dtype, spec.k_loop, spec.geometry, *widths, limits)
-    if not ok:
-        return ok, why
-    ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction, spec.epilogue)
-    if not ok:
-        return ok, why
-    ok, why = store_vector_ok(spec.epilogue, spec.reduction, spec.store_vec)
-    if not ok:
-        return ok, why
-    if spec.reduction == "two_stage" and spec.ws_replicas < 1:
-        return False, f"ws_replicas {spec.ws_replicas} must be >= 1 for two-stage"
-    if spec.reduction != "two_stage" and spec.ws_replicas:
-        return False, "ws_replicas belongs to two-stage split-K"
-    return lds_fits(target, spec.dtype, spec.k_loop, spec.epilogue, spec.geometry)
+    for rule in _RULES:
+        ok, why = rule(spec, target, limits)
+        if not ok:
+            return ok, why
+    return True, ""
