@@ -30,18 +30,9 @@ def serves(spec: KernelSpec, problem: ConvProblem, degree: int | None = None
     if not ok:
         return False, f"invalid kernel spec: {why}"
     p = problem
-    if spec.k_loop == "async":
-        eb = elem_bytes(spec.dtype)
-        for name, chunk, run, what in (("chunk_a", spec.chunk_a, p.kpg, "kpg"),
-                                       ("chunk_b", spec.chunk_b, p.cpg, "cpg")):
-            if run % (chunk // eb):
-                return False, (f"async {name} of {chunk} B ({chunk // eb} elements) does not "
-                               f"divide {what}={run}")
-    else:
-        if p.kpg % spec.vec_a:
-            return False, f"vec_a {spec.vec_a} does not divide kpg={p.kpg}"
-        if p.cpg % spec.vec_b:
-            return False, f"vec_b {spec.vec_b} does not divide cpg={p.cpg}"
+    ok, why = _widths_divide(spec, p)
+    if not ok:
+        return ok, why
     if spec.reduction == "atomic" and spec.dw_dtype != "fp32" and p.wg_N % 2:
         return False, (f"packed {spec.dw_dtype} atomics write dword pairs: wg_N=Y*X*cpg="
                        f"{p.wg_N} is odd (use a two-stage kernel)")
@@ -59,4 +50,21 @@ def serves(spec: KernelSpec, problem: ConvProblem, degree: int | None = None
         if nbytes > MAX_BUFFER_BYTES:
             return False, (f"{buf} is {nbytes} B: offsets are 31-bit (at most "
                            f"{MAX_BUFFER_BYTES} B per buffer)")
+    return True, ""
+
+
+def _widths_divide(spec: KernelSpec, p: ConvProblem) -> tuple[bool, str]:
+    """A global vector (or async chunk) never crosses the channel run it loads along."""
+    if spec.k_loop == "async":
+        eb = elem_bytes(spec.dtype)
+        for name, chunk, run, what in (("chunk_a", spec.chunk_a, p.kpg, "kpg"),
+                                       ("chunk_b", spec.chunk_b, p.cpg, "cpg")):
+            if run % (chunk // eb):
+                return False, (f"async {name} of {chunk} B ({chunk // eb} elements) does not "
+                               f"divide {what}={run}")
+        return True, ""
+    if p.kpg % spec.vec_a:
+        return False, f"vec_a {spec.vec_a} does not divide kpg={p.kpg}"
+    if p.cpg % spec.vec_b:
+        return False, f"vec_b {spec.vec_b} does not divide cpg={p.cpg}"
     return True, ""
