@@ -28,3 +28,25 @@ def test_a_one_line_error_stays_one_line(tmp_path):
                                   str(tmp_path)])
     assert r.exit_code == 2
     assert r.output.count("\n") == 1 and "\\n::error::forged" in r.output
+
+
+def test_an_os_error_is_one_line_naming_the_path(monkeypatch, tmp_path):
+    import errno
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "c" / "x.tmp"))
+
+    monkeypatch.setattr("wgradcache.pipeline.build.build", full)
+    r = CliRunner().invoke(main, ["build", "--target", "gfx1250", "--cache-dir",
+                                  str(tmp_path / "c")])
+    assert r.exit_code == 1
+    assert r.output == f"failed: {tmp_path}/c/x.tmp: No space left on device\n"
+
+
+def test_a_junit_file_that_cannot_be_written_is_one_line(small_cache):
+    r = CliRunner().invoke(main, ["verify", "--from-cache", "--level", "integrity",
+                                  "--cache-dir", str(small_cache["cache"]),
+                                  "--junit", "/dev/full"])
+    assert r.exit_code == 1
+    assert "checked " in r.output  # the report came first
+    assert r.output.splitlines()[-1] == "failed: --junit /dev/full: No space left on device"

@@ -12,14 +12,17 @@ import os
 
 import click
 
-from wgradcache.cli.console import UserError, debug
+from wgradcache.cli.console import RunFailed, UserError, debug
 
 __all__ = ["main", "cache_dir_option", "geometries_option", "selection_options",
            "json_option", "shard_option", "TargetParam", "ProblemParam", "LabelParam"]
 
 
 class _Group(click.Group):
-    """Turns library errors about user input or set-up into one-line exit-2 errors."""
+    """Turns library errors about user input or set-up into one-line exit-2 errors, and an
+    operating-system error no layer below handled (a full disk, a read-only or unreadable
+    path) into one line naming the path, exit 1: never a traceback without WGRADCACHE_DEBUG.
+    """
 
     def invoke(self, ctx: click.Context):
         from wgradcache.compile.toolchain import ToolchainError
@@ -31,6 +34,17 @@ class _Group(click.Group):
             if debug():
                 raise
             raise UserError(str(e)) from None
+        except OSError as e:
+            if debug():
+                raise
+            raise RunFailed(os_error_line(e)) from None
+
+
+def os_error_line(e: OSError) -> str:
+    """'<path>: <reason>' (both paths for a rename), or the error's text without a path."""
+    where = ": ".join(str(p) for p in (e.filename, e.filename2) if p is not None)
+    what = e.strerror or str(e) or type(e).__name__
+    return f"{where}: {what}" if where else what
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -62,15 +62,29 @@ def verify(from_cache, junit, as_json, **options) -> None:
 
 
 def run_verify(req, junit: str | None, as_json: bool) -> bool:
-    from wgradcache.pipeline.verify import verify, write_junit
+    from wgradcache.pipeline.verify import verify
 
     with ProgressHook("numerics", enabled=not as_json) as hook:
         rep = verify(req, advance=hook.advance, on_total=hook.on_total)
-    if junit:
-        write_junit(rep, junit)
     if as_json:
         emit_json(rep.to_json())
-        return rep.ok
+    else:
+        _render(req, rep)
+    if junit:
+        _write_junit(rep, junit)
+    return rep.ok
+
+
+def _write_junit(rep, path: str) -> None:
+    from wgradcache.pipeline.verify import write_junit
+
+    try:
+        write_junit(rep, path)
+    except OSError as e:  # after the report: the results are on screen either way
+        raise RunFailed(f"--junit {path}: {e.strerror or e}") from None
+
+
+def _render(req, rep) -> None:
     for note in rep.notes:
         click.echo(printable(note), err=True)
     for f in rep.failures:
@@ -80,4 +94,3 @@ def run_verify(req, junit: str | None, as_json: bool) -> bool:
           [(t, d["entries"], d["expected"], d["missing"], "yes" if d["complete"] else "no")
            for t, d in rep.targets.items()])
     click.echo(f"checked {rep.checked}, failed {len(rep.failures)}")
-    return rep.ok
