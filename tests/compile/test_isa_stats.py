@@ -63,6 +63,57 @@ def test_counts_instruction_lines_only():
     assert (s["main_loop_instructions"], s["main_loop_mma"], s["main_loop_barriers"],
             s["main_loop_async_copies"]) == (8, 2, 1, 1)
     assert mma_per_loop(ASM) == [2, 0]
+    assert (s["main_loop_ds_loads"], s["main_loop_ds_load_bytes"], s["main_loop_ds_loads_b128"],
+            s["main_loop_ds_loads_narrow"], s["main_loop_waits"], s["main_loop_salu"],
+            s["main_loop_valu"], s["main_loop_exec_branches"]) == (1, 16, 1, 0, 1, 0, 0, 0)
+
+
+LOOP = """\
+k:
+\ts_mov_b32 s2, 0
+.LBB0_1:
+\tv_add_nc_u32_e32 v1, 4, v1
+\ts_and_saveexec_b32 s3, vcc_lo
+\ts_cbranch_execz .LBB0_3
+\tglobal_load_b128 v[4:7], v1, s[0:1]
+.LBB0_3:
+\ts_or_b32 exec_lo, exec_lo, s3
+\ts_wait_loadcnt 0x0
+\tds_store_b128 v2, v[4:7]
+\ts_barrier_signal -1
+\ts_barrier_wait -1
+\tds_load_u16 v8, v3
+\tds_load_u16_d16_hi v8, v3 offset:80
+\tds_load_b64 v[10:11], v3 offset:160
+\tds_load_2addr_b64 v[12:15], v3 offset1:4
+\tds_load_b128 v[16:19], v3 offset:320
+\ts_wait_dscnt 0x0
+\tv_perm_b32 v9, v8, v8, 0x5040100
+\ts_delay_alu instid0(VALU_DEP_1)
+\tv_wmma_f32_16x16x32_f16 v[20:27], v[8:15], v[12:19], v[20:27]
+\ts_add_co_i32 s2, s2, 32
+\ts_cmp_ge_i32 s2, s4
+\ts_cbranch_scc0 .LBB0_1
+\ts_endpgm
+"""
+
+
+def test_main_loop_figures():
+    """What feeds the MMAs of one K tile: LDS reads by width, ALU, exec branches, waits."""
+    s = isa_stats(LOOP)
+    assert (s["main_loop_instructions"], s["main_loop_mma"]) == (21, 1)
+    # u16 + d16_hi (2 B each), b64 (8), 2addr_b64 (16: two 8-byte reads), b128 (16)
+    assert (s["main_loop_ds_loads"], s["main_loop_ds_load_bytes"]) == (5, 44)
+    assert (s["main_loop_ds_loads_b128"], s["main_loop_ds_loads_narrow"],
+            s["main_loop_ds_loads_b16"]) == (2, 3, 2)
+    assert (s["main_loop_ds_stores"], s["main_loop_ds_store_bytes"]) == (1, 16)
+    assert s["main_loop_global_loads"] == 1
+    assert (s["main_loop_exec_branches"], s["main_loop_saveexec"]) == (1, 1)
+    # s_wait_loadcnt, s_wait_dscnt; s_delay_alu is a hint, not a wait nor SALU work
+    assert s["main_loop_waits"] == 2
+    assert s["main_loop_salu"] == 4  # saveexec, or (exec restore), add, cmp
+    assert (s["main_loop_valu"], s["main_loop_v_perm"]) == (2, 1)
+    assert s["main_loop_barriers"] == 1
 
 
 def test_a_forward_branch_is_no_loop():

@@ -18,7 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["Instruction", "Loop", "parse_listing", "find_loops", "isa_stats", "mma_per_loop"]
+__all__ = ["Instruction", "Loop", "parse_listing", "find_loops", "isa_stats", "mma_per_loop",
+           "main_loop", "ds_access_bytes"]
 
 # Blocks of directives whose lines are not code (the metadata YAML, the kernel descriptor).
 _SKIP_BLOCKS = {".amdgpu_metadata": ".end_amdgpu_metadata",
@@ -145,6 +146,62 @@ def _is_cas_loop(loop: Loop, code: list[Instruction]) -> bool:
         _is_cmpswap(i.mnemonic) for i in loop.body(code))
 
 
+# Bytes one lane moves per LDS access, by mnemonic. gfx11+ spell them ds_load_* / ds_store_*,
+# gfx9 ds_read_* / ds_write_*; the d16 forms write half a VGPR; 2addr / read2 are two accesses
+# of the element width in one instruction.
+_DS_WIDTH = re.compile(r"^ds_(?:load|read|store|write)(2st64|2|_2addr_stride64|_2addr)?_"
+                       r"(?:tr\d+_|addtid_)?([bui])(8|16|32|64|96|128)")
+_DS_TR_GFX950 = re.compile(r"^ds_read_b(64|96)_tr_b\d+$")
+
+
+def ds_access_bytes(mnemonic: str) -> int:
+    """Bytes per lane of one LDS load or store instruction (0 for any other instruction)."""
+    m = _DS_TR_GFX950.match(mnemonic)
+    if m:
+        return int(m.group(1)) // 8
+    m = _DS_WIDTH.match(mnemonic)
+    if not m:
+        return 0
+    pair = 2 if m.group(1) else 1
+    return pair * int(m.group(3)) // 8
+
+
+def _is_ds_load(m: str) -> bool:
+    return m.startswith(("ds_load", "ds_read"))
+
+
+def _is_ds_store(m: str) -> bool:
+    return m.startswith(("ds_store", "ds_write"))
+
+
+def _is_wait(m: str) -> bool:
+    # s_waitcnt* (gfx9-gfx11) and the split counters of gfx12 (s_wait_loadcnt, s_wait_dscnt,
+    # s_wait_alu, ...): every instruction that stalls the wave on a counter.
+    return m.startswith("s_wait")
+
+
+# Scalar instructions that are no ALU work: hints, waits, barriers, branches, program end.
+_NOT_SALU = ("s_wait", "s_barrier", "s_branch", "s_cbranch_", "s_delay_alu", "s_clause",
+             "s_setprio", "s_sleep", "s_set_vgpr_msb", "s_endpgm", "s_nop")
+
+
+def _is_salu(m: str) -> bool:
+    return m.startswith("s_") and not m.startswith(_NOT_SALU)
+
+
+def _is_valu(m: str) -> bool:
+    return m.startswith("v_") and not _is_mma(m) and m not in ("v_nop",)
+
+
+def main_loop(code: list[Instruction], labels: dict[str, int]) -> Loop | None:
+    """The loop with the most MMAs (then the most instructions) that is not a CAS loop: the
+    K loop of a GEMM kernel (its body, from the header label to the backward branch, holds
+    one K tile: codegen does not unroll a loop of unknown trip count)."""
+    others = [lp for lp in find_loops(code, labels) if not _is_cas_loop(lp, code)]
+    return max(others, key=lambda lp: (_count(lp.body(code), _is_mma), lp.end - lp.start),
+               default=None)
+
+
 def mma_per_loop(asm: str) -> list[int]:
     """MMA count of every loop body (outer loops include inner ones), in program order."""
     code, labels = parse_listing(asm)
@@ -222,8 +279,39 @@ def isa_stats(asm: str) -> dict[str, int]:
     main = max(others, key=lambda lp: (_count(lp.body(code), _is_mma), lp.end - lp.start),
                default=None)
     body = _by_mnemonic(main.body(code)) if main else Counter()
-    s["main_loop_instructions"] = sum(body.values())
-    s["main_loop_mma"] = _tally(body, _is_mma)
-    s["main_loop_barriers"] = _tally(body, _is_barrier)
-    s["main_loop_async_copies"] = _tally(body, _is_async_copy)
+    s.update(_main_loop_stats(body))
     return s
+
+
+def _main_loop_stats(body: Counter[str]) -> dict[str, int]:
+    """One iteration of the main loop (one K tile): what feeds its MMAs and what it waits on.
+
+    ``ds_load_narrow``: LDS reads under 16 bytes per lane (a 16-bit read per fragment element
+    is the K-outer layout's cost); ``exec_branches``: ``s_cbranch_execz``/``execnz``, the
+    branch around a predicated block, and ``saveexec`` the ``s_and_saveexec`` that opens it.
+    """
+    loads = {m: n for m, n in body.items() if _is_ds_load(m)}
+    stores = {m: n for m, n in body.items() if _is_ds_store(m)}
+    return {
+        "main_loop_instructions": sum(body.values()),
+        "main_loop_mma": _tally(body, _is_mma),
+        "main_loop_barriers": _tally(body, _is_barrier),
+        "main_loop_async_copies": _tally(body, _is_async_copy),
+        "main_loop_ds_loads": sum(loads.values()),
+        "main_loop_ds_load_bytes": sum(n * ds_access_bytes(m) for m, n in loads.items()),
+        "main_loop_ds_loads_b128": sum(n for m, n in loads.items() if ds_access_bytes(m) == 16),
+        "main_loop_ds_loads_narrow": sum(n for m, n in loads.items()
+                                         if ds_access_bytes(m) < 16),
+        "main_loop_ds_loads_b16": sum(n for m, n in loads.items() if ds_access_bytes(m) == 2),
+        "main_loop_ds_stores": sum(stores.values()),
+        "main_loop_ds_store_bytes": sum(n * ds_access_bytes(m) for m, n in stores.items()),
+        "main_loop_global_loads": _tally(body, lambda m: m.startswith(("global_load",
+                                                                       "buffer_load"))
+                                         and not _is_async_copy(m)),
+        "main_loop_valu": _tally(body, _is_valu),
+        "main_loop_salu": _tally(body, _is_salu),
+        "main_loop_exec_branches": body["s_cbranch_execz"] + body["s_cbranch_execnz"],
+        "main_loop_saveexec": _tally(body, lambda m: m.startswith("s_and_saveexec")),
+        "main_loop_waits": _tally(body, _is_wait),
+        "main_loop_v_perm": body["v_perm_b32"],
+    }

@@ -1,0 +1,181 @@
+"""How well the kernels feed their MMAs: main-loop figures of compiled kernels per WMMA target.
+
+    python benchmarks/isa_quality.py [--count N] [--targets gfx1250,...] [--jobs W]
+                                     [--save FILE] [--before FILE]
+
+For a spread subset of each target's default walk (``codegen.spread_specs``: every variant
+and dtype, tiles and load widths spread inside each), the kernels are emitted and compiled
+here (``compile_ir``, W processes) and their main loop (``compile.isa.main_loop``: one K
+tile) is read from the listing. Printed per target, min / median / max over the subset:
+
+* main-loop instructions per MMA, LDS read instructions per MMA, and the share of the reads
+  narrower than 128 bits, over the whole subset and over the kernels with wide loads only
+  (sync v8x8 or async c16x16: 8-element global vectors, 16-byte copies);
+* on gfx1250, for the 128x128 tiles of the subset (and every 128x128 fp16 kernel of the
+  default-none variants, which are added to it): llvm-mca-22's estimate of cycles per
+  main-loop iteration against the WMMA bound, 8 cycles per WMMA (its gfx1250 model gives
+  v_wmma_f32_16x16x32 rthroughput 8; gfx1201 and gfx1151 model WMMA as a plain VALU op, so
+  the estimate means nothing there and is not printed). Barriers are left out of the
+  estimate (``_loop_text`` says why); global-load latency (320 in the model) is in it.
+
+``--save`` writes the per-kernel figures as JSON; ``--before FILE`` (an earlier ``--save``)
+prints its summary beside this run's, kernel sets matched by label. Nothing here is timed:
+the figures are instruction counts, identical from one run to the next for the same sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from codegen import spread_specs
+
+from wgradcache.compile.isa import main_loop, parse_listing
+from wgradcache.jobs import walk
+from wgradcache.model.spec import KernelSpec, from_label
+
+TARGETS = ("gfx1250", "gfx1201", "gfx1151")
+WMMA_CYCLES = 8  # llvm-mca 22's gfx1250 model: v_wmma_f32_16x16x32_* rthroughput 8
+MCA_ITERATIONS = 50
+
+
+def _mca() -> str | None:
+    return shutil.which("llvm-mca-22") or next(
+        (p for p in ("/usr/lib/llvm-22/bin/llvm-mca",) if os.path.exists(p)), None)
+
+
+def _wide(spec: KernelSpec) -> bool:
+    return (spec.vec_a, spec.vec_b) == (8, 8) or (spec.chunk_a, spec.chunk_b) == (16, 16)
+
+
+def _loop_text(asm: str) -> str:
+    """The main loop's instructions as assembly llvm-mca reads, one per line. Branches are
+    dropped (their labels name nothing in the extract), and so are barriers: llvm-mca 22
+    gives s_barrier_signal/_wait a latency of 2000 cycles, a wait for other waves that its
+    one-wave model cannot place (with them, every loop reads ~2000 cycles per barrier)."""
+    code, labels = parse_listing(asm)
+    lp = main_loop(code, labels)
+    if lp is None:
+        return ""
+    lines = [f"\t{i.mnemonic} {i.operands}".rstrip() for i in lp.body(code)
+             if not i.mnemonic.startswith(("s_branch", "s_cbranch_", "s_barrier"))]
+    return "\n".join(lines) + "\n"
+
+
+def _mca_cycles(mca: str, target: str, text: str) -> float | None:
+    with tempfile.NamedTemporaryFile("w", suffix=".s", delete=False) as f:
+        f.write(text)
+        path = f.name
+    try:
+        r = subprocess.run([mca, "-mtriple=amdgcn-amd-amdhsa", f"-mcpu={target}",
+                            f"-iterations={MCA_ITERATIONS}", path],
+                           capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(path)
+    m = re.search(r"^Total Cycles:\s+(\d+)", r.stdout, re.M)
+    return int(m.group(1)) / MCA_ITERATIONS if m else None
+
+
+def measure(label: str, want_mca: bool) -> dict:
+    """One kernel: emit, compile, main-loop figures (and llvm-mca's cycles when asked)."""
+    from wgradcache.compile.codegen import compile_ir
+    from wgradcache.compile.isa import isa_stats
+    from wgradcache.wgrad.emit import emit_ir
+
+    spec = from_label(label)
+    k = emit_ir(spec)
+    obj = compile_ir(k.ir_text, spec.target, listing="disassembly")
+    isa = isa_stats(obj.asm)
+    doc = {"label": label, "target": spec.target, "wide": _wide(spec),
+           "isa": {key: v for key, v in isa.items() if key.startswith("main_loop_")}}
+    mca = _mca() if want_mca else None
+    if mca:
+        doc["mca_cycles"] = _mca_cycles(mca, spec.target, _loop_text(obj.asm))
+    return doc
+
+
+def subset(target: str, count: int) -> list[KernelSpec]:
+    specs = list(walk(target))
+    picked = spread_specs(specs, count)
+    if target == "gfx1250":  # the 128x128 fp16 tiles the mca goal is about
+        seen = {s.label() for s in picked}
+        picked += [s for s in specs if s.tile_m == s.tile_n == 128 and s.dtype == "fp16"
+                   and s.variant.endswith(".default.none")
+                   and _wide(s) and s.label() not in seen]
+    return picked
+
+
+def _mmm(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{min(xs):6.1f} {statistics.median(xs):6.1f} {max(xs):6.1f}"
+
+
+def summary(docs: list[dict]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for target in TARGETS:
+        rows = [d for d in docs if d["target"] == target and d["isa"]["main_loop_mma"]]
+        if not rows:
+            continue
+        t: dict[str, str] = {}
+        for name, sel in (("all", rows), ("wide", [d for d in rows if d["wide"]])):
+            ins = [d["isa"]["main_loop_instructions"] / d["isa"]["main_loop_mma"] for d in sel]
+            lds = [d["isa"]["main_loop_ds_loads"] / d["isa"]["main_loop_mma"] for d in sel]
+            narrow = [d["isa"]["main_loop_ds_loads_narrow"]
+                      / max(d["isa"]["main_loop_ds_loads"], 1) for d in sel]
+            ex = [d["isa"]["main_loop_exec_branches"] for d in sel]
+            t[f"{name} n"] = str(len(sel))
+            t[f"{name} instr/MMA"] = _mmm(ins)
+            t[f"{name} LDS reads/MMA"] = _mmm(lds)
+            t[f"{name} narrow LDS share"] = _mmm([100 * x for x in narrow])
+            t[f"{name} exec branches/iter"] = _mmm([float(x) for x in ex])
+        mca = [(d["mca_cycles"], WMMA_CYCLES * d["isa"]["main_loop_mma"], d["label"])
+               for d in rows if d.get("mca_cycles") and "-t128x128x" in d["label"]]
+        for cyc, bound, label in mca:
+            t[f"mca {label}"] = f"{cyc:7.1f} cycles vs {bound} bound ({cyc / bound:.2f}x)"
+        out[target] = t
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=48, help="kernels per target (spread)")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--save", help="write per-kernel figures as JSON")
+    ap.add_argument("--before", help="an earlier --save to print beside this run")
+    args = ap.parse_args(argv)
+    if _mca() is None:
+        print("llvm-mca-22 not found (apt-get install -y llvm-22): no cycle estimates",
+              file=sys.stderr)
+    jobs = [(s.label(), s.target == "gfx1250" and s.tile_m == s.tile_n == 128)
+            for t in args.targets.split(",") for s in subset(t, args.count)]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        docs = list(pool.map(measure, *zip(*jobs, strict=True)))
+    if args.save:
+        Path(args.save).write_text(json.dumps(docs, indent=1, sort_keys=True))
+    now = summary(docs)
+    before = summary(json.loads(Path(args.before).read_text())) if args.before else {}
+    for target, rows in now.items():
+        print(f"\n{target}  (min median max)")
+        old = before.get(target, {})
+        keys = list(dict.fromkeys([*rows, *old]))
+        width = max(len(k) for k in keys)
+        for key in keys:
+            cur = rows.get(key, "-")
+            prev = f"   before: {old[key]}" if key in old else ""
+            print(f"  {key:<{width}}  {cur}{prev}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
