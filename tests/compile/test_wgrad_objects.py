@@ -12,6 +12,7 @@ from wgradcache.cache.store import TargetCache
 from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated
 from wgradcache.jobs import default_jobdata, walk
+from wgradcache.kernel import mma
 from wgradcache.model.spec import KernelSpec, lds_bytes, validate
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.build import BuildRequest, build
@@ -37,6 +38,11 @@ def _sync_specs() -> list[KernelSpec]:
     out.append(KernelSpec("gfx1201", "fp16", "fp16", 64, 64, 32, 2, 2, vec_a=1, vec_b=1))
     out.append(KernelSpec("gfx1151", "bf16", "fp32", 64, 64, 32, 2, 2, vec_a=8, vec_b=1,
                           reduction="atomic"))
+    # 4-element loads (transpose depth 4 on A, 2 on B), cshuffle; fp32 dW with tile_k 64
+    out.append(KernelSpec("gfx1201", "bf16", "bf16", 128, 32, 32, 4, 1, vec_a=4, vec_b=4,
+                          epilogue="cshuffle"))
+    out.append(KernelSpec("gfx1250", "fp16", "fp32", 32, 128, 64, 1, 2, vec_a=4, vec_b=4,
+                          reduction="atomic"))
     return out
 
 
@@ -59,7 +65,7 @@ def sync_entries(tmp_path_factory):
 
 
 def test_code_objects_of_the_sync_kernel(sync_entries):
-    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) - 2 * 2 + 3
+    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) - 2 * 2 + 5
     for spec, e in sync_entries:
         co, isa = e["code_object"], e["isa"]
         t = get_target(spec.target)
@@ -77,6 +83,21 @@ def test_code_objects_of_the_sync_kernel(sync_entries):
         assert isa["mma"] > 0 and isa["mma"] % per_step == 0, (where, isa["mma"], per_step)
         assert isa["main_loop_mma"] % per_step == 0, where
         assert isa_problems(spec, isa) == [], where
+
+
+def test_sync_fragments_are_read_at_128_bits(sync_entries):
+    """K-contiguous LDS: per atom k-step, each of a wave's (atoms along M + atoms along N)
+    fragments is (fragment bytes per lane / 16) 128-bit reads, and no read is narrower."""
+    for spec, e in sync_entries:
+        isa, atom = e["isa"], get_target(spec.target).atom(spec.dtype)
+        lay = mma.layout(atom.form)
+        am, an = spec.tile_m // spec.warp_m // 16, spec.tile_n // spec.warp_n // 16
+        reads = (am + an) * (lay.ab_elems * 2 // 16) * (spec.tile_k // atom.k)
+        where = spec.label()
+        assert isa["main_loop_ds_loads"] == isa["main_loop_ds_loads_b128"] == reads, (
+            where, isa["main_loop_ds_loads"], reads)
+        assert isa["main_loop_ds_load_bytes"] == 16 * reads, where
+        assert isa["main_loop_ds_loads_narrow"] == isa["main_loop_ds_loads_b16"] == 0, where
 
 
 def test_same_spec_gives_identical_bytes_in_two_processes():

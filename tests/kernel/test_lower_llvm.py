@@ -142,11 +142,20 @@ def test_wmma_declarations_per_target(form, dt, decl):
     verify(text)
 
 
-def test_loop_lowers_to_header_phis():
+def test_loop_lowers_to_a_guarded_bottom_tested_body():
+    """Rotated form: guard, body phis fed by the entry and the body itself, the test at the
+    latch, and the results as exit phis (the initial values when no iteration ran)."""
     text = lower(gemm_tile("gfx12", f16), "gfx1201")
-    assert re.search(r'for\d+\.header:\n  %"v\d+" = phi\s+i32 \[0, %"entry"\], '
+    assert re.search(r'%"for(\d+)\.guard" = icmp slt i32 0, %"k"\n'
+                     r'  br i1 %"for\1\.guard", label %"for\1\.body", label %"for\1\.exit"',
+                     text)
+    assert re.search(r'for\d+\.body:\n  %"v\d+" = phi\s+i32 \[0, %"entry"\], '
                      r'\[%"for\d+\.next", %"for\d+\.body"\]', text)
-    assert re.search(r'%"for\d+\.cond" = icmp slt i32', text)
+    assert re.search(r'%"for(\d+)\.cond" = icmp slt i32 %"for\1\.next", %"k"\n'
+                     r'  br i1 %"for\1\.cond", label %"for\1\.body", label %"for\1\.exit"',
+                     text)
+    assert re.search(r'for\d+\.exit:\n  %"v\d+\.out" = phi\s+<8 x float> \[<float[^]]*, '
+                     r'%"entry"\], \[%"v\d+", %"for\d+\.body"\]', text)
 
 
 def test_lowering_is_deterministic():

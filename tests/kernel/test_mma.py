@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wgradcache.kernel import mma
@@ -110,3 +111,23 @@ def test_intrinsic_names_live_only_in_mma_py():
     naming = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
                     if re.search(r"llvm\.amdgcn\.(wmma|mfma|swmmac)", p.read_text()))
     assert naming == ["kernel/mma.py"]
+
+
+@pytest.mark.parametrize("form", list(mma.LAYOUTS))
+def test_lds_k_order_makes_every_fragment_one_run(form):
+    """Position p of a K-contiguous row holds k = order[p]: a bijection on [0, k), and each
+    lane's slots, in slot order, are the consecutive positions from g * ab_elems (g = 0 for
+    gfx11, whose lane groups duplicate each other)."""
+    lay = mma.layout(form)
+    order = mma.lds_k_order(lay)
+    assert sorted(order) == list(range(lay.k))
+    for lane in range(lay.wave_size):
+        first = (lane // 16) * lay.ab_elems if lay.k_group_stride else 0
+        _, ks_ = lay.a_map(lane, np.arange(lay.ab_elems))
+        assert [order[first + i] for i in range(lay.ab_elems)] == list(ks_), (form, lane)
+
+
+def test_lds_k_order_per_form():
+    assert mma.lds_k_order(mma.layout("gfx12"))[:8] == (0, 1, 2, 3, 8, 9, 10, 11)
+    assert mma.lds_k_order(mma.layout("gfx1250"))[8:16] == tuple(range(16, 24))
+    assert mma.lds_k_order(mma.layout("gfx11")) == tuple(range(16))

@@ -184,3 +184,14 @@ def test_build_rejects_invalid_spec():
     bad = KernelSpec("gfx1201", "fp16", "fp16", *G, chunk_a=16, chunk_b=16, k_loop="async")
     with pytest.raises(ValueError, match="no async global->LDS copy"):
         build_kernel(bad)
+
+
+def test_transpose_depth_keeps_every_thread_busy():
+    """The deepest group (8 k rows: a 128-bit LDS store) that still gives each of the block's
+    threads one; never deeper than the atom's k-step allows."""
+    from wgradcache.wgrad.loaders import transpose_depth
+
+    assert transpose_depth(32, 128, 8, 256, 32) == 2  # 512 vectors over 256 threads
+    assert transpose_depth(32, 32, 1, 32, 16) == 8  # 1024 scalars over one wave
+    assert transpose_depth(64, 128, 4, 128, 32) == 8
+    assert transpose_depth(32, 32, 8, 128, 16) == 1  # 128 vectors: one each, no group

@@ -15,9 +15,10 @@ anything left.
 
 Layout after tinygrad's LLVM renderer: per-op tables (``_BINOPS``, ``_ICMP``, ...), the
 per-target differences as data (``mma.INTRINSICS``), one rule per op kind (``_RULES``), and
-one ``_Lowering`` that walks the structured regions 1:1 (a FOR becomes a header with phis
-whose incomings are filled in at the latch, an IF becomes then/else blocks + phis). Opaque
-pointers carry their address space; addresses are ``getelementptr``s, never integer casts.
+one ``_Lowering`` that walks the structured regions 1:1 (a FOR becomes a guarded,
+bottom-tested body with phis whose incomings are filled in at the latch, an IF becomes
+then/else blocks + phis). Opaque pointers carry their address space; addresses are
+``getelementptr``s, never integer casts.
 Anything the target cannot do fails here, naming the op, the dtype and the target, before
 LLVM can abort the process with ``Cannot select``.
 
@@ -548,35 +549,44 @@ class _Lowering:
 
     # -- control ---------------------------------------------------------------------------
     def for_loop(self, v: Value, name: str) -> list[LValue]:
+        """A bottom-tested loop behind a guard (LLVM's rotated form): ``start < stop`` or
+        straight to the exit, then the body with the phis, and ``next < stop`` at the latch.
+
+        The top-tested form (header test, body, back edge) made the values live at the exit
+        the header phis, which codegen could not coalesce with the body's new values: every
+        iteration copied every accumulator twice (64 ``v_mov`` per iteration at 64
+        accumulator VGPRs on gfx1250). Codegen runs no middle-end passes, so nothing else
+        rotates the loop."""
         r = v.arg
         start, stop, step, *inits = (self.val(s) for s in v.src)
+        ity = ltype(r.index.dtype)
+        guard = self.emit(f"for{r.id}.guard", "i1", f"icmp slt {ity} {start[1]}, {stop[1]}")
         pre = self.cur
-        header = self.new_block(f"for{r.id}.header")
         body = self.new_block(f"for{r.id}.body")
         exit_ = self.new_block(f"for{r.id}.exit")
-        self.br(header)
-        self.position(header)
+        self.void(f"br i1 {guard[1]}, label {body.ref}, label {exit_.ref}")
+        self.position(body)
         # phis first, their incomings are known at the latch: the lines are filled in there
-        ity = ltype(r.index.dtype)
         idx = self.emit(f"v{r.index.id}", ity, "")
         carried = [self.emit(f"v{c.id}", ltype(c.dtype), "") for c in r.carried]
         self.values[r.index.id] = idx
         for c, phi in zip(r.carried, carried, strict=True):
             self.values[c.id] = phi
-        cond = self.emit(f"for{r.id}.cond", "i1", f"icmp slt {ity} {idx[1]}, {stop[1]}")
-        self.void(f"br i1 {cond[1]}, label {body.ref}, label {exit_.ref}")
-        self.position(body)
         self.block(r.body)
         yields = [self.val(y) for y in r.yields]
         nxt = self.emit(f"for{r.id}.next", ity, f"add {ity} {idx[1]}, {step[1]}")
+        cond = self.emit(f"for{r.id}.cond", "i1", f"icmp slt {ity} {nxt[1]}, {stop[1]}")
         latch = self.cur
-        self.br(header)
+        self.void(f"br i1 {cond[1]}, label {body.ref}, label {exit_.ref}")
         incoming = [[(start, pre), (nxt, latch)]]
         incoming += [[(init, pre), (y, latch)] for init, y in zip(inits, yields, strict=True)]
         for i, (phi, inc) in enumerate(zip([idx, *carried], incoming, strict=True)):
-            header.lines[i] += self.phi(phi[0], inc)
+            body.lines[i] += self.phi(phi[0], inc)
         self.position(exit_)
-        return carried  # LOOP_RESULT slots: the header phis (the values when the loop exits)
+        # LOOP_RESULT slots: the initial values when the loop ran no iteration, else the last
+        # iteration's yields
+        return [self.emit(f"v{c.id}.out", ty, self.phi(ty, [(init, pre), (y, latch)]))
+                for c, (ty, _), init, y in zip(r.carried, carried, inits, yields, strict=True)]
 
     def if_region(self, v: Value, name: str) -> list[LValue]:
         r = v.arg

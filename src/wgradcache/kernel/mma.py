@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MmaLayout", "LAYOUTS", "layout", "k_runs", "MmaIntrinsic", "INTRINSICS",
-           "intrinsic"]
+__all__ = ["MmaLayout", "LAYOUTS", "layout", "k_runs", "lds_k_order", "MmaIntrinsic",
+           "INTRINSICS", "intrinsic"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,22 @@ def k_runs(lay: MmaLayout) -> list[tuple[int, int, int]]:
         else:
             runs.append((i, off, 1))
     return runs
+
+
+def lds_k_order(lay: MmaLayout) -> tuple[int, ...]:
+    """The k held at each position of a K-contiguous LDS row segment of ``lay.k`` elements,
+    chosen so that every lane's fragment is one contiguous run: lane group g's slots are
+    positions [g·ab_elems, (g+1)·ab_elems) in slot order (gfx11's duplicated groups all read
+    positions [0, ab_elems)).
+
+    A writer that stores row (m or n) of the tile with element k at position
+    ``lds_k_order(lay).index(k)`` lets each lane read its fragment with one vector load of
+    ``ab_elems`` elements: the lane map's k order lives in the LDS layout, not in the reads.
+    A bijection on [0, lay.k) (tested); the identity where the lane map is already k-ordered
+    (gfx11, MFMA), a swap of 4-element (gfx12) or 8-element (gfx1250) runs elsewhere.
+    """
+    groups = lay.k // lay.ab_elems if lay.k_group_stride else 1
+    return tuple(g * lay.k_group_stride + off for g in range(groups) for off in lay.k_offsets)
 
 
 LAYOUTS: dict[str, MmaLayout] = {

@@ -38,7 +38,7 @@ REDUCTIONS = ("none", "atomic", "two_stage")
 VARIANT_KEYS = tuple(f"{k}.{e}.{r}" for k in K_LOOPS for e in EPILOGUES for r in REDUCTIONS)
 ASYNC_CHUNK_BYTES = (4, 8, 16)
 VEC_WIDTHS = (1, 2, 4, 8)
-LDS_ROW_PAD = 8  # elements added to each K-outer LDS row (bank spread; upstream's pad)
+LDS_ROW_PAD = 8  # elements added to each LDS row, either layout (bank spread; upstream's pad)
 DEFAULT_WS_REPLICAS = 8
 _SCHEMA = 1  # bump when the meaning of a field changes: every identity key changes with it
 
@@ -189,12 +189,17 @@ def lds_bytes_for(dtype: str, k_loop: str, epilogue: str,
                   tile_m: int, tile_n: int, tile_k: int) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
-    K-outer operand tiles, rows of tile_mn + LDS_ROW_PAD elements, two stages on the async
-    loop; the cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the
-    K loop's last barrier, so the allocation is the larger of the two.
+    The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + LDS_ROW_PAD
+    elements (the pad keeps each row 16-byte aligned and spreads a wave's 128-bit fragment
+    reads over the banks). The async loop's copies land as memory holds them: K-outer tiles,
+    tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages. The cshuffle staging (f32
+    tile_m x tile_n) reuses the operand buffers after the K loop's last barrier, so the
+    allocation is the larger of the two.
     """
-    stages = 2 if k_loop == "async" else 1
-    operands = stages * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
+    if k_loop == "async":
+        operands = 2 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
+    else:
+        operands = (tile_m + tile_n) * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype)
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
 

@@ -5,10 +5,16 @@ Grid (DESIGN §4): x = N tile, y = M tile, z = group · ks_count + slice. Each C
 [slice·ks, min(slice·ks + ks, wg_K)); an empty slice (an explicit degree above the number
 of K tiles) runs no iteration and adds zeros.
 
-LDS (``spec.lds_bytes``, one allocation): per stage, A as tile_k rows of tile_m + 8
-elements, then B as tile_k rows of tile_n + 8 (K-outer: the global load's free axis is the
-LDS row, so a register vector lands as one wide store); two stages on the async loop; the
-cshuffle staging (f32 tile_m × tile_n) reuses the same bytes after the K loop.
+LDS (``spec.lds_bytes``, one allocation), in one of two layouts:
+
+* sync loop, K-contiguous: A as tile_m rows of tile_k + 8 elements, then B as tile_n rows
+  of tile_k + 8. Each row holds its k values in ``mma.lds_k_order`` per atom k-step, so a
+  lane's fragment is one contiguous run, read at 128 bits (``kloop`` says why this layout);
+  the loaders transpose in registers on the way in.
+* async loop, K-outer: per stage, A as tile_k rows of tile_m + 8 elements, then B as tile_k
+  rows of tile_n + 8 (the copies land as memory holds them); two stages.
+
+The cshuffle staging (f32 tile_m × tile_n) reuses the same bytes after the K loop.
 """
 
 from __future__ import annotations
@@ -103,7 +109,18 @@ class WgradContext:
         return ir_dtype(self.spec.dtype)
 
     @property
+    def k_contiguous(self) -> bool:
+        """The LDS layout: K-contiguous rows (sync loop) or K-outer rows (async loop)."""
+        return self.spec.k_loop == "sync"
+
+    @property
+    def row_k(self) -> int:
+        """Elements per K-contiguous LDS row (one m of A or one n of B)."""
+        return self.spec.tile_k + LDS_ROW_PAD
+
+    @property
     def row_a(self) -> int:
+        """Elements per K-outer LDS row of A (one k)."""
         return self.spec.tile_m + LDS_ROW_PAD
 
     @property
@@ -112,11 +129,15 @@ class WgradContext:
 
     @property
     def stage_elems(self) -> int:
+        if self.k_contiguous:
+            return (self.spec.tile_m + self.spec.tile_n) * self.row_k
         return self.spec.tile_k * (self.row_a + self.row_b)
 
     @property
     def b_offset(self) -> int:
         """Element offset of the B tile inside a stage."""
+        if self.k_contiguous:
+            return self.spec.tile_m * self.row_k
         return self.spec.tile_k * self.row_a
 
     @property

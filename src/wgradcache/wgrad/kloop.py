@@ -3,8 +3,23 @@ ping-pong (gfx1250).
 
 Each wave owns a (tile_m/warp_m) × (tile_n/warp_n) sub-tile of 16×16 atoms and keeps one
 ``<c_elems x f32>`` accumulator per atom, carried through the loop. Fragments are gathered
-with the lane maps of ``kernel/mma.py`` (the emulator scatters with the same maps). In the
-K-outer layout a lane's k values are a column, so each fragment element is its own LDS read.
+with the lane maps of ``kernel/mma.py`` (the emulator scatters with the same maps).
+
+Fragment reads, per loop:
+
+* sync: K-contiguous LDS (CK's route, every target): the loaders transpose once at
+  LDS-write time, so a lane's fragment, a row of A or a column of B at ``ab_elems`` k
+  values, is one contiguous run: one vector read, 128 bits per 16 bytes of fragment (2
+  reads per gfx1250 / gfx11 fragment, 1 per gfx12 one). The lane maps fix which k each slot
+  holds but the LDS row may hold its k values in any order, so each row stores them in
+  ``mma.lds_k_order`` (lane group g's slots at positions g·ab_elems ...): the read needs
+  no new instruction and no shuffle, on every target. The write pays instead, once per
+  staged element (~0.5 v_perm per element), while each element is read warp_n (A) or
+  warp_m (B) times; rows are tile_k + 8 elements, an odd multiple of 16 bytes at tile_k
+  32 and 64, so the 8 lanes of one 128-bit read phase hit 8 distinct 4-bank groups.
+* async (gfx1250): the copies land K-outer, as memory holds them, and a lane's k values are
+  a column: each fragment element is its own 16-bit LDS read (``ds_load_tr16_b128`` is the
+  route to 128 bits there; not done yet).
 """
 
 from __future__ import annotations
@@ -31,10 +46,28 @@ def _lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
     kb, lay = ctx.kb, ctx.lay
     a = kb.add(kb.mul(ctx.wave_m, ctx.sub_m), ctx.lane16)
     b = kb.add(kb.mul(ctx.wave_n, ctx.sub_n), ctx.lane16)
-    if lay.k_group_stride:
+    if ctx.k_contiguous:
+        a, b = kb.mul(a, ctx.row_k), kb.mul(b, ctx.row_k)
+        if lay.k_group_stride:  # lane group g reads positions g·ab_elems (lds_k_order)
+            a = kb.add(a, kb.mul(ctx.lane_grp, lay.ab_elems))
+            b = kb.add(b, kb.mul(ctx.lane_grp, lay.ab_elems))
+    elif lay.k_group_stride:
         a = kb.add(a, kb.mul(ctx.lane_grp, lay.k_group_stride * ctx.row_a))
         b = kb.add(b, kb.mul(ctx.lane_grp, lay.k_group_stride * ctx.row_b))
     return a, kb.add(b, ctx.b_offset)
+
+
+def _fragment_align(ctx: WgradContext) -> int:
+    """The alignment every K-contiguous fragment read has: the largest power of two, up
+    to 16, dividing the byte size of the run and of every term of its address."""
+    lay, eb = ctx.lay, ctx.eb
+    terms = [lay.ab_elems * eb, ctx.row_k * eb, lay.k * eb, ctx.b_offset * eb]
+    if lay.k_group_stride:
+        terms.append(lay.ab_elems * eb)
+    align = 16
+    while any(t % align for t in terms):
+        align //= 2
+    return align
 
 
 def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value]) -> list[Value]:
@@ -42,8 +75,12 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     kb, lay, sp = ctx.kb, ctx.lay, ctx.spec
     am, an = atoms(ctx)
     accs = list(accs)
+    align = _fragment_align(ctx) if ctx.k_contiguous else 0
     for ks in range(sp.tile_k // lay.k):
         def frag(base: Value, row: int, atom: int, ks: int = ks) -> Value:
+            if ctx.k_contiguous:  # one run of ab_elems k values (lds_k_order)
+                at = kb.gep(base, 16 * atom * ctx.row_k + ks * lay.k)
+                return kb.load(at, lay.ab_elems, align=align)
             return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + 16 * atom))
                             for k in lay.k_offsets))
         a_frags = [frag(a_base, ctx.row_a, i) for i in range(am)]

@@ -14,19 +14,29 @@ for invalid ones it may wrap, harmlessly, since nothing is accessed.
 Slots: a tile of ``rows × cols`` elements is cut into vectors of ``width`` along the row;
 vector ``idx = slot·block + tid`` covers row idx // (cols/width). Adjacent threads take
 adjacent vectors of one row, so a wave's accesses are contiguous in global memory.
+
+The sync loop's LDS tile is K-contiguous (``context``): there a thread's slots come in
+groups of ``depth`` k rows at the same columns (``kc_tile_slots``), and ``store_sync``
+transposes each group in registers, ``width`` vectors of ``depth`` k values, one store
+each (128 bits at depth 8). The depth is the largest of 8, 4, 2, 1 that still gives every
+thread a group (``transpose_depth``): fewer, deeper groups would leave threads idle and
+serialise the global loads on the rest. The k rows of a group follow ``mma.lds_k_order``,
+so its values land contiguous at positions p0 .. p0 + depth.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
+from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import Value, i8
 from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
-__all__ = ["Slot", "tile_slots", "OperandLoad", "a_operand", "b_operand",
-           "load_sync", "store_sync", "issue_async", "async_chunk_predicate",
-           "copy_or_zero_fill"]
+__all__ = ["Slot", "tile_slots", "kc_tile_slots", "transpose_depth", "OperandLoad",
+           "a_operand", "b_operand", "load_sync", "store_sync", "issue_async",
+           "async_chunk_predicate", "copy_or_zero_fill"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,53 @@ def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, 
     return out
 
 
+def transpose_depth(rows: int, cols: int, width: int, block: int, k_step: int) -> int:
+    """k rows per thread group of the K-contiguous tile (module docstring)."""
+    vectors = rows * (cols // width)
+    depth = 8
+    while depth > 1 and (k_step % depth or vectors // depth < block):
+        depth //= 2
+    return depth
+
+
+def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
+                  row_k: int, lay: mma.MmaLayout, depth: int) -> list[Slot]:
+    """Slots of a K-contiguous tile: groups of ``depth`` consecutive slots share a column
+    and LDS position p0 (``lds_off`` = col·row_k + p0, the group's first element); slot j
+    of a group holds the k at position p0 + j of ``mma.lds_k_order``.
+
+    Group ``idx = s·block + tid`` covers positions [p0, p0 + depth) with p0 = depth ·
+    (idx // (cols/width)); adjacent threads take adjacent columns at the same positions,
+    so each of a group's ``depth`` loads is contiguous across a wave, as in ``tile_slots``.
+    Since depth divides every run of the order (checked), k(p0 + j) = k(p0) + j' for one
+    offset table j', and k(p0) is a loop-invariant select over lay.k / depth values.
+    """
+    order = mma.lds_k_order(lay)
+    steps = {tuple(order[r + j] - order[r] for j in range(depth))
+             for r in range(0, lay.k, depth)}
+    if len(steps) != 1:
+        raise ValueError(f"depth {depth} splits a k run of the {lay.form} LDS order {order}")
+    (offsets,) = steps
+    heads = [order[r] for r in range(0, lay.k, depth)]
+    per_row = cols // width
+    total = (rows // depth) * per_row
+    out = []
+    for s in range(-(-total // block)):
+        idx = kb.add(tid, s * block) if s else tid
+        ok = kb.icmp("ult", idx, total) if (s + 1) * block > total else None
+        p0 = kb.mul(udiv_const(kb, idx, per_row), depth)
+        col = kb.mul(urem_const(kb, idx, per_row), width) if width > 1 else \
+            urem_const(kb, idx, per_row)
+        r = urem_const(kb, p0, lay.k)
+        head = kb.const(heads[0], r.dtype)
+        for i, h in enumerate(heads[1:], 1):
+            head = kb.select(kb.icmp("eq", r, i * depth), h, head)
+        k0 = kb.add(kb.sub(p0, r), head) if heads != list(range(0, lay.k, depth)) else p0
+        lds_off = kb.add(kb.mul(col, row_k), p0)
+        out += [Slot(kb.add(k0, off) if off else k0, col, lds_off, ok) for off in offsets]
+    return out
+
+
 @dataclass
 class OperandLoad:
     """Per-thread, loop-invariant part of one operand's loads; ``at(kt)`` gives, per slot,
@@ -67,6 +124,7 @@ class OperandLoad:
     slots: list[Slot]
     hoisted: list[dict]
     lds_base: int  # element offset of this operand's tile inside a stage
+    depth: int = 0  # k rows per transposed group (K-contiguous tile); 0: K-outer tile
 
     @property
     def buf(self) -> Value:
@@ -99,35 +157,53 @@ class OperandLoad:
         return out
 
 
+def _slots(ctx: WgradContext, cols: int, width: int, row: int) -> tuple[list[Slot], int]:
+    """The operand's slots in the context's LDS layout, and the transpose depth (0: none)."""
+    kb, sp = ctx.kb, ctx.spec
+    if not ctx.k_contiguous:
+        return tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, cols, width, row), 0
+    depth = transpose_depth(sp.tile_k, cols, width, sp.block_size, ctx.lay.k)
+    return kc_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, cols, width, ctx.row_k,
+                         ctx.lay, depth), depth
+
+
+def _per_column(slots: list[Slot], make) -> list[dict]:
+    """``make(slot)`` once per distinct column: a transposed group's slots share theirs."""
+    out: list[dict] = []
+    for s in slots:
+        out.append(out[-1] if out and slots[len(out) - 1].col is s.col else make(s))
+    return out
+
+
 def a_operand(ctx: WgradContext, width: int) -> OperandLoad:
     """dY tile (tile_k × tile_m), vectors of ``width`` along kpg."""
     kb, a, sp = ctx.kb, ctx.a, ctx.spec
-    slots = tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_m, width, ctx.row_a)
+    slots, depth = _slots(ctx, sp.tile_m, width, ctx.row_a)
     col0 = kb.add(kb.mul(ctx.group, a["kpg"]), ctx.m0)
-    hoisted = []
-    for s in slots:
-        m = kb.add(ctx.m0, s.col)
-        hoisted.append({"col_ok": kb.icmp("slt", m, a["kpg"]),
-                        "off": kb.add(kb.mul(s.k_row, a["K"]), kb.add(col0, s.col))})
-    return OperandLoad(ctx, "dy", width, slots, hoisted, 0)
+
+    def cols(s: Slot) -> dict:
+        return {"col_ok": kb.icmp("slt", kb.add(ctx.m0, s.col), a["kpg"]),
+                "col": kb.add(col0, s.col)}
+    hoisted = [{**h, "off": kb.add(kb.mul(s.k_row, a["K"]), h["col"])}
+               for s, h in zip(slots, _per_column(slots, cols), strict=True)]
+    return OperandLoad(ctx, "dy", width, slots, hoisted, 0, depth)
 
 
 def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
     """X tile (tile_k × tile_n) gathered through the filter taps, vectors along cpg."""
     kb, a, sp = ctx.kb, ctx.a, ctx.spec
-    slots = tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width, ctx.row_b)
+    slots, depth = _slots(ctx, sp.tile_n, width, ctx.row_b)
     chan0 = kb.mul(ctx.group, a["cpg"])
-    hoisted = []
-    for s in slots:
+
+    def cols(s: Slot) -> dict:
         n = kb.add(ctx.n0, s.col)
         y, r = divmod_magic(kb, n, a, "Xcpg")
         x, c = divmod_magic(kb, r, a, "cpg")
-        hoisted.append({
-            "col_ok": kb.icmp("slt", n, a["wg_N"]),
-            "h_base": kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
-            "w_base": kb.sub(kb.mul(x, a["dilation"]), a["pad"]),
-            "chan": kb.add(chan0, c)})
-    return OperandLoad(ctx, "x", width, slots, hoisted, ctx.b_offset)
+        return {"col_ok": kb.icmp("slt", n, a["wg_N"]),
+                "h_base": kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
+                "w_base": kb.sub(kb.mul(x, a["dilation"]), a["pad"]),
+                "chan": kb.add(chan0, c)}
+    return OperandLoad(ctx, "x", width, slots, _per_column(slots, cols), ctx.b_offset, depth)
 
 
 # ---- sync: global -> registers -> LDS ------------------------------------------------------
@@ -141,11 +217,26 @@ def load_sync(op: OperandLoad, kt: Value) -> list[Value]:
 
 
 def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:
-    """Registers -> the K-outer LDS tile: one wide store per vector."""
+    """Registers -> the LDS tile: one wide store per vector (K-outer), or per transposed
+    group ``width`` stores of ``depth`` k values, one per column (K-contiguous)."""
     kb = op.ctx.kb
-    align = op.width * op.ctx.eb
-    for slot, v in zip(op.slots, regs, strict=True):
-        kb.store(kb.gep(lds, kb.add(slot.lds_off, op.lds_base)), v, pred=slot.ok, align=align)
+    if not op.depth:
+        align = op.width * op.ctx.eb
+        for slot, v in zip(op.slots, regs, strict=True):
+            kb.store(kb.gep(lds, kb.add(slot.lds_off, op.lds_base)), v, pred=slot.ok,
+                     align=align)
+        return
+    d, row = op.depth, op.ctx.row_k
+    for g in range(0, len(op.slots), d):
+        head, vecs = op.slots[g], regs[g:g + d]
+        # a ragged group: one region around its ``width`` stores, not a branch per store
+        with kb.if_(head.ok) if head.ok is not None else nullcontext():
+            base = kb.add(head.lds_off, op.lds_base)
+            for i in range(op.width):
+                col = [kb.extract(v, i) if op.width > 1 else v for v in vecs]
+                val = kb.vec(*col) if d > 1 else col[0]
+                kb.store(kb.gep(lds, kb.add(base, i * row) if i else base), val,
+                         align=d * op.ctx.eb)
 
 
 # ---- async: global -> LDS copies (gfx1250) ---------------------------------------------------
