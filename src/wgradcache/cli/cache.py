@@ -153,28 +153,34 @@ def gc_(as_json, **options) -> None:
 
 
 @main.command()
-@click.argument("sources", nargs=-1, required=True, type=click.Path(file_okay=False))
-@click.option("--into", "dest", required=True, type=click.Path(file_okay=False),
-              help="the cache to merge into")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--into", "dest", required=True, help="the cache to merge into")
 @json_option
 def merge(sources, dest, as_json) -> None:
-    """Union shard caches into one; refuses conflicting entries, writes nothing then."""
-    from wgradcache.cache.merge import merge as merge_caches
+    """Union shard caches into one, checking them whole first; writes nothing on a finding.
+
+    A record built by this tool's generator and toolchain supersedes an older build of the
+    same kernel; other bytes from the same generator and toolchain are a conflict.
+    """
+    from wgradcache.cache.entry import CorruptEntry
+    from wgradcache.pipeline.merge import merge_shards
 
     try:
-        rep = merge_caches(list(sources), dest)
+        rep = merge_shards(list(sources), dest)
+    except CorruptEntry as e:  # a source changed while it was copied
+        raise RunFailed(str(e)) from None
     except ValueError as e:
         raise UserError(str(e)) from None
     if as_json:
         emit_json(rep.to_json())
-    else:
-        for c in rep.conflicts:
-            click.echo(printable(f"CONFLICT {c['target']} {c.get('label') or c['identity_key']} "
-                                 f"from {c['source']}: {c['reason']}"), err=True)
-        click.echo(f"merged {rep.copied_entries} entries ({rep.copied_blobs} blobs), "
-                   f"{rep.skipped} already present, {len(rep.conflicts)} conflicts")
+    elif rep.ok:
+        click.echo(f"merged {rep.copied_entries} entries and {rep.copied_stage2} stage-2 "
+                   f"kernels ({rep.copied_blobs} blobs), {rep.skipped} already present, "
+                   f"{rep.superseded} superseded")
+    for f in [] if as_json else rep.findings:
+        click.echo(printable(f.line()), err=True)
     if not rep.ok:
-        raise RunFailed("conflicting entries: nothing merged")
+        raise RunFailed(f"{len(rep.findings)} finding(s): nothing merged")
 
 
 @main.command()

@@ -1,0 +1,32 @@
+"""``merge`` with this tool's current digests: what decides which of two builds of one
+identity supersedes (``cache/merge.py``). They live here, not in ``cache/``, because the
+generator digest is ``wgrad/``'s and the toolchain digest ``compile/``'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wgradcache.cache.merge import Digests, MergeReport, merge
+
+__all__ = ["current_digests", "merge_shards"]
+
+
+def current_digests() -> Digests:
+    """The generator digest and the toolchain digest a build here would record. Without a
+    toolchain (a machine that only merges) the toolchain digest is None: a merge still
+    unions shards, and other content for one identity is then a conflict."""
+    from wgradcache.compile.toolchain import ToolchainError
+    from wgradcache.pipeline.workers import codegen_context
+    from wgradcache.wgrad.emit import generator_digest
+
+    try:
+        toolchain = codegen_context()[2]
+    except ToolchainError:
+        toolchain = None
+    return Digests(generator=generator_digest(), toolchain=toolchain)
+
+
+def merge_shards(sources: list[str | Path], dest: str | Path) -> MergeReport:
+    """Union the shard caches ``sources`` into ``dest``; a record built by this generator
+    and toolchain supersedes one built by an older one."""
+    return merge(sources, dest, current=current_digests())
