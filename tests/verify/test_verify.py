@@ -19,20 +19,57 @@ def _verify(cache_dir, geometries, *args):
                                      "--geometries", str(geometries), "--json", *args])
 
 
-def test_small_cache_passes_numerics_from_the_cli(small_cache, tmp_path):
+PROBE = "2,16,7,7,24,3,3,1,1"  # probe_problem: unsplit entries
+SPLIT_PROBE = "2,16,23,23,24,3,3,1,1"  # split_probe: wg_K 1058, 34 K tiles of 32
+SPLIT_RUNS = [(2, True), (1, False), (3, False), (7, False), (35, False)]
+
+
+def test_small_cache_passes_numerics_from_the_cli(small_cache, tmp_path, monkeypatch):
+    """Every split-K entry is launched at the policy's degree (2 on its probe) and at 1, 3,
+    7 and 35 (one past the 34 K tiles); unsplit entries once; JSON, JUnit name the degrees."""
+    from wgradcache.pipeline import emulate
+
+    launched = []
+    real = emulate.run_emulated
+
+    def spy(spec, problem, *, split_k=None, seed=0, **kw):
+        r = real(spec, problem, split_k=split_k, seed=seed, **kw)
+        launched.append((spec.label(), problem.short(), split_k, r.plan.degree, r.passed))
+        return r
+
+    monkeypatch.setattr(emulate, "run_emulated", spy)
     junit = tmp_path / "verify.xml"
     r = _verify(small_cache["cache"], small_cache["geometries"], "--level", "numerics",
                 "--device", "auto", "--junit", str(junit))
     doc = json.loads(r.stdout)
     assert r.exit_code == 0, doc["failures"]
     # 18 entries and the stage-2 kernels of the two-stage ones (fp16, bf16 at R = 8)
-    assert (doc["ok"], doc["checked"], doc["failed"]) == (True, 20, 0)
+    assert (doc["ok"], doc["checked"], doc["failed"], doc["not_covered"]) == (True, 20, 0, 0)
     assert doc["targets"]["gfx1250"] == {"entries": 18, "expected": 18, "missing": 0,
                                          "complete": True}
     # no GPU here: the device path says so in one line instead of failing silently
     assert any(n.startswith("hip: no gfx1250 device") for n in doc["notes"])
+    split = {e.label for _, e in TargetCache(small_cache["cache"], "gfx1250").iter_entries()
+             if e.identity["reduction"] in ("atomic", "two_stage")}
+    assert len(split) == 10 and len(doc["numerics"]) == 18
+    want = {}
+    for n in doc["numerics"]:
+        runs = SPLIT_RUNS if n["label"] in split else [(1, True)]
+        problem = SPLIT_PROBE if n["label"] in split else PROBE
+        assert n["status"] == "passed"
+        assert n["degrees"] == sorted(d for d, _ in runs)
+        assert n["runs"] == [{"problem": problem, "degree": d, "policy": pol, "passed": True}
+                             for d, pol in runs]
+        want[n["label"]] = [(n["label"], problem, None if pol else d, d, True)
+                            for d, pol in runs]
+    assert sorted(launched, key=str) == sorted((x for v in want.values() for x in v), key=str)
     suite = ET.parse(junit).getroot()
-    assert (suite.get("tests"), suite.get("failures")) == (str(18 * 3), "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == (
+        str(18 * 3), "0", "0")
+    out = {c.get("name"): c.findtext("system-out") for c in suite
+           if c.get("classname") == "verify.numerics"}
+    assert out == {label: (f"{SPLIT_PROBE} at split 2 (policy), 1, 3, 7, 35" if label in split
+                           else f"{PROBE} at split 1 (policy)") for label in want}
 
 
 def test_device_hip_without_a_device_fails_with_the_reason(small_cache):
@@ -53,9 +90,9 @@ def _entries(cache):
     return [(ik, e) for ik, e in cache.iter_entries()]
 
 
-def _fail_reasons(cache, geometries, level):
+def _fail_reasons(cache, geometries, level, problems=()):
     rep = verify(VerifyRequest(cache_dir=str(cache.root), level=level, device="emulator",
-                               geometries_file=str(geometries)))
+                               geometries_file=str(geometries), problems=problems))
     return [(f.level, f.reason) for f in rep.failures]
 
 
@@ -109,7 +146,9 @@ def test_entry_whose_binary_is_not_its_ir(small_cache, tmp_path):
     cache.write_entry(dataclasses.replace(e, blob=other.blob, blob_size=len(data),
                                           blob_sha256=sha256_bytes(data)))
     assert _fail_reasons(cache, geo, "structure") == []
-    assert _fail_reasons(cache, geo, "numerics") == [
+    # on the short probe (the policy's split 1, explicit 2, 3, 7, 5): the 34-tile split probe
+    # would add seconds and prove nothing more here
+    assert _fail_reasons(cache, geo, "numerics", problems=(PROBE,)) == [
         ("numerics", "the stored binary is not this IR: re-emitted IR hashes to another "
                      "content key")]
 

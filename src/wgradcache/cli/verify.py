@@ -58,7 +58,7 @@ def verify(from_cache, junit, as_json, **options) -> None:
         raise UserError(f"no cache under {req.cache_dir}: nothing to verify (build one with "
                         "`wgradcache build --target gfx1250`)")
     if not run_verify(req, junit, as_json):
-        raise RunFailed("verify found failures")
+        raise RunFailed("verify found failures or entries no --problem covers")
 
 
 def run_verify(req, junit: str | None, as_json: bool) -> bool:
@@ -93,4 +93,9 @@ def _render(req, rep) -> None:
           ("target", "entries", "expected (count)", "missing", "complete"),
           [(t, d["entries"], d["expected"], d["missing"], "yes" if d["complete"] else "no")
            for t, d in rep.targets.items()])
-    click.echo(f"checked {rep.checked}, failed {len(rep.failures)}")
+    if rep.numerics:  # what each entry ran: its problems and split degrees
+        table("numerics", ("entry", "status", "problem at split degrees"),
+              [(n.label, n.status.replace("_", " "), n.describe()) for n in rep.numerics],
+              numeric_from=3)
+    click.echo(f"checked {rep.checked}, failed {len(rep.failures)}"
+               + (f", not covered {len(rep.not_covered)}" if rep.numerics else ""))

@@ -10,7 +10,16 @@ Three levels, each including the ones before it:
   spills, no scratch, and the ISA statistics the variant requires;
 * numerics: the IR is emitted again and must hash to the stored blob's content key (so the
   stored binary is this IR), then the kernel runs in the emulator (or on a device) against
-  the float64 reference on a problem it serves, at the split degree the policy picks.
+  the float64 reference. An unsplit kernel runs ``probe_problem`` (or each ``--problem`` it
+  serves) once. A split-K kernel (atomic, two-stage) runs ``split_probe``, a K long enough
+  that the policy splits it (or each ``--problem`` it serves), at the policy's degree and at
+  ``EXPLICIT_DEGREES`` and one past the K tiles (an empty last slice), each where ``serves``
+  admits the degree; the report names every (problem, degree) run per entry.
+
+With ``--problem``, an entry that none of the problems serves is *not covered*: not a
+failure, not a pass. It is counted (``not_covered`` in the JSON, the summary line, a skipped
+JUnit case) and makes the run not ok (exit 1): a numerics run that left an entry unchecked
+has not proven the cache. Without ``--problem`` the probes serve every walked spec.
 """
 
 from __future__ import annotations
@@ -22,13 +31,17 @@ from pathlib import Path
 
 from wgradcache.cache.entry import CorruptEntry, Entry
 from wgradcache.cache.store import TargetCache, sha256_bytes, stage2_name
-from wgradcache.model.spec import DTYPE_KEYS, KernelSpec, lds_bytes
+from wgradcache.model.spec import DTYPE_KEYS, KernelSpec, elem_bytes, lds_bytes
 from wgradcache.model.targets import get_target
 
-__all__ = ["LEVELS", "VerifyRequest", "VerifyReport", "Failure", "verify", "isa_problems",
-           "probe_problem", "write_junit"]
+__all__ = ["LEVELS", "EXPLICIT_DEGREES", "VerifyRequest", "VerifyReport", "Failure",
+           "NumericsRun", "NumericsResult", "verify", "isa_problems", "probe_problem",
+           "split_probe", "split_degrees", "write_junit"]
 
 LEVELS = ("integrity", "structure", "numerics")
+# Split degrees every split-K entry runs besides the policy's (and one past its K tiles):
+# unsplit through a slice count that does not divide the K tiles.
+EXPLICIT_DEGREES = (1, 2, 3, 7)
 ATOMIC_FENCES = ("global_wb", "global_inv", "global_wbinv", "buffer_wbl2", "buffer_inv",
                  "buffer_gl1_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
 
@@ -43,6 +56,52 @@ class Failure:
     def to_json(self) -> dict:
         return {"key": self.key, "label": self.label, "level": self.level,
                 "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class NumericsRun:
+    """One launch of an entry: the problem, the split degree, whether the policy chose it."""
+
+    problem: str
+    degree: int
+    policy: bool
+    passed: bool
+
+    def to_json(self) -> dict:
+        return {"problem": self.problem, "degree": self.degree, "policy": self.policy,
+                "passed": self.passed}
+
+
+@dataclass(frozen=True)
+class NumericsResult:
+    """An entry's numerics: ``status`` is "passed", "failed" or "not_covered" (no given
+    problem serves it, so nothing ran)."""
+
+    key: str
+    label: str
+    status: str
+    runs: tuple[NumericsRun, ...] = ()
+
+    @property
+    def degrees(self) -> tuple[int, ...]:
+        return tuple(sorted({r.degree for r in self.runs}))
+
+    def describe(self) -> str:
+        """'P at split 2 (policy), 1, 3, 7, 35' per problem; what text and JUnit show."""
+        if self.status == "not_covered":
+            return "not covered: serves none of the given problems"
+        if not self.runs:
+            return "nothing ran"
+        parts = []
+        for problem in dict.fromkeys(r.problem for r in self.runs):
+            ds = [f"{r.degree} (policy)" if r.policy else str(r.degree)
+                  for r in self.runs if r.problem == problem]
+            parts.append(f"{problem} at split {', '.join(ds)}")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "label": self.label, "status": self.status,
+                "degrees": list(self.degrees), "runs": [r.to_json() for r in self.runs]}
 
 
 @dataclass(frozen=True)
@@ -64,15 +123,22 @@ class VerifyReport:
     notes: list[str] = field(default_factory=list)
     targets: dict[str, dict] = field(default_factory=dict)
     passed_cases: list[tuple[str, str, str]] = field(default_factory=list)  # key, label, level
+    numerics: list[NumericsResult] = field(default_factory=list)
+
+    @property
+    def not_covered(self) -> list[NumericsResult]:
+        return [n for n in self.numerics if n.status == "not_covered"]
 
     @property
     def ok(self) -> bool:
-        return not self.failures
+        """No failure and no entry left unchecked by the given problems."""
+        return not self.failures and not self.not_covered
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "checked": self.checked, "failed": len(self.failures),
+                "not_covered": len(self.not_covered),
                 "failures": [f.to_json() for f in self.failures], "notes": self.notes,
-                "targets": self.targets}
+                "targets": self.targets, "numerics": [n.to_json() for n in self.numerics]}
 
 
 def probe_problem(spec: KernelSpec):
@@ -83,6 +149,45 @@ def probe_problem(spec: KernelSpec):
     cpg = 16
     return ConvProblem(N=2, C=cpg, H=7, W=7, K=24, Y=3, X=3, stride=1, pad=1, dilation=1,
                        groups=1)
+
+
+def split_probe(spec: KernelSpec):
+    """The problem a split-K entry runs: K long enough that the policy splits it (wg_K =
+    N·Ho·Wo >= 2·MIN_SLICE_K, so degree 2), not a multiple of tile_k (a tail tile), and the
+    probe's other edges: a partial M tile, padding, a 3x3 filter. Channels are the spec's own
+    load widths (two B vectors per tap, wg_N even for packed atomics), so every walked spec
+    serves it; ~0.1-0.3 s per emulated run."""
+    from wgradcache.model.problem import ConvProblem
+    from wgradcache.wgrad.split_k import MIN_SLICE_K
+
+    eb = elem_bytes(spec.dtype)
+    a, b = ((spec.chunk_a // eb, spec.chunk_b // eb) if spec.k_loop == "async"
+            else (spec.vec_a, spec.vec_b))
+    kpg = (spec.tile_m - 1) // a * a or a  # the largest multiple of a below tile_m
+    hw = 1
+    while 2 * hw * hw < 2 * MIN_SLICE_K or (2 * hw * hw) % spec.tile_k == 0:
+        hw += 1  # Ho = Wo = hw (3x3, pad 1)
+    return ConvProblem(N=2, C=2 * b, H=hw, W=hw, K=kpg, Y=3, X=3, stride=1, pad=1,
+                       dilation=1, groups=1)
+
+
+def split_degrees(spec: KernelSpec, problem) -> list[tuple[int, bool]]:
+    """(degree, chosen by the policy) for each launch of ``spec`` on ``problem``, the policy's
+    first: unsplit kernels run degree 1; split-K ones also ``EXPLICIT_DEGREES`` and one past
+    the K tiles, each where ``serves`` admits it. A degree equal to the policy's is one
+    launch (the plan is a function of the degree), so it runs once."""
+    from wgradcache.wgrad.capability import serves
+    from wgradcache.wgrad.split_k import plan_split_k
+
+    policy = plan_split_k(spec, problem).degree
+    out = [(policy, True)]
+    if spec.reduction == "none":
+        return out
+    k_tiles = -(-problem.wg_K // spec.tile_k)
+    for d in (*EXPLICIT_DEGREES, k_tiles + 1):
+        if all(d != seen for seen, _ in out) and serves(spec, problem, d)[0]:
+            out.append((d, False))
+    return out
 
 
 def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
@@ -260,66 +365,100 @@ def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list
     return ok_rows
 
 
+def _device(cache: TargetCache, req: VerifyRequest, rep: VerifyReport):
+    """The HIP device numerics run on (None: the emulator), with its note; False when
+    ``--device hip`` found none (a failure is recorded)."""
+    from wgradcache.runtime.hip import device_for
+
+    if req.device not in ("auto", "hip"):
+        return None
+    dev, why = device_for(cache.target)
+    if dev is None:
+        note = f"hip: no {cache.target} device ({why}); numerics ran in the emulator"
+        if req.device == "hip":
+            rep.failures.append(Failure("-", cache.target, "numerics",
+                                        f"--device hip: no device: {why}"))
+            dev = False
+    else:
+        note = f"hip: numerics ran on the {dev.describe()} (stored code objects)"
+    if note not in rep.notes:
+        rep.notes.append(note)
+    return dev
+
+
+def _launcher(cache: TargetCache, dev, spec: KernelSpec, entry: Entry, data: bytes,
+              seed: int) -> Callable:
+    """``(problem, split_k) -> report``: the stored blob (+ its stage-2 companion) on the
+    device, else the emulator."""
+    from wgradcache.pipeline.emulate import run_emulated
+
+    if dev is None:
+        return lambda p, d: run_emulated(spec, p, split_k=d, seed=seed)
+    from wgradcache.runtime.launch import CodeObject, run_on_device, stage2_code
+    from wgradcache.wgrad.kernel import kernel_symbol
+
+    s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
+          if spec.reduction == "two_stage" else None)
+    code = CodeObject(data, entry.symbol or kernel_symbol(spec))
+    return lambda p, d: run_on_device(dev, spec, p, code, s2, split_k=d, seed=seed)
+
+
+def _run_entry(launch: Callable, spec: KernelSpec, cases: list
+               ) -> tuple[list[NumericsRun], list[str]]:
+    """Every (problem, degree) launch of one entry: the runs and the failed ones' reasons."""
+    runs: list[NumericsRun] = []
+    bad: list[str] = []
+    for p in cases:
+        for degree, policy in split_degrees(spec, p):
+            try:
+                r = launch(p, None if policy else degree)
+            except Exception as e:  # a kernel that broke the emulator
+                bad.append(f"{p.short()} at split {degree}: {type(e).__name__}: {e}")
+                runs.append(NumericsRun(p.short(), degree, policy, False))
+                continue
+            runs.append(NumericsRun(p.short(), degree, policy, r.passed))
+            if not r.passed:
+                bad.append(r.summary())
+    return runs, bad
+
+
 def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: VerifyReport,
               advance: Callable[[int], None]) -> None:
     from wgradcache.cache.store import content_key
     from wgradcache.model.problem import ConvProblem
     from wgradcache.pipeline.build import codegen_context
-    from wgradcache.pipeline.emulate import run_emulated
-    from wgradcache.runtime.hip import device_for
-    from wgradcache.runtime.launch import CodeObject, run_on_device, stage2_code
     from wgradcache.wgrad.capability import serves
     from wgradcache.wgrad.emit import emit_ir
-    from wgradcache.wgrad.kernel import kernel_symbol
 
     options, toolchain, _ = codegen_context()
     problems = [ConvProblem.parse(p) for p in req.problems]
-    dev = None
-    if req.device in ("auto", "hip"):
-        dev, why = device_for(cache.target)
-        if dev is None:
-            note = f"hip: no {cache.target} device ({why}); numerics ran in the emulator"
-            if note not in rep.notes:
-                rep.notes.append(note)
-            if req.device == "hip":
-                rep.failures.append(Failure("-", cache.target, "numerics",
-                                            f"--device hip: no device: {why}"))
-                return
-        else:
-            note = f"hip: numerics ran on the {dev.describe()} (stored code objects)"
-            if note not in rep.notes:
-                rep.notes.append(note)
-    for ik, entry, spec, _data in rows:
+    dev = _device(cache, req, rep)
+    if dev is False:
+        return
+    for ik, entry, spec, data in rows:
         label = entry.label
         k = emit_ir(spec)
         if content_key(k.ir_text, k.symbol, spec.target, options, toolchain) != entry.blob:
             rep.failures.append(Failure(ik, label, "numerics",
                                         "the stored binary is not this IR: re-emitted IR "
                                         "hashes to another content key"))
+            rep.numerics.append(NumericsResult(ik, label, "failed"))
             advance(1)
             continue
-        cases = [p for p in problems if serves(spec, p)[0]] if problems else [probe_problem(spec)]
+        probe = split_probe(spec) if spec.reduction != "none" else probe_problem(spec)
+        cases = [p for p in problems if serves(spec, p)[0]] if problems else [probe]
         if not cases:
-            rep.notes.append(f"{label}: serves none of the given problems")
-        bad = []
-        for p in cases:
-            try:
-                if dev is not None:  # the stored blob (+ its stage-2 companion)
-                    s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
-                          if spec.reduction == "two_stage" else None)
-                    code = CodeObject(_data, entry.symbol or kernel_symbol(spec))
-                    r = run_on_device(dev, spec, p, code, s2, seed=req.seed)
-                else:
-                    r = run_emulated(spec, p, seed=req.seed)
-            except Exception as e:  # a kernel that broke the emulator
-                bad.append(f"{p.short()}: {type(e).__name__}: {e}")
-                continue
-            if not r.passed:
-                bad.append(r.summary())
+            rep.numerics.append(NumericsResult(ik, label, "not_covered"))
+            advance(1)
+            continue
+        runs, bad = _run_entry(_launcher(cache, dev, spec, entry, data, req.seed), spec,
+                               cases)
         if bad:
             rep.failures.append(Failure(ik, label, "numerics", "; ".join(bad)))
         else:
             rep.passed_cases.append((ik, label, "numerics"))
+        rep.numerics.append(NumericsResult(ik, label, "failed" if bad else "passed",
+                                           tuple(runs)))
         advance(1)
 
 
@@ -354,17 +493,29 @@ def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
 
 
 def write_junit(rep: VerifyReport, path: str | Path) -> None:
-    """JUnit XML for CI: one testcase per (entry, level) checked, failures with the reason."""
+    """JUnit XML for CI: one testcase per (entry, level) checked, failures with the reason,
+    not-covered entries skipped; a numerics case's system-out names its problems and
+    degrees, so a CI page shows what ran."""
     import xml.etree.ElementTree as ET
 
+    ran = {n.key: n.describe() for n in rep.numerics if n.runs}
     suite = ET.Element("testsuite", name="wgradcache.pipeline.verify",
-                       tests=str(len(rep.passed_cases) + len(rep.failures)),
-                       failures=str(len(rep.failures)))
+                       tests=str(len(rep.passed_cases) + len(rep.failures)
+                                 + len(rep.not_covered)),
+                       failures=str(len(rep.failures)), skipped=str(len(rep.not_covered)))
+
+    def case(key: str, label: str, level: str) -> ET.Element:
+        c = ET.SubElement(suite, "testcase", classname=f"verify.{level}", name=label or key)
+        if level == "numerics" and ran.get(key):
+            ET.SubElement(c, "system-out").text = ran[key]
+        return c
+
     for key, label, level in rep.passed_cases:
-        ET.SubElement(suite, "testcase", classname=f"verify.{level}", name=label or key)
+        case(key, label, level)
     for f in rep.failures:
-        case = ET.SubElement(suite, "testcase", classname=f"verify.{f.level}",
-                             name=f.label or f.key)
-        ET.SubElement(case, "failure", message=f.reason).text = f"{f.key}: {f.reason}"
+        c = case(f.key, f.label, f.level)
+        ET.SubElement(c, "failure", message=f.reason).text = f"{f.key}: {f.reason}"
+    for n in rep.not_covered:
+        ET.SubElement(case(n.key, n.label, "numerics"), "skipped", message=n.describe())
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
