@@ -41,12 +41,12 @@ def test_shipped_file_loads_with_19_cover_entries_each_with_a_reason():
             "  max_acc_per_lane: 0",
             "max_acc_per_lane: 0",
             "filters.max_acc_per_lane",
-            "must be >= 1",
+            "must be in [1, 1024], got 0",
         ),
         ("  - [8, 1]", "  - [8, 3]", "- [8, 3]", "vec_pairs[2]", "vec_b 3 not one of"),
         (
-            "  - [4, 4]\n\nws",
-            "  - [4, 2]\n\nws",
+            "  - [4, 4]\n\n# f32 workspace",
+            "  - [4, 2]\n\n# f32 workspace",
             "- [4, 2]",
             "async_chunk_pairs[1]",
             "not an async copy width",
@@ -117,10 +117,38 @@ def test_cli_reports_a_bad_file_in_one_line_with_exit_2(tmp_path):
     p = _write(tmp_path, SHIPPED.replace("schema: 1", "schema: 7"))
     r = CliRunner().invoke(main, ["count", "--geometries", str(p)])
     assert r.exit_code == 2
-    assert r.output == f"error: {p}:3: schema: unsupported schema 7 (this tool reads 1)\n"
+    line = SHIPPED.splitlines().index("schema: 1") + 1
+    assert r.output == f"error: {p}:{line}: schema: unsupported schema 7 (this tool reads 1)\n"
 
 
 def test_not_yaml(tmp_path):
     p = _write(tmp_path, "ladder: [1, 2\n")
     with pytest.raises(GeometryFileError, match=r":2: not valid YAML"):
         load(p)
+
+
+def test_ws_replicas_bound_is_the_split_degree_cap():
+    """One workspace replica per split slice at most: past MAX_DEGREE none is ever used."""
+    from wgradcache.jobs.geometries import WS_REPLICAS_RANGE
+    from wgradcache.wgrad.split_k import MAX_DEGREE
+
+    assert WS_REPLICAS_RANGE == (1, MAX_DEGREE)
+
+
+def test_the_widest_ladder_the_bounds_allow_still_loads(tmp_path):
+    """8 values per axis at the ends of the ranges, every budget at its top: a file the
+    bounds admit is one the loader and the walk can take."""
+    import re
+
+    from wgradcache.jobs.geometries import LIMIT_RANGES, TILE_RANGE, WARP_RANGE
+
+    text = SHIPPED
+    tiles = [TILE_RANGE[0], 32, 48, 64, 96, 128, 256, TILE_RANGE[1]]
+    warps = [WARP_RANGE[0], 2, 3, 4, 8, 16, 24, WARP_RANGE[1]]
+    for ax in ("tile_m", "tile_n", "tile_k", "warp_m", "warp_n"):
+        text = re.sub(rf"  {ax}: \[.*\]", f"  {ax}: {tiles if ax[0] == 't' else warps}", text)
+    for k, (lo, hi) in LIMIT_RANGES.items():
+        text = re.sub(rf"(\n +{k}): \d+", rf"\1: {lo if k == 'min_block_size' else hi}", text)
+    d = load(_write(tmp_path, text))
+    assert len(d.ladder_geometries()) == 8 ** 5
+    assert d.limits_for("gfx1151").max_acc_per_lane == LIMIT_RANGES["max_acc_per_lane"][1]

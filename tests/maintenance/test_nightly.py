@@ -155,21 +155,21 @@ def test_load_plan_reads_the_shipped_plan_and_names_each_bad_field(tmp_path):
     assert plan.targets and plan.verify_level in ("integrity", "structure", "numerics")
     p = tmp_path / "plan.yaml"
     for text, reason in [
-        ("targets: [gfx1250]\nextra: 1\n", "unknown key 'extra'; valid: dtypes, job_timeout, "
-                                           "max_size, targets, variants, verify"),
-        ("targets: []\n", "targets: name at least one target"),
-        ("targets: gfx1250\n", "targets: expected a list"),
-        ("targets: [gfx1250]\ndtypes: [fp8]\n", "dtypes: unknown 'fp8'; valid: "),
-        ("targets: [gfx1250]\nverify: {level: all}\n", "verify.level: unknown 'all'; valid: "
+        ("targets: [gfx1250]\nextra: 1\n", "2: extra: unknown key; valid: targets, dtypes, "
+                                           "variants, verify, max_size, job_timeout"),
+        ("targets: []\n", "1: targets: name at least one target"),
+        ("targets: gfx1250\n", "1: targets: expected a list, got a string 'gfx1250'"),
+        ("targets: [gfx1250]\ndtypes: [fp8]\n", "2: dtypes[0]: unknown 'fp8'; valid: "),
+        ("targets: [gfx1250]\nverify: {level: all}\n", "2: verify.level: unknown 'all'; valid: "
                                                       "integrity, structure, numerics"),
-        ("targets: [gfx1250]\nverify: {sample: 2}\n", "verify.sample: must be in (0, 1], "
-                                                     "got 2.0"),
-        ("targets: [gfx1250]\nmax_size: 3KM\n", "max_size: size '3KM': unknown unit 'km'"),
+        ("targets: [gfx1250]\nverify: {sample: 2}\n", "2: verify.sample: must be in (0, 1], "
+                                                     "got 2"),
+        ("targets: [gfx1250]\nmax_size: 3KM\n", "2: max_size: size '3KM': unknown unit 'km'"),
     ]:
         p.write_text(text)
         with pytest.raises(PlanError) as e:
             load_plan(p)
-        assert str(e.value).startswith(f"{p}: {reason}"), str(e.value)
+        assert str(e.value).startswith(f"{p}:{reason}"), str(e.value)
     p.write_text("targets: [gfx1250]\ndtypes: [fp16]\nverify: {level: integrity, sample: 0.5}"
                  "\nmax_size: 2G\njob_timeout: 60\n")
     assert load_plan(p) == Plan(targets=("gfx1250",), dtypes=("fp16",), variants=(),

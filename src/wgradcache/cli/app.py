@@ -118,7 +118,9 @@ def cache_dir_option(f):
 
 
 def geometries_option(f):
-    return click.option("--geometries", "geometries_file", type=click.Path(dir_okay=False),
+    # A plain path: the loader says in one line what is wrong with it (a directory, a FIFO,
+    # a device), where click.Path's check prints the usage block.
+    return click.option("--geometries", "geometries_file", type=click.Path(),
                         default=None, envvar="WGRADCACHE_GEOMETRIES",
                         help="job data file (default: the shipped geometries.yaml)")(f)
 

@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
-from wgradcache.model.spec import DTYPE_KEYS, Limits, geometry_fits, load_widths_ok
+from wgradcache.jobs.yamlsafe import NodeReader
+from wgradcache.model.spec import (
+    ASYNC_CHUNK_BYTES,
+    DTYPE_KEYS,
+    VEC_WIDTHS,
+    Limits,
+    geometry_fits,
+    load_widths_ok,
+)
 from wgradcache.model.targets import get_target, kernel_target_names
 
 __all__ = ["GeometryFileError", "CoverEntry", "JobData", "load", "default_path", "default_jobdata"]
@@ -61,7 +70,6 @@ class JobData:
         return {c.geometry: c for c in self.cover if target in c.targets}
 
     def with_changes(self, **changes) -> JobData:
-        from dataclasses import replace
         return replace(self, **changes)
 
 
@@ -76,208 +84,192 @@ def default_path() -> Path:
     return Path(env) if env else _SHIPPED_FILE
 
 
-class _Reader:
-    def __init__(self, path: str):
-        self.path = path
-
-    def fail(self, node: yaml.Node | None, field: str, problem: str) -> GeometryFileError:
-        line = node.start_mark.line + 1 if node is not None else 1
-        return GeometryFileError(f"{self.path}:{line}: {field}: {problem}")
-
-    def mapping(self, node: yaml.Node, field: str) -> dict[str, yaml.Node]:
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, field, "expected a mapping")
-        out: dict[str, yaml.Node] = {}
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                raise self.fail(k, field, "keys must be plain names")
-            if k.value in out:
-                raise self.fail(k, f"{field}.{k.value}", "duplicate key")
-            out[k.value] = v
-        return out
-
-    def require(self, m: dict[str, yaml.Node], parent: yaml.Node, field: str,
-                key: str) -> yaml.Node:
-        if key not in m:
-            raise self.fail(parent, field, f"missing key {key!r}")
-        return m[key]
-
-    def seq(self, node: yaml.Node, field: str) -> list[yaml.Node]:
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.fail(node, field, "expected a list")
-        return list(node.value)
-
-    def int_(self, node: yaml.Node, field: str, lo: int = 1) -> int:
-        value = yaml.safe_load(yaml.serialize(node)) if isinstance(node, yaml.ScalarNode) else None
-        if isinstance(value, bool) or not isinstance(value, int):
-            got = getattr(node, "value", node)
-            raise self.fail(node, field, f"expected an integer, got {got!r}")
-        if value < lo:
-            raise self.fail(node, field, f"must be >= {lo}, got {value}")
-        return value
-
-    def str_(self, node: yaml.Node, field: str) -> str:
-        if not isinstance(node, yaml.ScalarNode) or not str(node.value).strip():
-            raise self.fail(node, field, "expected a non-empty string")
-        return str(node.value)
-
-    def ints(self, node: yaml.Node, field: str, n: int | None = None) -> tuple[int, ...]:
-        items = self.seq(node, field)
-        if n is not None and len(items) != n:
-            raise self.fail(node, field, f"expected {n} integers, got {len(items)}")
-        if not items:
-            raise self.fail(node, field, "must not be empty")
-        vals = tuple(self.int_(v, f"{field}[{i}]") for i, v in enumerate(items))
-        if len(set(vals)) != len(vals) and n is None:
-            raise self.fail(node, field, "repeated value")
-        return vals
-
-    def names(self, node: yaml.Node, field: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
-        out = []
-        for i, v in enumerate(self.seq(node, field)):
-            s = self.str_(v, f"{field}[{i}]")
-            if s not in allowed:
-                raise self.fail(v, f"{field}[{i}]", f"unknown {s!r}; valid: {', '.join(allowed)}")
-            out.append(s)
-        return tuple(out)
-
+# The documented range of every number in the file (the YAML's comments repeat them; an
+# error names the range). They keep a hostile or mistyped file from meaning hours of walk
+# or gigabytes of workspace; the real budgets are the filters' values inside them.
+TILE_RANGE = (16, 1024)  # tile_m, tile_n, tile_k: the smallest MMA atom edge is 16
+WARP_RANGE = (1, 32)  # warp_m, warp_n: 32 waves of 32 lanes fill a 1024-thread block
+MAX_AXIS_VALUES = 8  # per ladder axis: at most 8**5 = 32768 ladder geometries
+LIMIT_RANGES = {  # filters and their per-target overrides
+    "max_acc_per_lane": (1, 1024),  # f32 accumulators, VGPRs: gfx1250 has 1024
+    "max_block_size": (1, 1024),  # threads: HIP's largest block
+    "min_block_size": (1, 1024),
+    "max_k_steps": (1, 64),
+    "max_loads_per_thread": (1, 4096),
+}
+# Replicas of the two-stage workspace: one per split slice at most, and the split degree
+# stops at wgrad/split_k.py's MAX_DEGREE (128; a test ties the two).
+WS_REPLICAS_RANGE = (1, 128)
+MAX_COVER = 256
+_VEC_RANGE = (1, max(VEC_WIDTHS))  # the exact set is load_widths_ok's rule
+_CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 
 _TOP = ("schema", "ladder", "filters", "vec_pairs", "async_chunk_pairs", "ws_replicas",
         "dtypes", "cover")
+_LIMIT_FIELDS = tuple(LIMIT_RANGES)
 
 
 def load(path: str | os.PathLike | None = None) -> JobData:
     """Parse and check one geometries file; raises GeometryFileError (one line)."""
     p = Path(path) if path is not None else default_path()
-    r = _Reader(str(p))
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise GeometryFileError(f"{p}: cannot read: {e.strerror}") from None
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise GeometryFileError(f"{p}:{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    r = NodeReader(str(p), GeometryFileError)
+    root = r.compose()
     if root is None:
-        raise GeometryFileError(f"{p}:1: empty file")
-    top = r.mapping(root, "<top>")
-    for k, v in top.items():
-        if k not in _TOP:
-            raise r.fail(v, k, f"unknown key; valid: {', '.join(_TOP)}")
-    schema = r.int_(r.require(top, root, "<top>", "schema"), "schema")
+        raise r.fail(None, "<top>", "empty file")
+    top = r.mapping(root, "<top>", allowed=_TOP)
+
+    def section(key: str) -> yaml.Node:
+        return r.require(top, root, "<top>", key)
+
+    schema = r.int_(section("schema"), "schema", 1, 1 << 20)
     if schema != 1:
         raise r.fail(top["schema"], "schema", f"unsupported schema {schema} (this tool reads 1)")
-
-    lad_node = r.require(top, root, "<top>", "ladder")
-    lad = r.mapping(lad_node, "ladder")
-    for k, v in lad.items():
-        if k not in _LADDER_AXES:
-            raise r.fail(v, f"ladder.{k}", f"unknown axis; valid: {', '.join(_LADDER_AXES)}")
-    ladder = {a: r.ints(r.require(lad, lad_node, "ladder", a), f"ladder.{a}")
-              for a in _LADDER_AXES}
-
-    f_node = r.require(top, root, "<top>", "filters")
-    fl = r.mapping(f_node, "filters")
-    limit_fields = ("max_acc_per_lane", "max_block_size", "min_block_size", "max_k_steps",
-                    "max_loads_per_thread")
-    for k, v in fl.items():
-        if k not in (*limit_fields, "targets"):
-            raise r.fail(v, f"filters.{k}",
-                         f"unknown filter; valid: {', '.join(limit_fields)}, targets")
-    limits = Limits(**{k: r.int_(r.require(fl, f_node, "filters", k), f"filters.{k}")
-                       for k in limit_fields})
-    target_limits: list[tuple[str, Limits]] = []
-    if "targets" in fl:
-        from dataclasses import replace
-
-        tl = r.mapping(fl["targets"], "filters.targets")
-        for t, node in tl.items():
-            if t not in kernel_target_names():
-                raise r.fail(node, f"filters.targets.{t}",
-                             f"unknown target; valid: {', '.join(kernel_target_names())}")
-            over = r.mapping(node, f"filters.targets.{t}")
-            for k, v in over.items():
-                if k not in limit_fields:
-                    raise r.fail(v, f"filters.targets.{t}.{k}",
-                                 f"unknown filter; valid: {', '.join(limit_fields)}")
-            target_limits.append((t, replace(limits, **{
-                k: r.int_(v, f"filters.targets.{t}.{k}") for k, v in over.items()})))
-
-    def limits_for(t: str) -> Limits:
-        return dict(target_limits).get(t, limits)
-
-    def pairs(key: str, k_loop: str) -> tuple[tuple[int, int], ...]:
-        node = r.require(top, root, "<top>", key)
-        out = []
-        for i, item in enumerate(r.seq(node, key)):
-            a, b = r.ints(item, f"{key}[{i}]", n=2)
-            ok, why = load_widths_ok(k_loop, "fp16", max(ladder["tile_m"]),
-                                     max(ladder["tile_n"]), a, b)
-            if not ok:
-                raise r.fail(item, f"{key}[{i}]", why)
-            if (a, b) in out:
-                raise r.fail(item, f"{key}[{i}]", f"repeated pair {[a, b]}")
-            out.append((a, b))
-        if not out:
-            raise r.fail(node, key, "must not be empty")
-        return tuple(out)
-
-    vec_pairs = pairs("vec_pairs", "sync")
-    chunk_pairs = pairs("async_chunk_pairs", "async")
-    ws = r.int_(r.require(top, root, "<top>", "ws_replicas"), "ws_replicas")
-
-    d_node = r.require(top, root, "<top>", "dtypes")
-    dt = r.mapping(d_node, "dtypes")
-    default_dtypes = r.names(r.require(dt, d_node, "dtypes", "default"), "dtypes.default",
-                             DTYPE_KEYS)
-    optional_dtypes = r.names(dt["optional"], "dtypes.optional", DTYPE_KEYS) \
-        if "optional" in dt else ()
-
-    c_node = r.require(top, root, "<top>", "cover")
-    cover: list[CoverEntry] = []
-    kernel_targets = tuple(kernel_target_names())
-    for i, item in enumerate(r.seq(c_node, "cover")):
-        field = f"cover[{i}]"
-        m = r.mapping(item, field)
-        for k, v in m.items():
-            if k not in ("geometry", "reason", "targets"):
-                raise r.fail(v, f"{field}.{k}", "unknown key; valid: geometry, reason, targets")
-        g_node = r.require(m, item, field, "geometry")
-        geom: Geometry = r.ints(g_node, f"{field}.geometry", n=5)  # type: ignore[assignment]
-        reason = r.str_(r.require(m, item, field, "reason"), f"{field}.reason")
-        for ax, v in zip(_LADDER_AXES, geom, strict=True):
-            if v not in ladder[ax]:
-                raise r.fail(g_node, f"{field}.geometry", f"{ax} {v} is not on the ladder")
-
-        def misfit(t: str, geom: Geometry = geom) -> str:
-            for dtype in ("fp16", "bf16"):
-                ok, why = geometry_fits(get_target(t), dtype, geom, limits_for(t))
-                if not ok:
-                    return f"{dtype}: {why}"
-            return ""
-
-        if "targets" in m:  # named: each must keep it
-            targets = r.names(m["targets"], f"{field}.targets", kernel_targets)
-            for t in targets:
-                if misfit(t):
-                    raise r.fail(g_node, f"{field}.geometry",
-                                 f"not on {t}'s ladder ({misfit(t)})")
-        else:  # every target whose ladder keeps it
-            targets = tuple(t for t in kernel_targets if not misfit(t))
-            if not targets:
-                raise r.fail(g_node, f"{field}.geometry",
-                             f"on no target's ladder ({kernel_targets[0]}: "
-                             f"{misfit(kernel_targets[0])})")
-        if any(c.geometry == geom for c in cover):
-            raise r.fail(g_node, f"{field}.geometry", f"repeated cover geometry {list(geom)}")
-        cover.append(CoverEntry(geom, reason, targets))
-
+    ladder = _ladder(r, section("ladder"))
+    limits, target_limits = _filters(r, section("filters"))
+    vec_pairs = _pairs(r, section("vec_pairs"), "vec_pairs", "sync", ladder)
+    chunk_pairs = _pairs(r, section("async_chunk_pairs"), "async_chunk_pairs", "async", ladder)
+    ws = r.int_(section("ws_replicas"), "ws_replicas", *WS_REPLICAS_RANGE)
+    default_dtypes, optional_dtypes = _dtypes(r, section("dtypes"))
+    per_target = dict(target_limits)
+    cover = _cover(r, section("cover"), ladder, lambda t: per_target.get(t, limits))
     return JobData(path=str(p), ladder=ladder, limits=limits, vec_pairs=vec_pairs,
                    async_chunk_pairs=chunk_pairs, ws_replicas=ws,
                    default_dtypes=default_dtypes, optional_dtypes=optional_dtypes,
-                   cover=tuple(cover), target_limits=tuple(target_limits))
+                   cover=cover, target_limits=target_limits)
+
+
+def _ints(r: NodeReader, node: yaml.Node, field: str, rng: tuple[int, int], *,
+          n: int | None = None, max_len: int = MAX_AXIS_VALUES) -> tuple[int, ...]:
+    """A list of integers in ``rng``: exactly ``n`` of them, or 1 to ``max_len`` distinct."""
+    items = r.seq(node, field, max_len=None if n is not None else max_len)
+    if n is not None and len(items) != n:
+        raise r.fail(node, field, f"expected {n} integers, got {len(items)}")
+    if not items:
+        raise r.fail(node, field, "must not be empty")
+    vals = tuple(r.int_(v, f"{field}[{i}]", *rng) for i, v in enumerate(items))
+    if n is None and len(set(vals)) != len(vals):
+        raise r.fail(node, field, "repeated value")
+    return vals
+
+
+def _axis_range(axis: str) -> tuple[int, int]:
+    return TILE_RANGE if axis.startswith("tile") else WARP_RANGE
+
+
+def _geometry(r: NodeReader, node: yaml.Node, field: str) -> Geometry:
+    """[tile_m, tile_n, tile_k, warp_m, warp_n], each in its axis's range."""
+    items = r.seq(node, field)
+    if len(items) != len(_LADDER_AXES):
+        raise r.fail(node, field, f"expected 5 integers [{', '.join(_LADDER_AXES)}], "
+                                  f"got {len(items)}")
+    return tuple(r.int_(v, f"{field}[{j}]", *_axis_range(ax))  # type: ignore[return-value]
+                 for j, (ax, v) in enumerate(zip(_LADDER_AXES, items, strict=True)))
+
+
+def _ladder(r: NodeReader, node: yaml.Node) -> dict[str, tuple[int, ...]]:
+    lad = r.mapping(node, "ladder", allowed=_LADDER_AXES, what="axis")
+    return {a: _ints(r, r.require(lad, node, "ladder", a), f"ladder.{a}",
+                     _axis_range(a))
+            for a in _LADDER_AXES}
+
+
+def _limits(r: NodeReader, over: dict[str, yaml.Node], field: str, base: Limits) -> Limits:
+    vals = {k: r.int_(v, f"{field}.{k}", *LIMIT_RANGES[k]) for k, v in over.items()}
+    out = replace(base, **vals)
+    if out.min_block_size > out.max_block_size:
+        where = over.get("min_block_size") or over.get("max_block_size")
+        raise r.fail(where, f"{field}.min_block_size", f"{out.min_block_size} exceeds "
+                                                       f"max_block_size {out.max_block_size}")
+    return out
+
+
+def _filters(r: NodeReader, node: yaml.Node) -> tuple[Limits, tuple[tuple[str, Limits], ...]]:
+    """The budgets every target starts from, and the per-target overrides applied."""
+    fl = r.mapping(node, "filters", allowed=(*_LIMIT_FIELDS, "targets"), what="filter")
+    for k in _LIMIT_FIELDS:
+        r.require(fl, node, "filters", k)
+    limits = _limits(r, {k: fl[k] for k in _LIMIT_FIELDS}, "filters", Limits())
+    if "targets" not in fl:
+        return limits, ()
+    out = []
+    for t, t_node in r.mapping(fl["targets"], "filters.targets",
+                               allowed=tuple(kernel_target_names()), what="target").items():
+        over = r.mapping(t_node, f"filters.targets.{t}", allowed=_LIMIT_FIELDS, what="filter")
+        out.append((t, _limits(r, over, f"filters.targets.{t}", limits)))
+    return limits, tuple(out)
+
+
+def _pairs(r: NodeReader, node: yaml.Node, key: str, k_loop: str,
+           ladder: dict[str, tuple[int, ...]]) -> tuple[tuple[int, int], ...]:
+    """(a, b) width pairs: each admitted by load_widths_ok, none repeated."""
+    rng = _VEC_RANGE if k_loop == "sync" else _CHUNK_RANGE
+    out: list[tuple[int, int]] = []
+    for i, item in enumerate(r.seq(node, key, max_len=16)):
+        a, b = _ints(r, item, f"{key}[{i}]", rng, n=2)
+        ok, why = load_widths_ok(k_loop, "fp16", max(ladder["tile_m"]),
+                                 max(ladder["tile_n"]), a, b)
+        if not ok:
+            raise r.fail(item, f"{key}[{i}]", why)
+        if (a, b) in out:
+            raise r.fail(item, f"{key}[{i}]", f"repeated pair {[a, b]}")
+        out.append((a, b))
+    if not out:
+        raise r.fail(node, key, "must not be empty")
+    return tuple(out)
+
+
+def _dtypes(r: NodeReader, node: yaml.Node) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    dt = r.mapping(node, "dtypes", allowed=("default", "optional"))
+    default = r.names(r.require(dt, node, "dtypes", "default"), "dtypes.default", DTYPE_KEYS)
+    optional = r.names(dt["optional"], "dtypes.optional", DTYPE_KEYS) \
+        if "optional" in dt else ()
+    return default, optional
+
+
+def _cover(r: NodeReader, node: yaml.Node, ladder: dict[str, tuple[int, ...]],
+           limits_for: Callable[[str], Limits]) -> tuple[CoverEntry, ...]:
+    cover: list[CoverEntry] = []
+    for i, item in enumerate(r.seq(node, "cover", max_len=MAX_COVER)):
+        entry = _cover_entry(r, item, f"cover[{i}]", ladder, limits_for)
+        if any(c.geometry == entry.geometry for c in cover):
+            raise r.fail(item, f"cover[{i}].geometry",
+                         f"repeated cover geometry {list(entry.geometry)}")
+        cover.append(entry)
+    return tuple(cover)
+
+
+def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladder: dict[str, tuple[int, ...]],
+                 limits_for: Callable[[str], Limits]) -> CoverEntry:
+    """One cover entry: a ladder geometry, its reason, the targets it serves (named, each of
+    which must keep it, or every target whose ladder keeps it)."""
+    m = r.mapping(item, field, allowed=("geometry", "reason", "targets"))
+    g_node = r.require(m, item, field, "geometry")
+    geom = _geometry(r, g_node, f"{field}.geometry")
+    reason = r.str_(r.require(m, item, field, "reason"), f"{field}.reason")
+    for ax, v in zip(_LADDER_AXES, geom, strict=True):
+        if v not in ladder[ax]:
+            raise r.fail(g_node, f"{field}.geometry", f"{ax} {v} is not on the ladder")
+
+    def misfit(t: str) -> str:
+        for dtype in ("fp16", "bf16"):
+            ok, why = geometry_fits(get_target(t), dtype, geom, limits_for(t))
+            if not ok:
+                return f"{dtype}: {why}"
+        return ""
+
+    kernel_targets = tuple(kernel_target_names())
+    if "targets" in m:
+        targets = r.names(m["targets"], f"{field}.targets", kernel_targets)
+        for t in targets:
+            if why := misfit(t):
+                raise r.fail(g_node, f"{field}.geometry", f"not on {t}'s ladder ({why})")
+    else:
+        targets = tuple(t for t in kernel_targets if not misfit(t))
+        if not targets:
+            raise r.fail(g_node, f"{field}.geometry",
+                         f"on no target's ladder ({kernel_targets[0]}: "
+                         f"{misfit(kernel_targets[0])})")
+    return CoverEntry(geom, reason, targets)
 
 
 @lru_cache(maxsize=4)

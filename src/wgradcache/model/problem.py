@@ -12,11 +12,19 @@ no generator imports, so refining a bound re-emits nothing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 
-__all__ = ["ConvProblem"]
+__all__ = ["ConvProblem", "MAX_FIELD"]
 
 _FIELDS = ("N", "C", "H", "W", "K", "Y", "X", "stride", "pad", "dilation", "groups")
+# Every field is a 32-bit signed kernel argument (wgrad/abi.py's scalars). Whether a
+# problem's buffers fit the kernels' 31-bit offsets depends on the dtype, so that bound is
+# serves' (wgrad/capability.py), which every command checks before it runs a kernel.
+MAX_FIELD = 2 ** 31 - 1
+# ASCII digits, an optional minus (so "-1" gets the range message): int() alone also takes
+# "1_000", "+5" and full-width or other Unicode digits.
+_INT = re.compile(r"-?[0-9]{1,20}")
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class ConvProblem:
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool):
                 return False, f"{f.name} must be an integer, got {v!r}"
+            if v > MAX_FIELD:
+                return False, f"{f.name} must be <= {MAX_FIELD} (2**31-1), got {v}"
         for name in ("N", "C", "H", "W", "K", "Y", "X", "stride", "dilation", "groups"):
             if getattr(self, name) < 1:
                 return False, f"{name} must be >= 1, got {getattr(self, name)}"
@@ -62,17 +72,21 @@ class ConvProblem:
 
     @staticmethod
     def parse(text: str) -> ConvProblem:
-        """'N,C,H,W,K,Y,X[,stride,pad,dilation,groups]' -> ConvProblem; ValueError names why."""
-        parts = [p.strip() for p in str(text).split(",")]
+        """'N,C,H,W,K,Y,X[,stride,pad,dilation,groups]' -> ConvProblem; ValueError names why
+        in one line that quotes at most 20 characters of a field."""
+        text = str(text)
+        parts = [p.strip() for p in text.split(",", 11)]
         if not 7 <= len(parts) <= 11:
-            raise ValueError(f"problem {text!r} has {len(parts)} fields; expected "
+            n = len(parts) if len(parts) <= 11 else f"{text.count(',') + 1}"
+            raise ValueError(f"problem has {n} fields; expected "
                              "N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (7 to 11)")
         values = []
         for name, p in zip(_FIELDS, parts, strict=False):
-            try:
-                values.append(int(p, 10))
-            except ValueError:
-                raise ValueError(f"problem {text!r}: {name} {p!r} is not an integer") from None
+            if not _INT.fullmatch(p):
+                shown = repr(p) if len(p) <= 20 else f"{p[:20]!r}..."
+                raise ValueError(f"{name} {shown} is not an integer (ASCII digits 0-9, at "
+                                 f"most {MAX_FIELD})")
+            values.append(int(p))
         return ConvProblem(*values)
 
     def short(self) -> str:

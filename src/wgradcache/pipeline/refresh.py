@@ -18,6 +18,7 @@ import yaml
 
 from wgradcache.cache.gc import gc, parse_size
 from wgradcache.cache.store import TargetCache
+from wgradcache.jobs.yamlsafe import NodeReader, clip
 from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS
 from wgradcache.model.targets import TARGETS
 from wgradcache.pipeline.build import BuildRequest, BuildSummary, build
@@ -41,52 +42,68 @@ class Plan:
     job_timeout: float
 
 
+_PLAN_KEYS = ("targets", "dtypes", "variants", "verify", "max_size", "job_timeout")
+JOB_TIMEOUT_RANGE = (1.0, 86400.0)  # seconds one compile job may take: up to a day
+
+
 def load_plan(path: str | Path) -> Plan:
-    p = Path(path)
-    try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise PlanError(f"{p}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise PlanError(f"{p}: not valid YAML: {e}") from None
-    if not isinstance(doc, dict):
-        raise PlanError(f"{p}: expected a mapping")
-    known = {"targets", "dtypes", "variants", "verify", "max_size", "job_timeout"}
-    extra = set(doc) - known
-    if extra:
-        raise PlanError(f"{p}: unknown key {sorted(extra)[0]!r}; valid: {', '.join(sorted(known))}")
-    targets = _names(p, doc, "targets", tuple(TARGETS))
+    """Read and check a plan; PlanError is one line ``file:line: field: reason``. The file
+    is read as any YAML input is (jobs/yamlsafe.py: size cap, no aliases, depth limit)."""
+    r = NodeReader(str(path), PlanError)
+    root = r.compose()
+    if root is None:
+        raise r.fail(None, "<top>", "empty file")
+    doc = r.mapping(root, "<top>", allowed=_PLAN_KEYS)
+    targets = _names(r, doc, "targets", tuple(TARGETS))
     if not targets:
-        raise PlanError(f"{p}: targets: name at least one target")
-    level, sample = _verify_options(p, doc.get("verify") or {})
-    try:
-        max_size = parse_size(str(doc["max_size"])) if doc.get("max_size") else None
-    except ValueError as e:
-        raise PlanError(f"{p}: max_size: {e}") from None
-    return Plan(targets=targets, dtypes=_names(p, doc, "dtypes", DTYPE_KEYS),
-                variants=_names(p, doc, "variants", VARIANT_KEYS), verify_level=level,
-                verify_sample=sample, max_size=max_size,
-                job_timeout=float(doc.get("job_timeout", 300)))
+        raise r.fail(doc.get("targets", root), "targets", "name at least one target")
+    level, sample = _verify_options(r, doc.get("verify"))
+    timeout = doc.get("job_timeout")
+    return Plan(targets=targets, dtypes=_names(r, doc, "dtypes", DTYPE_KEYS),
+                variants=_names(r, doc, "variants", VARIANT_KEYS), verify_level=level,
+                verify_sample=sample, max_size=_max_size(r, doc.get("max_size")),
+                job_timeout=300.0 if _null(timeout) else
+                r.float_(timeout, "job_timeout", *JOB_TIMEOUT_RANGE))
 
 
-def _names(p: Path, doc: dict, key: str, valid) -> tuple[str, ...]:
-    vals = doc.get(key) or []
-    if not isinstance(vals, list):
-        raise PlanError(f"{p}: {key}: expected a list")
-    for v in vals:
-        if v not in valid:
-            raise PlanError(f"{p}: {key}: unknown {v!r}; valid: {', '.join(valid)}")
-    return tuple(vals)
+def _null(node: yaml.Node | None) -> bool:
+    return node is None or node.tag == "tag:yaml.org,2002:null"
 
 
-def _verify_options(p: Path, v: dict) -> tuple[str, float]:
-    level = v.get("level", "structure")
-    if level not in LEVELS:
-        raise PlanError(f"{p}: verify.level: unknown {level!r}; valid: {', '.join(LEVELS)}")
-    sample = float(v.get("sample", 1.0))
-    if not 0 < sample <= 1:
-        raise PlanError(f"{p}: verify.sample: must be in (0, 1], got {sample}")
+def _names(r: NodeReader, doc: dict, key: str, valid: tuple[str, ...]) -> tuple[str, ...]:
+    """Distinct names out of ``valid``; absent or null is none."""
+    return () if _null(doc.get(key)) else r.names(doc[key], key, valid)
+
+
+def _verify_options(r: NodeReader, node: yaml.Node | None) -> tuple[str, float]:
+    """(level, sample): a level of LEVELS (default structure), a fraction in (0, 1]."""
+    v = {} if _null(node) else r.mapping(node, "verify", allowed=("level", "sample"))
+    level = "structure"
+    if not _null(v.get("level")):
+        level = r.str_(v["level"], "verify.level")
+        if level not in LEVELS:
+            raise r.fail(v["level"], "verify.level",
+                         f"unknown {clip(level, 60)}; valid: {', '.join(LEVELS)}")
+    sample = 1.0 if _null(v.get("sample")) else \
+        r.float_(v["sample"], "verify.sample", 0.0, 1.0, lo_open=True)
     return level, sample
+
+
+def _max_size(r: NodeReader, node: yaml.Node | None) -> int | None:
+    """Bytes from a size such as 4G or 123456 (parse_size's forms, at most 1 EiB); absent
+    or null is no bound."""
+    if _null(node):
+        return None
+    if not isinstance(node, yaml.ScalarNode) or node.tag not in (
+            "tag:yaml.org,2002:str", "tag:yaml.org,2002:int"):
+        raise r.fail(node, "max_size", f"expected a size such as 4G, got {r.describe(node)}")
+    try:
+        size = parse_size(node.value)
+    except ValueError as e:
+        raise r.fail(node, "max_size", str(e)) from None
+    if size < 1:
+        raise r.fail(node, "max_size", "must be at least 1 byte (leave it out for no bound)")
+    return size
 
 
 def _cache_bytes(cache: TargetCache) -> int:
