@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from tests.cache.records import entry, key
 from wgradcache.cache.entry import CorruptEntry, Entry, FailureRecord, read_record
 from wgradcache.cache.store import TargetCache, atomic_write, content_key
 
@@ -52,13 +53,7 @@ def test_atomic_write_leaves_no_temp_on_failure(tmp_path, monkeypatch):
 
 
 def _entry(ik: str = "ab" * 32, **kw) -> Entry:
-    base = dict(identity_key=ik, identity={"tile_m": 32}, label="x", target="gfx1250",
-                variant="sync.default.none", dtype="fp16", blob="k1", blob_size=64,
-                blob_sha256="0" * 64, symbol="wgrad_x", emitted_symbol="wgrad_x",
-                ir_sha256="1" * 64, block_size=64, code_object={"vgpr_count": 40},
-                isa={"mma": 8}, generator_digest="g", toolchain={"llvm_version": "22"},
-                toolchain_digest="t", codegen_options={"opt_level": 3}, published=1.5)
-    return Entry(**{**base, **kw})
+    return entry(ik, **kw)
 
 
 def test_entries_round_trip_and_corrupt_entries_are_reported(tmp_path):
@@ -73,18 +68,96 @@ def test_entries_round_trip_and_corrupt_entries_are_reported(tmp_path):
     assert [type(e) for _, e in c.iter_entries()] == [CorruptEntry]
 
 
+def _doc(**edit) -> dict:
+    return {**json.loads(json.dumps(_entry().__dict__)), **edit}
+
+
 @pytest.mark.parametrize(("edit", "reason"), [
-    ({"blob_size": "64"}, "blob_size: str, not int"),
-    ({"blob_size": True}, "blob_size: bool, not int"),
-    ({"identity": None}, "identity: NoneType, not dict"),
+    ({"blob_size": "64"}, "blob_size: str, not an integer"),
+    ({"blob_size": True}, "blob_size: bool, not an integer"),
+    ({"blob_size": -1}, "blob_size: -1 is negative"),
+    ({"identity": None}, "identity: NoneType, not an object"),
+    ({"identity": "gfx1250-fp16"}, "identity: str, not an object"),
+    ({"blob": None}, "blob: NoneType, not a string"),
+    ({"blob": "../../x"}, "blob: '../../x' is not a key (64 hex digits)"),
+    ({"blob": "AB" * 32}, f"blob: {'AB' * 32!r} is not a key (64 hex digits)"),
+    ({"identity_key": "ab" * 31}, f"identity_key: {'ab' * 31!r} is not a key "
+                                  "(64 hex digits)"),
+    ({"isa": "mma=8"}, "isa: str, not an object"),
+    ({"isa": {"mma": 8.5}}, "isa: mma: float, not an integer"),
+    ({"isa": {"mma": [8]}}, "isa: mma: list, not an integer"),
     ({"published": "today"}, "published: str, not a number"),
-    ({"label": 7}, "label: int, not str"),
+    ({"label": 7}, "label: int, not a string"),
+    ({"toolchain": {"llvm": {"x": 1}}}, "toolchain: llvm: dict, not a number"),
+    ({"codegen_options": [3]}, "codegen_options: list, not an object"),
 ])
-def test_the_entry_reader_names_the_field_of_the_wrong_type(tmp_path, edit, reason):
-    doc = {**json.loads(json.dumps(_entry().__dict__)), **edit}
+def test_the_entry_reader_names_the_field_of_the_wrong_type(edit, reason):
+    with pytest.raises(CorruptEntry) as e:
+        read_record(Entry, json.dumps(_doc(**edit)), "e.json")
+    assert str(e.value) == f"e.json: corrupt: {reason}"
+
+
+@pytest.mark.parametrize(("path", "value", "reason"), [
+    (("identity", "tile_m"), "32", "identity: tile_m: str, not an integer"),
+    (("identity", "target"), "evil", "identity: target: 'evil' is not a target of the "
+                                     "catalog"),
+    (("identity", "extra"), 1, "identity: unknown field 'extra'"),
+    (("code_object", "vgpr_count"), None, "code_object: vgpr_count: NoneType, not an "
+                                          "integer"),
+    (("code_object", "has_symbol"), 1, "code_object: has_symbol: int, not a boolean"),
+    (("code_object", "args"), {"a": 1}, "code_object: args: dict, not a list"),
+    (("code_object", "extra"), [1], "code_object: extra: list, not a scalar"),
+])
+def test_the_reader_checks_the_values_inside_nested_objects(path, value, reason):
+    doc = _doc()
+    doc[path[0]] = {**doc[path[0]], path[1]: value}
     with pytest.raises(CorruptEntry) as e:
         read_record(Entry, json.dumps(doc), "e.json")
-    assert str(e.value) == f"e.json: {reason}"
+    assert str(e.value) == f"e.json: corrupt: {reason}"
+
+
+def test_the_reader_checks_each_kernel_argument():
+    doc = _doc()
+    arg = doc["code_object"]["args"][0]
+    for bad, reason in (("x", "str, not an object"), ({**arg, "size": "8"},
+                                                       "size: str, not an integer"),
+                        ({k: v for k, v in arg.items() if k != "name"}, "no field 'name'")):
+        doc["code_object"] = {**doc["code_object"], "args": [arg, bad]}
+        with pytest.raises(CorruptEntry) as e:
+            read_record(Entry, json.dumps(doc), "e.json")
+        assert str(e.value) == f"e.json: corrupt: code_object: args[1]: {reason}"
+    # the same argument with its keys in another order is whole (the slow path)
+    doc["code_object"] = {**doc["code_object"], "args": [dict(reversed(arg.items()))]}
+    assert read_record(Entry, json.dumps(doc), "e.json").code_object["args"] == [arg]
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"\xff\xfe{}", "not UTF-8 (byte 0)"),
+    (b"[" * 100_000, "JSON nested too deep"),
+    (b'{"published": NaN}', "NaN is not a finite number"),
+    (b'{"published": 1e999}', "1e999 is not a finite number"),
+    (b"", "not whole JSON (Expecting value at char 0)"),
+    (b"[1]", "not a JSON object"),
+])
+def test_bytes_that_are_not_a_json_object_are_corrupt(data, reason):
+    with pytest.raises(CorruptEntry) as e:
+        read_record(Entry, data, "e.json")
+    assert str(e.value) == f"e.json: corrupt: {reason}"
+
+
+def test_the_code_object_schema_is_what_codeobject_writes():
+    """entry.py states the fields instead of importing compile/ (pyelftools): keep equal."""
+    from dataclasses import fields
+
+    from wgradcache.cache.entry import CODE_OBJECT_FIELDS, KERNEL_ARG_FIELDS
+    from wgradcache.compile.codeobject import CodeObjectInfo, KernelArg
+
+    hints = {f.name: f.type for f in fields(CodeObjectInfo)}
+    assert set(CODE_OBJECT_FIELDS) == set(hints)
+    assert {k: t.__name__ for k, t in CODE_OBJECT_FIELDS.items() if k != "args"} == \
+        {k: t for k, t in hints.items() if k != "args"}
+    assert {k: t.__name__ for k, t in KERNEL_ARG_FIELDS.items()} == \
+        {f.name: f.type for f in fields(KernelArg)}
 
 
 def test_the_entry_reader_names_a_missing_field_and_drops_unknown_ones():
@@ -92,16 +165,14 @@ def test_the_entry_reader_names_a_missing_field_and_drops_unknown_ones():
     del doc["isa"]
     with pytest.raises(CorruptEntry) as e:
         read_record(Entry, json.dumps(doc), "e.json")
-    assert str(e.value) == "e.json: no field 'isa'"
+    assert str(e.value) == "e.json: corrupt: no field 'isa'"
     assert read_record(Entry, json.dumps({**_entry().__dict__, "extra": 1}), "e") == _entry()
-    with pytest.raises(CorruptEntry, match="^e.json: not a JSON object$"):
-        read_record(Entry, "[1]", "e.json")
 
 
 def test_a_failure_record_from_before_transient_existed_is_retried():
     """Older versions recorded timeouts and worker mismatches as permanent: a record
     without the field reads as transient, so the next build compiles the job again."""
-    doc = {"identity_key": "ab", "label": "x", "reason": "codegen timed out",
+    doc = {"identity_key": "ab" * 32, "label": "x", "reason": "codegen timed out",
            "generator_digest": "g", "toolchain_digest": "t", "when": 1.0}
     assert read_record(FailureRecord, json.dumps(doc), "f").transient is True
     assert read_record(FailureRecord, json.dumps({**doc, "transient": False}),
@@ -110,10 +181,11 @@ def test_a_failure_record_from_before_transient_existed_is_retried():
 
 def test_blob_write_records_size_and_sha(tmp_path):
     c = TargetCache(tmp_path, "gfx1250")
-    ref = c.write_blob("k1", b"\x7fELF" + bytes(60))
+    ref = c.write_blob(key("k1"), b"\x7fELF" + bytes(60))
     assert (ref.size, len(ref.sha256)) == (64, 64)
-    assert c.blob_ref("k1") == ref
-    assert c.blob_keys() == ["k1"]
+    assert c.blob_ref(key("k1")) == ref
+    assert c.blob_keys() == [key("k1")]
+    assert c.check_blob(key("k1"), 64, ref.sha256) == (True, "")
 
 
 def test_jsonl_logs_skip_a_torn_last_line(tmp_path):
@@ -144,6 +216,6 @@ def test_rejects_keep_one_line_per_identity(tmp_path):
 
 def test_last_used_stamp_is_explicit(tmp_path):
     c = TargetCache(tmp_path, "gfx1250")
-    assert c.last_used("k") == 0.0
-    c.stamp_used("k", 123.5)
-    assert c.last_used("k") == 123.5
+    assert c.last_used(key("k")) == 0.0
+    c.stamp_used(key("k"), 123.5)
+    assert c.last_used(key("k")) == 123.5

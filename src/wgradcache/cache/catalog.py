@@ -3,18 +3,24 @@
 ``explain`` answers "why was this rebuilt": it lays every input of the content key next to
 what this process would use now, so a changed toolchain, option, generator or IR shows up
 as the one row that differs.
+
+``scan_targets`` is the one listing of a cache root every command uses: a folder whose name
+is not a target of the catalog (``evil``) is reported, one line each, and never read.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from wgradcache.cache.entry import CorruptEntry, Entry, record_json
-from wgradcache.cache.store import TargetCache
+from wgradcache.cache.store import CacheRefused, TargetCache
 from wgradcache.model.spec import from_label
 
-__all__ = ["EntryNotFound", "list_entries", "find_entry", "explain", "cache_targets"]
+__all__ = ["EntryNotFound", "list_entries", "find_entry", "explain", "cache_targets",
+           "scan_targets", "foreign_folders"]
 
 
 class EntryNotFound(LookupError):
@@ -33,13 +39,51 @@ class FoundEntry:
         return record_json(self.record)
 
 
-def cache_targets(root: str | Path, target: str | None = None) -> list[str]:
+def scan_targets(root: str | Path) -> tuple[list[str], list[str]]:
+    """(the target folders of the cache at ``root``, one line per folder that is not one).
+
+    A target folder is a directory named after a catalog target holding ``entries`` (in
+    any form: a symlinked ``entries`` is listed, and refused when read). Any other folder,
+    or a symlink at the root, is reported and never read; plain files and hidden names are
+    not the cache's. CacheRefused when ``root`` exists and is not a directory."""
+    from wgradcache.model.targets import TARGETS
+
     root = Path(root)
+    try:
+        if not stat.S_ISDIR(os.stat(root).st_mode):
+            raise CacheRefused(root, "not a directory: not a cache")
+        with os.scandir(root) as it:
+            found = sorted(it, key=lambda e: e.name)
+    except FileNotFoundError:
+        return [], []
+    except OSError as e:
+        if isinstance(e, CacheRefused):
+            raise
+        raise CacheRefused(root, f"cannot be listed ({e.strerror})") from None
+    targets, foreign = [], []
+    for e in found:
+        if e.name.startswith(".") or not (e.is_symlink() or e.is_dir(follow_symlinks=False)):
+            continue
+        if e.is_symlink():
+            foreign.append(f"{root / e.name}: a symbolic link, not followed: skipped")
+        elif e.name not in TARGETS:
+            foreign.append(f"{root / e.name}: not a target of the catalog: skipped")
+        elif os.path.lexists(root / e.name / "entries"):
+            targets.append(e.name)
+    return targets, foreign
+
+
+def cache_targets(root: str | Path, target: str | None = None) -> list[str]:
+    """``[target]``, or the target folders of the cache (``scan_targets``)."""
     if target:
         return [target]
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "entries").is_dir())
+    return scan_targets(root)[0]
+
+
+def foreign_folders(root: str | Path) -> list[str]:
+    """One line per folder of the cache root that is not a target folder: what ``ls``,
+    ``gc`` and ``verify`` report as skipped."""
+    return scan_targets(root)[1]
 
 
 def list_entries(root: str | Path, target: str | None = None,

@@ -2,10 +2,17 @@
 failure record hold, with one reader and one writer each.
 
 Every module that reads the cache gets these typed, frozen records from ``TargetCache``
-and never a raw JSON document, so the schema is stated once, here. A reader validates the
-type of every field and raises ``CorruptEntry`` with a one-line reason (the file and the
-field); a record that passes is whole. The check is one ``isinstance`` per field, cheap
-enough for the no-op rebuild, which reads every entry of the cache.
+and never a raw JSON document, so the schema is stated once, here. A cache directory is
+input (shards come back as CI artifacts, users copy caches between machines), so the
+reader trusts nothing: the bytes must be UTF-8, the JSON finite and not nested past what
+``json`` parses without a RecursionError, every field present with its type, and so must
+the values inside the nested ``identity``, ``code_object``, ``isa``, ``toolchain`` and
+``codegen_options`` objects; keys and hashes are 64 hex digits (a key becomes a file
+name, so this is what keeps a path under the cache root), an identity's target is one of
+the catalog's. A record that fails raises ``CorruptEntry`` with one line, ``<file>:
+corrupt: <reason>``; a record that passes is whole. The checks compare exact types, mostly
+in C-level passes: validating a full-cache entry costs about what parsing it does (40 us),
+which matters to the no-op rebuild, which reads every entry.
 
 Fields not named here are dropped on read: a record is what this version of the schema
 says it is.
@@ -14,11 +21,32 @@ says it is.
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from operator import itemgetter
 from typing import Any, TypeVar, get_type_hints
 
 __all__ = ["CorruptEntry", "Entry", "Stage2Entry", "BlobMeta", "FailureRecord", "read_record",
-           "record_json", "record_bytes"]
+           "record_json", "record_bytes", "is_key", "check_key",
+           "CODE_OBJECT_FIELDS", "KERNEL_ARG_FIELDS"]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def is_key(value: object) -> bool:
+    """A content or identity key: 64 lowercase hex digits (a sha256), nothing else."""
+    return isinstance(value, str) and len(value) == 64 and _HEX64.fullmatch(value) is not None
+
+
+def check_key(value: object) -> tuple[bool, str]:
+    """(ok, reason) for a key that will become a file name in the cache."""
+    if is_key(value):
+        return True, ""
+    text = repr(value)
+    text = text if len(text) <= 70 else text[:67] + "..."  # a key's repr is 66
+    return False, f"{text} is not a key (64 hex digits)"
 
 
 class CorruptEntry(ValueError):
@@ -104,46 +132,216 @@ _DEFAULTS: dict[type, dict[str, Any]] = {FailureRecord: {"transient": True}}
 
 _MISSING = object()
 R = TypeVar("R", Entry, Stage2Entry, BlobMeta, FailureRecord)
+_Check = Callable[[Any], tuple[bool, str]]
+
+# ``compile.codeobject.CodeObjectInfo.to_dict`` and its ``KernelArg``s, stated here rather than
+# imported (that module pulls in pyelftools, 50 ms, for every ``ls``); a test keeps them equal.
+CODE_OBJECT_FIELDS: dict[str, type] = {
+    "e_flags": int, "mach": int, "target": str, "code_object_version": int, "symbol": str,
+    "has_symbol": bool, "has_descriptor": bool, "args": list, "vgpr_count": int,
+    "agpr_count": int, "sgpr_count": int, "vgpr_spill_count": int, "sgpr_spill_count": int,
+    "group_segment_fixed_size": int, "private_segment_fixed_size": int,
+    "wavefront_size": int, "max_flat_workgroup_size": int, "kernarg_segment_size": int,
+    "text_bytes": int,
+}
+KERNEL_ARG_FIELDS: dict[str, type] = {"name": str, "offset": int, "size": int,
+                                      "value_kind": str}
+_SCALARS = (str, int, float, bool)
 
 
-def _schema(cls: type) -> tuple[tuple[str, type | tuple[type, ...]], ...]:
+def _tname(t: type | tuple[type, ...]) -> str:
+    return {dict: "an object", list: "a list", str: "a string", int: "an integer",
+            bool: "a boolean"}.get(t, "a number") if isinstance(t, type) else "a number"
+
+
+def _typed(v: object, t: type | tuple[type, ...]) -> bool:
+    # exact types: bool is an int to isinstance, and a size or count that is true/false is
+    # not whole; JSON makes no subclasses
+    return type(v) is t if isinstance(t, type) else type(v) in t
+
+
+def _object_of(schema: dict[str, type], extra: bool = True) -> _Check:
+    """A check of a JSON object holding ``schema``'s fields with their types; other keys
+    must hold scalars (``extra``) or are refused. The types of all fields are compared as
+    one tuple (a code object has ~60 kernel arguments, each an object: per-field Python
+    would double the cost of reading an entry); the reason is looked for only on failure."""
+    names, want = tuple(schema), tuple(schema.values())
+
+    def check(v: Any) -> tuple[bool, str]:
+        if type(v) is not dict:
+            return False, f"{type(v).__name__}, not an object"
+        if tuple(map(type, map(v.get, names))) != want:
+            for name, t in schema.items():
+                if name not in v:
+                    return False, f"no field {name!r}"
+                if type(v[name]) is not t:
+                    return False, f"{name}: {type(v[name]).__name__}, not {_tname(t)}"
+        if len(v) != len(names):
+            for k, x in v.items():
+                if k in schema:
+                    continue
+                if not extra:
+                    return False, f"unknown field {str(k)[:40]!r}"
+                if type(x) not in _SCALARS:
+                    return False, f"{str(k)[:40]}: {type(x).__name__}, not a scalar"
+        return True, ""
+    return check
+
+
+def _map_of(t: type | tuple[type, ...]) -> _Check:
+    """A check of a JSON object whose every value is of type ``t``."""
+    allowed = {t} if isinstance(t, type) else set(t)
+
+    def check(v: Any) -> tuple[bool, str]:
+        if type(v) is not dict:
+            return False, f"{type(v).__name__}, not an object"
+        if set(map(type, v.values())) <= allowed:
+            return True, ""
+        k, x = next((k, x) for k, x in v.items() if type(x) not in allowed)
+        return False, f"{str(k)[:40]}: {type(x).__name__}, not {_tname(t)}"
+    return check
+
+
+_arg = _object_of(KERNEL_ARG_FIELDS)
+_ARG_NAMES = tuple(KERNEL_ARG_FIELDS)
+_code_object_fields = _object_of(CODE_OBJECT_FIELDS)
+
+
+def _args_whole(args: list) -> bool:
+    """The fast path of the kernel-argument check: C-level passes over all ~60 arguments
+    (each an object with the four keys in the writer's sorted order, each field's types
+    one set); any doubt goes to the per-argument check, which finds the reason."""
+    try:
+        if set(map(tuple, map(dict.keys, args))) - {_ARG_NAMES}:
+            return False
+    except TypeError:  # an argument that is not an object
+        return False
+    return all(set(map(type, map(itemgetter(n), args))) <= {t}
+               for n, t in KERNEL_ARG_FIELDS.items())
+
+
+def _code_object(v: Any) -> tuple[bool, str]:
+    ok, why = _code_object_fields(v)
+    if not ok:
+        return ok, why
+    args = v["args"]
+    if _args_whole(args):
+        return True, ""
+    for i, a in enumerate(args):
+        ok, why = _arg(a)
+        if not ok:
+            return False, f"args[{i}]: {why}"
+    return True, ""
+
+
+def _identity_schema() -> dict[str, type]:
+    """``KernelSpec.canonical()``: every spec field with its type, plus the schema number.
+    Read from the dataclass, so a new spec field is checked without a change here."""
+    from wgradcache.model.spec import KernelSpec
+
+    hints = get_type_hints(KernelSpec)
+    return {"schema": int, **{f.name: hints[f.name] for f in fields(KernelSpec)}}
+
+
+def _identity(v: Any) -> tuple[bool, str]:
+    ok, why = _IDENTITY(v)
+    if ok and not _target_ok(v["target"]):
+        return False, f"target: {v['target'][:40]!r} is not a target of the catalog"
+    return ok, why
+
+
+def _target_ok(name: str) -> bool:
+    from wgradcache.model.targets import TARGETS
+
+    return name in TARGETS
+
+
+def _nonneg(v: Any) -> tuple[bool, str]:
+    return (True, "") if v >= 0 else (False, f"{v} is negative")
+
+
+_IDENTITY = _object_of(_identity_schema(), extra=False)
+
+# Checks past the field's type, by field name (the same name means the same thing in every
+# record): keys and hashes, sizes, the nested objects.
+_VALUE_CHECKS: dict[str, _Check] = {
+    "identity_key": check_key, "blob": check_key, "blob_sha256": check_key,
+    "ir_sha256": check_key, "blob_size": _nonneg, "block_size": _nonneg,
+    "ws_replicas": _nonneg, "identity": _identity, "code_object": _code_object,
+    "isa": _map_of(int), "toolchain": _map_of(_SCALARS), "codegen_options": _map_of(_SCALARS),
+}
+
+
+def _schema(cls: type) -> tuple[tuple[str, type | tuple[type, ...], _Check | None], ...]:
     hints = get_type_hints(cls)
     out = []
     for f in fields(cls):
         t = hints[f.name]
-        out.append((f.name, (int, float) if t is float else t))
+        out.append((f.name, (int, float) if t is float else t, _VALUE_CHECKS.get(f.name)))
     return tuple(out)
 
 
 _SCHEMAS = {cls: _schema(cls) for cls in (Entry, Stage2Entry, BlobMeta, FailureRecord)}
 
 
-def read_record(cls: type[R], text: str, where: str) -> R:
-    """The record of type ``cls`` in ``text`` (the file's contents; ``where`` names it in
-    the error); CorruptEntry with the reason otherwise."""
+def _finite(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):  # 1e999 parses as inf
+        raise ValueError(f"{text[:20]} is not a finite number")
+    return v
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _parse(data: bytes | str, where: str) -> dict:
+    """The JSON object in ``data``: UTF-8, finite, not too deep; CorruptEntry otherwise.
+    What a record may nest is its schema's business: a value the schema wants scalar is
+    checked scalar, so an accepted record is at most three deep (``code_object.args[i]``)."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CorruptEntry(f"{where}: corrupt: not UTF-8 (byte {e.start})") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise CorruptEntry(f"{where}: not whole JSON ({e.msg} at char {e.pos})") from None
+        raise CorruptEntry(f"{where}: corrupt: not whole JSON ({e.msg} at char {e.pos})") \
+            from None
+    except ValueError as e:
+        raise CorruptEntry(f"{where}: corrupt: {e}") from None
+    except RecursionError:  # json's decoder recurses per level: "[[[[..." a million deep
+        raise CorruptEntry(f"{where}: corrupt: JSON nested too deep") from None
     if not isinstance(doc, dict):
-        raise CorruptEntry(f"{where}: not a JSON object")
+        raise CorruptEntry(f"{where}: corrupt: not a JSON object")
+    return doc
+
+
+def read_record(cls: type[R], data: bytes | str, where: str) -> R:
+    """The record of type ``cls`` in ``data`` (the file's bytes, or its text; ``where``
+    names it in the error); CorruptEntry with the reason otherwise."""
+    doc = _parse(data, where)
     defaults = _DEFAULTS.get(cls, {})
     values = {}
-    for name, typ in _SCHEMAS[cls]:
+    for name, typ, check in _SCHEMAS[cls]:
         v = doc.get(name, defaults.get(name, _MISSING))
         if v is _MISSING:
-            raise CorruptEntry(f"{where}: no field {name!r}")
-        # bool is an int to isinstance; a size or count that is true/false is not whole
-        if not isinstance(v, typ) or (isinstance(v, bool) and typ is not bool):
-            raise CorruptEntry(f"{where}: {name}: {type(v).__name__}, not "
-                               f"{getattr(typ, '__name__', 'a number')}")
+            raise CorruptEntry(f"{where}: corrupt: no field {name!r}")
+        if not _typed(v, typ):
+            raise CorruptEntry(f"{where}: corrupt: {name}: {type(v).__name__}, not "
+                               f"{_tname(typ)}")
+        if check is not None:
+            ok, why = check(v)
+            if not ok:
+                raise CorruptEntry(f"{where}: corrupt: {name}: {why}")
         values[name] = v
     return cls(**values)
 
 
 def record_json(record: Entry | Stage2Entry | BlobMeta | FailureRecord) -> dict:
     """The record as a JSON object (shallow: its dict fields are shared, not copied)."""
-    return {name: getattr(record, name) for name, _ in _SCHEMAS[type(record)]}
+    return {name: getattr(record, name) for name, _, _ in _SCHEMAS[type(record)]}
 
 
 def record_bytes(record: Entry | Stage2Entry | BlobMeta | FailureRecord) -> bytes:

@@ -13,34 +13,51 @@ takes the writer lock would queue behind a build. Not atime either (often disabl
 touched by backups). A blob an entry still
 needs is only removed together with every entry that needs it, and a stage-2 reduce kernel
 only after every two-stage blob that needs it (it counts as used when they were).
+
+An entry whose blob fails ``check_blob`` (missing, truncated, a flipped byte, emptied: not
+the size and sha256 it records) is corrupt and removed like an entry that is not whole;
+its blob is then an orphan. Before anything is removed every folder of the target is
+checked (``TargetCache.check_layout``): when ``entries/``, ``blobs/`` or ``used/`` is a
+symlink, gc refuses in one line and removes nothing, so it never deletes outside the
+cache. ``dry_run`` takes no lock and writes nothing: it runs on a read-only cache.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from wgradcache.cache.entry import Entry, Stage2Entry
 from wgradcache.cache.store import CorruptEntry, TargetCache, stage2_of
 
-__all__ = ["GcReport", "gc", "parse_size"]
+__all__ = ["GcReport", "gc", "parse_size", "MAX_SIZE"]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
-          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+          "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_SIZE = re.compile(r"([0-9]{1,20}(?:\.[0-9]{1,20})?) ?([a-z]{0,3})")
+MAX_SIZE = 1 << 60
+"""The largest ``--max-size`` (1 EiB): past it a bound means nothing, and a float that
+large no longer counts bytes exactly."""
 
 
 def parse_size(text: str) -> int:
-    """'500M', '2G', '123456' -> bytes; ValueError naming the text otherwise."""
-    t = text.strip().lower()
-    num = t.rstrip("abgikm")
-    unit = t[len(num):]
-    try:
-        value = float(num)
-    except ValueError:
-        raise ValueError(f"size {text!r} is not a number with an optional unit "
-                         "(K, M, G)") from None
-    if unit not in _UNITS or value < 0:
-        raise ValueError(f"size {text!r}: unknown unit {unit!r} (use K, M or G)")
-    return int(value * _UNITS[unit])
+    """'500M', '2G', '1.5T', '123456' -> bytes; ValueError naming the text otherwise.
+    ASCII digits only, no exponent, no sign: 'inf', 'nan', '-1', '1e999' and full-width
+    digits are not sizes."""
+    m = _SIZE.fullmatch(text.strip().lower()) if text.isascii() else None
+    if m is None:
+        raise ValueError(f"size {text[:40]!r} is not a number with an optional unit "
+                         "(K, M, G, T)")
+    num, unit = m.groups()
+    if unit not in _UNITS:
+        raise ValueError(f"size {text[:40]!r}: unknown unit {unit!r} (use K, M, G or T)")
+    value = float(num) * _UNITS[unit]
+    if value > MAX_SIZE:
+        raise ValueError(f"size {text[:40]!r} is larger than 1 EiB")
+    return int(value)
 
 
 @dataclass
@@ -53,6 +70,7 @@ class GcReport:
     evicted_entries: list[str] = field(default_factory=list)
     bytes_before: int = 0
     bytes_after: int = 0
+    notes: list[str] = field(default_factory=list)  # one line per corrupt entry: why
 
     def to_json(self) -> dict:
         return {"target": self.target, "stale_entries": len(self.stale_entries),
@@ -61,10 +79,6 @@ class GcReport:
                 "evicted_blobs": len(self.evicted_blobs),
                 "evicted_entries": len(self.evicted_entries),
                 "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
-
-
-def _blob_bytes(cache: TargetCache) -> dict[str, int]:
-    return {k: cache.blob_path(k).stat().st_size for k in cache.blob_keys()}
 
 
 @dataclass
@@ -81,10 +95,10 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
        dry_run: bool = False) -> GcReport:
     """Collect; ``live_identities`` is what the current walk yields (None: skip stale)."""
     rep = GcReport(cache.target)
-    if not cache.dir.is_dir():
+    if not cache.check_layout():
         return rep
-    with cache.lock():
-        sizes = _blob_bytes(cache)
+    with nullcontext() if dry_run else cache.lock():
+        sizes = cache.blob_sizes()
         rep.bytes_before = sum(sizes.values())
         needs = _entries(cache, live_identities if stale else None, dry_run, rep)
         if orphans or stale:
@@ -101,28 +115,47 @@ def _entries(cache: TargetCache, live: set[str] | None, dry_run: bool,
     needs = _Needs()
     stage2_users: dict[str, set[str]] = {}  # stage-2 name -> blobs of two-stage entries
     for ik, entry in cache.iter_entries():
-        if isinstance(entry, CorruptEntry) or (live is not None and ik not in live):
-            (rep.corrupt_entries if isinstance(entry, CorruptEntry)
-             else rep.stale_entries).append(ik)
+        corrupt = _corrupt(cache, entry, rep)
+        if corrupt or (live is not None and ik not in live):
+            (rep.corrupt_entries if corrupt else rep.stale_entries).append(ik)
             if not dry_run:
                 cache.remove_entry(ik)
             continue
+        assert isinstance(entry, Entry)
         needs.by_blob.setdefault(entry.blob, []).append(ik)
         companion = stage2_of(entry.identity)
         if companion:
             stage2_users.setdefault(companion, set()).add(entry.blob)
     for name, s2 in cache.stage2_entries().items():
-        if not isinstance(s2, CorruptEntry):
-            needs.by_blob.setdefault(s2.blob, []).append(f"stage2:{name}")
-            needs.users_of.setdefault(s2.blob, set()).update(stage2_users.get(name, ()))
+        if _corrupt(cache, s2, rep):
+            rep.corrupt_entries.append(f"stage2:{name}")
+            if not dry_run:
+                cache.remove_stage2(name)
+            continue
+        assert isinstance(s2, Stage2Entry)
+        needs.by_blob.setdefault(s2.blob, []).append(f"stage2:{name}")
+        needs.users_of.setdefault(s2.blob, set()).update(stage2_users.get(name, ()))
     return needs
+
+
+def _corrupt(cache: TargetCache, entry: Entry | Stage2Entry | CorruptEntry,
+             rep: GcReport) -> bool:
+    """Not whole, or its blob is not the bytes it records (the reason goes to ``rep``)."""
+    if isinstance(entry, CorruptEntry):
+        rep.notes.append(str(entry))
+        return True
+    ok, why = cache.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)
+    if not ok:
+        name = entry.identity_key if isinstance(entry, Entry) else f"stage2 {entry.name}"
+        rep.notes.append(f"{cache.target} {name[:16]}: corrupt: {why}")
+    return not ok
 
 
 def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, grace: float,
              dry_run: bool, rep: GcReport) -> None:
     now = time.time()
     for key in list(sizes):
-        if key in needs.by_blob or now - cache.blob_path(key).stat().st_mtime < grace:
+        if key in needs.by_blob or now - cache.blob_mtime(key) < grace:
             continue
         rep.orphan_blobs.append(key)
         if not dry_run:

@@ -8,22 +8,46 @@
     <root>/<target>/used/<content key>          publish stamps for gc's LRU (content: a time)
     <root>/<target>/rejects.jsonl               specs the validator refused: one line each
     <root>/<target>/stats.jsonl                 one line per run
+    <root>/<target>/.lock                       the writer lock, created by the first write
 
 This module owns that layout: every path above is built here, and every record is read and
 written through ``cache/entry.py``'s typed records, never as raw JSON elsewhere.
 
+A cache directory is input (CI artifacts, caches copied between machines), so this module
+is also its one reader, and trusts nothing in it:
+
+* a path is built only from a checked key (64 hex digits), a catalog target and a fixed
+  folder name, and no folder below the root (``<target>``, ``entries``, ``blobs``...) may
+  be a symlink or anything but a directory (``CacheRefused``): so every path stays under
+  the root. The root itself may be a symlink: that is where the user put the cache;
+* a file is read only if ``lstat`` says it is a regular file, through
+  ``O_NOFOLLOW | O_NONBLOCK`` and an ``fstat`` of the descriptor (a symlink swapped in
+  meanwhile, a FIFO or a device is never opened or never read: nothing blocks), and at
+  most ``MAX_RECORD`` (1 MiB) for records and stamps, ``MAX_LOG`` (16 MiB) for the two
+  logs and ``MAX_BLOB`` (64 MiB) for a code object; anything else is ``CorruptEntry``
+  (``<path>: corrupt: <reason>``), reported by the command, never a traceback;
+* a blob is trusted only after ``check_blob``: its size and sha256 equal what the entry
+  records.
+
 Every file is written to a temporary name in the same directory and moved into place with
-``os.replace``, so a reader sees the old file or the new one, never half of one. An entry
-names its blob's size and sha256 and is written after the blob: an entry on disk means its
-blob was whole when it was published. Writers take one lock per target directory
-(filelock); readers never lock.
+``os.replace``, so a reader sees the old file or the new one, never half of one; it gets
+the mode the umask gives (``mkstemp`` alone makes 0600). A write that fails (ENOSPC,
+EROFS, EACCES, ENOTDIR) raises the ``OSError`` with the path it was writing and leaves
+nothing half-published: a blob whose sidecar could not be written is removed again. An
+entry names its blob's size and sha256 and is written after the blob: an entry on disk
+means its blob was whole when it was published. Writers take one lock per target
+directory (filelock), created only when something is written, so a read-only cache serves
+every read; readers never lock.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,14 +62,39 @@ from wgradcache.cache.entry import (
     Entry,
     FailureRecord,
     Stage2Entry,
+    check_key,
+    is_key,
     read_record,
     record_bytes,
 )
 
-__all__ = ["TargetCache", "CorruptEntry", "BlobRef", "content_key", "atomic_write",
-           "sha256_bytes", "blank_symbol", "stage2_name", "stage2_of"]
+__all__ = ["TargetCache", "CorruptEntry", "CacheRefused", "BlobRef", "content_key",
+           "atomic_write", "read_capped", "sha256_bytes", "blank_symbol", "stage2_name",
+           "stage2_of", "MAX_RECORD", "MAX_LOG", "MAX_BLOB"]
+
+MAX_RECORD = 1 << 20
+"""Entries, sidecars, stage-2 and failure records, stamps: a full-cache entry is ~6 kB, a
+sidecar ~5 kB."""
+MAX_LOG = 16 << 20
+"""``rejects.jsonl`` (one line per refused identity) and ``stats.jsonl`` (one per run)."""
+MAX_BLOB = 64 << 20
+"""A code object: the largest of a full gfx1250 cache is well under 1 MiB."""
 
 _SYMBOL_BLANK = "@K@"
+_STAGE2_NAME = re.compile(r"[a-z0-9]{1,16}-wsr[0-9]{1,6}")
+
+
+class CacheRefused(OSError):
+    """A cache layout this tool will not touch: a folder below the root that is a symlink
+    or not a directory, a root that is not a directory, a ``.lock`` that is not a regular
+    file, a target folder the catalog does not know. One line; the CLI exits 2 (the cache
+    directory is input). An ``OSError`` so that a publish counts it as a failed write."""
+
+    def __init__(self, path: str | os.PathLike, reason: str):
+        super().__init__(errno.EPERM, reason, str(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
 
 
 @dataclass(frozen=True)
@@ -94,21 +143,115 @@ def content_key(ir_text: str, symbol: str, target: str, options: dict, toolchain
     return h.hexdigest()
 
 
+# -- reading ------------------------------------------------------------------------------
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _size_text(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_capped(path: Path, cap: int) -> bytes | None:
+    """The bytes of the regular file ``path``, None when it is absent; CorruptEntry when it
+    is anything else (a symlink, a FIFO, a device, a directory: never followed or opened
+    for reading), larger than ``cap`` bytes, or unreadable. The descriptor is opened with
+    O_NOFOLLOW | O_NONBLOCK and must be the file ``lstat`` saw, so nothing swapped in
+    between is read and no open blocks."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise CorruptEntry(f"{path}: corrupt: unreadable ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CorruptEntry(f"{path}: corrupt: {_kind(st.st_mode)}, not a regular file "
+                           "(not followed)")
+    if st.st_size > cap:
+        raise CorruptEntry(f"{path}: corrupt: {st.st_size} bytes, over the "
+                           f"{_size_text(cap)} cap")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # ELOOP: a symlink swapped in since the lstat
+        raise CorruptEntry(f"{path}: corrupt: unreadable ({e.strerror})") from None
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise CorruptEntry(f"{path}: corrupt: replaced while being read")
+        chunks, left = [], cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as e:
+        raise CorruptEntry(f"{path}: corrupt: unreadable ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > cap:
+        raise CorruptEntry(f"{path}: corrupt: grew past the {_size_text(cap)} cap while read")
+    return data
+
+
+# -- writing ------------------------------------------------------------------------------
+_UMASK: int | None = None
+
+
+def _file_mode() -> int:
+    """0o666 less the process umask, as ``open`` would create a file; read once, from
+    /proc where it is (``os.umask`` can only be read by setting it, which races with
+    other threads creating files), else by setting and restoring it once."""
+    global _UMASK
+    if _UMASK is None:
+        try:
+            with open("/proc/self/status") as f:
+                _UMASK = next(int(line.split()[1], 8) for line in f
+                              if line.startswith("Umask:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            _UMASK = os.umask(0o022)
+            os.umask(_UMASK)
+    return 0o666 & ~_UMASK
+
+
+def _with_path(e: OSError, path: Path) -> OSError:
+    """The error naming ``path`` when it names none (a ``write`` that hit ENOSPC)."""
+    if e.filename is None:
+        return type(e)(e.errno, e.strerror or str(e), str(path))
+    return e
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, ``os.replace``: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Temp file in the same directory, fsync, ``os.replace``: never a half-written file.
+    The file gets the umask's mode; a failure raises the OSError naming ``path`` and
+    leaves no temp file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _with_path(e, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _file_mode())
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):
+            raise _with_path(e, path) from None
         raise
 
 
@@ -116,83 +259,270 @@ def _line(record: dict) -> bytes:
     return (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def _append_line(path: Path, record: dict) -> None:
-    """One JSON line, written with a single O_APPEND write (whole lines under the lock)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = _line(record)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
 def _read_lines(path: Path) -> list[dict]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    """The JSON objects of a log, one per line; a line that is not one (a torn last line
+    from a killed writer, a line edited by hand) is skipped."""
+    data = read_capped(path, MAX_LOG)
+    if data is None:
         return []
     out = []
-    for line in text.splitlines():
+    for line in data.decode("utf-8", "replace").splitlines():
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn last line from a killed writer
+            doc = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
     return out
 
 
+class _WriterLock:
+    """The target's writer lock: a reentrant FileLock on ``<target>/.lock``, created by the
+    first write (so a read-only cache is never asked for it) and refused when ``.lock`` is
+    a directory, a symlink or anything but a regular file. Failing to create or take it
+    raises the OSError naming the lock's path."""
+
+    def __init__(self, cache: TargetCache):
+        self._cache = cache
+        self._lock: FileLock | None = None
+
+    @property
+    def is_locked(self) -> bool:
+        return self._lock is not None and self._lock.is_locked
+
+    def __enter__(self) -> _WriterLock:
+        if not self.is_locked:
+            path = self._cache.make_dir(None) / ".lock"
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                pass
+            else:
+                if not stat.S_ISREG(st.st_mode):
+                    raise CacheRefused(path, f"{_kind(st.st_mode)}, not a regular file: not "
+                                             "a lock this tool will open (remove it)")
+            if self._lock is None:
+                self._lock = FileLock(str(path))
+        assert self._lock is not None
+        try:
+            self._lock.acquire()
+        except OSError as e:
+            raise _with_path(e, self._cache.dir / ".lock") from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        assert self._lock is not None
+        self._lock.release()
+
+
 class TargetCache:
-    """One target's directory of the cache."""
+    """One target's directory of the cache; see the module docstring for what it trusts."""
+
+    _SUBDIRS = ("blobs", "entries", "failed", "used", "stage2")
 
     def __init__(self, root: str | os.PathLike, target: str):
+        from wgradcache.model.targets import check_target
+
         self.root = Path(root)
+        ok, why = check_target(target) if isinstance(target, str) else (False, "not a name")
+        if not ok:
+            raise CacheRefused(self.root / str(target), f"not a target folder: {why}")
         self.target = target
         self.dir = self.root / target
         self.blobs = self.dir / "blobs"
         self.entries = self.dir / "entries"
         self.failed = self.dir / "failed"
         self.used = self.dir / "used"
+        self.stage2 = self.dir / "stage2"
         self.rejects_path = self.dir / "rejects.jsonl"
         self.stats_path = self.dir / "stats.jsonl"
-        self._lock: FileLock | None = None
+        self._lock = _WriterLock(self)
+        self._dirs_ok: set[str] = set()
+        self._blob_ok: dict[str, tuple[int, str]] = {}  # key -> (size, sha256) checked
+
+    # -- folders ----------------------------------------------------------------------
+    def checked_dir(self, sub: str | None) -> Path | None:
+        """``<target>`` (``sub`` None) or ``<target>/<sub>``, None when it does not exist;
+        CacheRefused when it or a folder above it (up to the root) is a symlink or not a
+        directory. Checked once per folder and object: a build asks thousands of times."""
+        name = sub or ""
+        path = self.dir / sub if sub else self.dir
+        if name in self._dirs_ok:
+            return path
+        if sub and self.checked_dir(None) is None:
+            return None
+        if not sub:
+            try:
+                if not stat.S_ISDIR(os.stat(self.root).st_mode):
+                    raise CacheRefused(self.root, "not a directory: not a cache")
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise CacheRefused(self.root, f"cannot be read ({e.strerror})") from None
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CacheRefused(path, f"cannot be read ({e.strerror})") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise CacheRefused(path, f"{_kind(st.st_mode)}, not a directory: not followed "
+                                     "out of the cache (remove it)")
+        self._dirs_ok.add(name)
+        return path
+
+    def check_layout(self) -> bool:
+        """Whether the target folder exists, after proving it and every folder in it a
+        directory (CacheRefused otherwise): what gc checks before it removes anything, so
+        a symlinked ``used/`` is refused before an entry is touched."""
+        if self.checked_dir(None) is None:
+            return False
+        for sub in self._SUBDIRS:
+            self.checked_dir(sub)
+        return True
+
+    def make_dir(self, sub: str | None) -> Path:
+        """``checked_dir``, created when absent (OSError naming the path otherwise)."""
+        path = self.checked_dir(sub)
+        if path is not None:
+            return path
+        path = self.dir / sub if sub else self.dir
+        try:
+            if sub:
+                self.make_dir(None)
+                os.mkdir(path)
+            else:
+                os.makedirs(path)
+        except FileExistsError:
+            pass  # a concurrent writer made it; checked below
+        except OSError as e:
+            raise _with_path(e, path) from None
+        made = self.checked_dir(sub)
+        if made is None:
+            raise FileNotFoundError(errno.ENOENT, "vanished after mkdir", str(path))
+        return made
+
+    def _names(self, sub: str) -> list[os.DirEntry]:
+        d = self.checked_dir(sub)
+        if d is None:
+            return []
+        try:
+            with os.scandir(d) as it:
+                return list(it)
+        except OSError as e:
+            raise CacheRefused(d, f"cannot be listed ({e.strerror})") from None
+
+    def _file(self, sub: str, key: str, ext: str) -> Path:
+        """``<target>/<sub>/<key><ext>`` for a checked key (CorruptEntry otherwise)."""
+        ok, why = check_key(key)
+        if not ok:
+            raise CorruptEntry(f"{self.dir / sub}: corrupt: {why}")
+        return self.dir / sub / f"{key}{ext}"
+
+    def _write(self, sub: str | None, name: str, data: bytes) -> None:
+        atomic_write(self.make_dir(sub) / name, data)
+
+    def _unlink(self, sub: str, name: str) -> None:
+        """Remove ``<sub>/<name>`` (never through a symlinked folder; a symlink itself is
+        removed, not followed)."""
+        d = self.checked_dir(sub)
+        if d is None:
+            return
+        try:
+            os.unlink(d / name)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise _with_path(e, d / name) from None
 
     # -- locking --------------------------------------------------------------------
-    def lock(self) -> FileLock:
+    def lock(self) -> _WriterLock:
         """The target's writer lock; one reentrant object per TargetCache (a second
         FileLock on the same file in this process would wait for the first forever)."""
-        if self._lock is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._lock = FileLock(str(self.dir / ".lock"))
         return self._lock
 
     # -- blobs and their sidecars ---------------------------------------------------
     def blob_path(self, key: str) -> Path:
-        return self.blobs / f"{key}.hsaco"
+        return self._file("blobs", key, ".hsaco")
 
     def sidecar_path(self, key: str) -> Path:
-        return self.blobs / f"{key}.json"
+        return self._file("blobs", key, ".json")
 
     def has_blob(self, key: str) -> bool:
-        return self.blob_path(key).is_file()
+        """A regular file is there (not a proof of its bytes: ``check_blob`` is)."""
+        path = self.blob_path(key)
+        if self.checked_dir("blobs") is None:
+            return False
+        try:
+            return stat.S_ISREG(os.lstat(path).st_mode)
+        except OSError:
+            return False
+
+    def check_blob(self, key: str, size: int, sha256: str) -> tuple[bool, str]:
+        """(ok, reason): blob ``key`` is a regular file of ``size`` bytes hashing to
+        ``sha256``. The proof ``build`` (up to date), ``gc`` and ``select`` trust a blob
+        by: a truncation, a flipped byte or an emptied file all fail it. The size is
+        compared first (an ``lstat``), so a wrong-sized or 8 GB blob is never read; a
+        blob's hash is computed once per object (entries share blobs)."""
+        try:
+            path = self.blob_path(key)
+            if self.checked_dir("blobs") is None:
+                return False, f"blob {key[:16]} is missing"
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False, f"blob {key[:16]} is missing"
+        except (OSError, CorruptEntry) as e:
+            return False, str(e)
+        if not stat.S_ISREG(st.st_mode):
+            return False, f"{path}: corrupt: {_kind(st.st_mode)}, not a regular file"
+        if st.st_size != size:
+            return False, (f"blob {key[:16]} is {st.st_size} bytes, its entry records "
+                           f"{size}")
+        got = self._blob_ok.get(key)
+        if got is None or got[0] != size:
+            try:
+                data = read_capped(path, MAX_BLOB)
+            except CorruptEntry as e:
+                return False, str(e)
+            if data is None:
+                return False, f"blob {key[:16]} is missing"
+            got = self._blob_ok[key] = (len(data), sha256_bytes(data))
+        if got != (size, sha256):
+            return False, f"blob {key[:16]} does not hash to the sha256 its entry records"
+        return True, ""
 
     def write_blob(self, key: str, data: bytes, meta: BlobMeta | None = None) -> BlobRef:
         """The blob (unless the same bytes are there), then its sidecar when given (call
-        under the writer lock)."""
+        under the writer lock). A blob written here whose sidecar cannot be written is
+        removed again, so a full disk leaves no blob without its sidecar."""
         ref = BlobRef(key, len(data), sha256_bytes(data))
         path = self.blob_path(key)
-        if not (path.is_file() and path.stat().st_size == ref.size
-                and sha256_bytes(path.read_bytes()) == ref.sha256):
-            atomic_write(path, data)
+        fresh = not self.check_blob(key, ref.size, ref.sha256)[0]
+        if fresh:
+            self._blob_ok.pop(key, None)
+            self._write("blobs", path.name, data)
+            self._blob_ok[key] = (ref.size, ref.sha256)
         if meta is not None:
-            atomic_write(self.sidecar_path(key), record_bytes(meta))
+            try:
+                self._write("blobs", self.sidecar_path(key).name, record_bytes(meta))
+            except OSError:
+                if fresh:
+                    self.remove_blob(key)
+                raise
         return ref
 
     def blob_ref(self, key: str) -> BlobRef:
-        data = self.blob_path(key).read_bytes()
+        data = self.read_blob(key)
         return BlobRef(key, len(data), sha256_bytes(data))
 
     def read_blob(self, key: str) -> bytes:
-        return self.blob_path(key).read_bytes()
+        """The blob's bytes (at most ``MAX_BLOB``); FileNotFoundError when absent,
+        CorruptEntry when it is not a regular file or is too large."""
+        data = read_capped(self.blob_path(key), MAX_BLOB) \
+            if self.checked_dir("blobs") is not None else None
+        if data is None:
+            raise FileNotFoundError(errno.ENOENT, "no such blob", str(self.blob_path(key)))
+        return data
 
     def read_sidecar(self, key: str) -> BlobMeta | None:
         """The metadata of an existing blob, or None (no blob, or no whole sidecar: the blob
@@ -205,18 +535,17 @@ class TargetCache:
             return None
 
     def relinkable(self) -> frozenset[str]:
-        """The content keys whose blob and sidecar both exist: what a build may relink to
-        instead of compiling. One directory listing, no file read."""
-        if not self.blobs.is_dir():
-            return frozenset()
-        names = {p.name for p in self.blobs.iterdir()}
+        """The content keys whose blob and sidecar both exist as regular files: what a
+        build may relink to instead of compiling. One directory listing, no file read."""
+        names = {e.name for e in self._names("blobs") if e.is_file(follow_symlinks=False)}
         return frozenset(n[:-6] for n in names
-                         if n.endswith(".hsaco") and f"{n[:-6]}.json" in names)
+                         if n.endswith(".hsaco") and f"{n[:-6]}.json" in names
+                         and is_key(n[:-6]))
 
     def forget_sidecar(self, key: str) -> None:
         """Remove a sidecar a relink could not read, so that ``relinkable`` stops listing
         its blob and the next build compiles it (call under the writer lock)."""
-        self.sidecar_path(key).unlink(missing_ok=True)
+        self._unlink("blobs", self.sidecar_path(key).name)
 
     def copy_blob_from(self, src: TargetCache, key: str) -> None:
         """Blob ``key`` and its sidecar (when whole) from another cache of this target."""
@@ -224,44 +553,78 @@ class TargetCache:
 
     def remove_blob(self, key: str) -> None:
         """The blob, its sidecar and its stamp (call under the writer lock)."""
-        self.blob_path(key).unlink(missing_ok=True)
-        self.sidecar_path(key).unlink(missing_ok=True)
-        (self.used / key).unlink(missing_ok=True)
+        self._blob_ok.pop(key, None)
+        self._unlink("blobs", self.blob_path(key).name)
+        self._unlink("blobs", self.sidecar_path(key).name)
+        self._unlink("used", key)
 
     def blob_keys(self) -> list[str]:
-        if not self.blobs.is_dir():
-            return []
-        return sorted(p.name[:-6] for p in self.blobs.glob("*.hsaco"))
+        """The content keys of the blobs: regular files named ``<key>.hsaco`` (a symlink
+        or a FIFO in ``blobs/`` is not a blob and is never opened)."""
+        return sorted(n[:-6] for n in (e.name for e in self._names("blobs")
+                                       if e.is_file(follow_symlinks=False))
+                      if n.endswith(".hsaco") and is_key(n[:-6]))
+
+    def blob_sizes(self) -> dict[str, int]:
+        """Content key -> the blob's size in bytes (``lstat``: nothing followed or read)."""
+        out = {}
+        for e in self._names("blobs"):
+            n = e.name
+            if n.endswith(".hsaco") and is_key(n[:-6]) and e.is_file(follow_symlinks=False):
+                out[n[:-6]] = e.stat(follow_symlinks=False).st_size
+        return dict(sorted(out.items()))
+
+    def blob_mtime(self, key: str) -> float:
+        try:
+            return os.lstat(self.blob_path(key)).st_mtime
+        except OSError:
+            return 0.0
 
     def stamp_used(self, key: str, when: float | None = None) -> None:
         """The stamp gc's LRU orders by: written when a build or a merge publishes the blob
         (explicit, not atime)."""
-        atomic_write(self.used / key, f"{when if when is not None else time.time():.6f}".encode())
+        self._write("used", self._file("used", key, "").name,
+                    f"{when if when is not None else time.time():.6f}".encode())
 
     def last_used(self, key: str) -> float:
         try:
-            return float((self.used / key).read_text())
-        except (FileNotFoundError, ValueError):
+            data = read_capped(self._file("used", key, ""), 64) \
+                if self.checked_dir("used") is not None else None
+            v = float(data.decode("ascii")) if data else 0.0
+        except (CorruptEntry, ValueError, UnicodeDecodeError):
             return 0.0
+        return v if v == v and abs(v) != float("inf") else 0.0
 
     # -- entries --------------------------------------------------------------------
     def entry_path(self, identity_key: str) -> Path:
-        return self.entries / f"{identity_key}.json"
+        return self._file("entries", identity_key, ".json")
 
     def read_entry(self, identity_key: str) -> Entry | None:
-        """The entry, or None when absent; CorruptEntry when it is not whole."""
-        return self._read(Entry, self.entry_path(identity_key))
+        """The entry, or None when absent; CorruptEntry when it is not whole, or is not
+        the entry its file name and folder say (another identity, another target)."""
+        path = self.entry_path(identity_key)
+        entry = self._read(Entry, path, "entries")
+        if entry is None:
+            return None
+        if entry.identity_key != identity_key:
+            raise CorruptEntry(f"{path}: corrupt: identity_key {entry.identity_key[:16]} is "
+                               "not its file name")
+        if entry.target != self.target or entry.identity["target"] != self.target:
+            raise CorruptEntry(f"{path}: corrupt: target {entry.target[:40]!r} in the "
+                               f"{self.target} folder")
+        return entry
 
     def write_entry(self, entry: Entry) -> None:
-        atomic_write(self.entry_path(entry.identity_key), record_bytes(entry))
+        self._write("entries", self.entry_path(entry.identity_key).name, record_bytes(entry))
 
     def remove_entry(self, identity_key: str) -> None:
-        self.entry_path(identity_key).unlink(missing_ok=True)
+        self._unlink("entries", self.entry_path(identity_key).name)
 
     def entry_keys(self) -> list[str]:
-        if not self.entries.is_dir():
-            return []
-        return sorted(p.stem for p in self.entries.glob("*.json"))
+        """The identity keys of the entries: files named ``<key>.json`` (a name that is
+        not a key is not an entry: nothing builds a path from it)."""
+        return sorted(n[:-5] for n in (e.name for e in self._names("entries"))
+                      if n.endswith(".json") and is_key(n[:-5]))
 
     def iter_entries(self) -> Iterator[tuple[str, Entry | CorruptEntry]]:
         for key in self.entry_keys():
@@ -275,73 +638,112 @@ class TargetCache:
 
     # -- stage-2 companions ----------------------------------------------------------
     def stage2_path(self, name: str) -> Path:
-        return self.dir / "stage2" / f"{name}.json"
+        if not isinstance(name, str) or not _STAGE2_NAME.fullmatch(name):
+            raise CorruptEntry(f"{self.stage2}: corrupt: {str(name)[:40]!r} is not a "
+                               "stage-2 name (<dtype>-wsr<R>)")
+        return self.stage2 / f"{name}.json"
 
     def read_stage2(self, name: str) -> Stage2Entry | None:
         """The companion ``name`` (``stage2_name``), None when absent; CorruptEntry."""
-        return self._read(Stage2Entry, self.stage2_path(name))
+        path = self.stage2_path(name)
+        entry = self._read(Stage2Entry, path, "stage2")
+        if entry is not None and entry.name != name:
+            raise CorruptEntry(f"{path}: corrupt: name {entry.name[:40]!r} is not its file "
+                               "name")
+        return entry
 
     def stage2_entries(self) -> dict[str, Stage2Entry | CorruptEntry]:
         """name -> the companion entry of a stage-2 reduce kernel (two-stage split-K)."""
-        d = self.dir / "stage2"
         out: dict[str, Stage2Entry | CorruptEntry] = {}
-        for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+        names = sorted(e.name[:-5] for e in self._names("stage2") if e.name.endswith(".json"))
+        for name in names:
+            if not _STAGE2_NAME.fullmatch(name):
+                continue
             try:
-                entry = self.read_stage2(p.stem)
+                entry = self.read_stage2(name)
             except CorruptEntry as e:
-                out[p.stem] = e
+                out[name] = e
                 continue
             if entry is not None:
-                out[p.stem] = entry
+                out[name] = entry
         return out
 
     def write_stage2(self, entry: Stage2Entry) -> None:
-        atomic_write(self.stage2_path(entry.name), record_bytes(entry))
+        self._write("stage2", self.stage2_path(entry.name).name, record_bytes(entry))
 
     def remove_stage2(self, name: str) -> None:
-        self.stage2_path(name).unlink(missing_ok=True)
+        self._unlink("stage2", self.stage2_path(name).name)
 
     # -- failures, rejects, stats ----------------------------------------------------
     def read_failure(self, identity_key: str) -> FailureRecord | None:
         """The job's failure record; None when absent or not whole (then it is retried)."""
         try:
-            return self._read(FailureRecord, self.failed / f"{identity_key}.json")
+            rec = self._read(FailureRecord, self._file("failed", identity_key, ".json"),
+                             "failed")
         except CorruptEntry:
             return None
+        return rec if rec is None or rec.identity_key == identity_key else None
 
     def write_failure(self, record: FailureRecord) -> None:
-        atomic_write(self.failed / f"{record.identity_key}.json", record_bytes(record))
+        self._write("failed", self._file("failed", record.identity_key, ".json").name,
+                    record_bytes(record))
 
     def clear_failure(self, identity_key: str) -> None:
-        (self.failed / f"{identity_key}.json").unlink(missing_ok=True)
+        self._unlink("failed", self._file("failed", identity_key, ".json").name)
 
     def record_rejects(self, rejected: dict[str, dict], accepted: set[str]) -> None:
         """One line per rejected identity: ``rejected`` (identity key -> its record) replaces
         what the file said of those identities, ``accepted`` ones leave it (the rules
-        changed). The file is rewritten only when that changes it, so a no-op build writes
-        nothing (call under the writer lock)."""
-        lines = self.rejects()
-        old = {r.get("identity_key"): r for r in lines}
-        new = {k: r for k, r in old.items() if k not in accepted}
-        new.update(rejected)
+        changed). The file is rewritten only when that changes it, and the writer lock is
+        taken only then, so a no-op build writes nothing and runs on a read-only cache."""
+        def merged() -> tuple[list[dict], dict, dict]:
+            lines = self.rejects()
+            old = {r.get("identity_key"): r for r in lines}
+            new = {k: r for k, r in old.items() if k not in accepted}
+            new.update(rejected)
+            return lines, old, new
+
+        lines, old, new = merged()
         if new == old and len(lines) == len(old):  # (an older version appended duplicates)
             return
-        atomic_write(self.rejects_path, b"".join(_line(r) for r in new.values()))
+        with self.lock():
+            lines, old, new = merged()  # again: another writer may have changed it
+            self._write(None, self.rejects_path.name, b"".join(_line(r) for r in new.values()))
 
     def rejects(self) -> list[dict]:
-        return _read_lines(self.rejects_path)
+        return _read_lines(self.rejects_path) if self.checked_dir(None) else []
 
-    def append_stats(self, record: dict) -> None:
-        _append_line(self.stats_path, record)
+    def append_stats(self, record: dict) -> bool:
+        """One line at the end of ``stats.jsonl``, in a single O_APPEND write (whole lines
+        without the lock). A log, so best effort: False, and nothing raised, when it cannot
+        be written (a read-only cache answering an up-to-date build)."""
+        try:
+            path = self.make_dir(None) / self.stats_path.name
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    return False
+            except FileNotFoundError:
+                pass
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                         | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return False
+        try:
+            os.write(fd, _line(record))
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
 
     def stats(self) -> list[dict]:
-        return _read_lines(self.stats_path)
+        return _read_lines(self.stats_path) if self.checked_dir(None) else []
 
-    @staticmethod
-    def _read(cls, path: Path):
+    def _read(self, cls, path: Path, sub: str | None = None):
         """The record of type ``cls`` at ``path``, None when absent; CorruptEntry."""
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
+        if self.checked_dir(sub) is None:
             return None
-        return read_record(cls, text, str(path))
+        data = read_capped(path, MAX_RECORD)
+        if data is None:
+            return None
+        return read_record(cls, data, str(path))

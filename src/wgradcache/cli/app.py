@@ -34,10 +34,27 @@ class _Group(click.Group):
             if debug():
                 raise
             raise UserError(str(e)) from None
-        except OSError as e:
-            if debug():
+        except (ValueError, OSError) as e:
+            err = None if debug() else _one_line(e)
+            if err is None:
                 raise
-            raise RunFailed(os_error_line(e)) from None
+            raise err from None
+
+
+def _one_line(e: ValueError | OSError) -> click.ClickException | None:
+    """A cache layout refused (``CacheRefused``: the cache directory is input, exit 2), a
+    cache file no layer below reported (``CorruptEntry``, exit 1), another OS error (exit
+    1); None for any other ValueError (a bug: its traceback). The cache's types are
+    imported here, on the error path, so that ``count`` does not pay for filelock."""
+    from wgradcache.cache.store import CacheRefused, CorruptEntry
+
+    if isinstance(e, CacheRefused):
+        return UserError(str(e))
+    if isinstance(e, CorruptEntry):
+        return RunFailed(str(e))
+    if isinstance(e, OSError):
+        return RunFailed(os_error_line(e))
+    return None
 
 
 def os_error_line(e: OSError) -> str:

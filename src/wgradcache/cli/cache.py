@@ -24,10 +24,12 @@ from wgradcache.cli.console import RunFailed, UserError, emit_json, printable, t
 @cache_dir_option
 @json_option
 def ls_(target, variant, cache_dir, as_json) -> None:
-    """List the cache's entries."""
-    from wgradcache.cache.catalog import list_entries
+    """List the cache's entries (a corrupt one as "?", with its reason on stderr)."""
+    from wgradcache.cache.catalog import foreign_folders, list_entries
 
     rows = list_entries(cache_dir, target, variant)
+    for line in foreign_folders(cache_dir) + [r["error"] for r in rows if "error" in r]:
+        click.echo(printable(line), err=True)
     if as_json:
         emit_json(rows)
         return
@@ -142,7 +144,12 @@ def gc_(as_json, **options) -> None:
 
     req = GcRequest(**{**options, "targets": tuple(options["targets"]),
                        "cache_dir": str(options["cache_dir"])})
-    reports = [r.to_json() for r in collect(req)]
+    from wgradcache.cache.catalog import foreign_folders
+
+    found = collect(req)
+    for line in foreign_folders(req.cache_dir) + [n for r in found for n in r.notes]:
+        click.echo(printable(line), err=True)
+    reports = [r.to_json() for r in found]
     if as_json:
         emit_json(reports)
         return

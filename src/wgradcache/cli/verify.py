@@ -48,12 +48,14 @@ def verify(from_cache, junit, as_json, **options) -> None:
 
     Exit 0 when every check passed, 1 on any failure, 2 for bad input.
     """
-    from wgradcache.cache.catalog import cache_targets
+    from wgradcache.cache.catalog import cache_targets, foreign_folders
     from wgradcache.pipeline.verify import VerifyRequest
 
     options.update(targets=tuple(options["targets"]), cache_dir=str(options["cache_dir"]),
                    problems=tuple(p.short() for p in options["problems"]))
     req = VerifyRequest(**options)
+    for line in foreign_folders(req.cache_dir):
+        click.echo(printable(line), err=True)
     if not req.targets and not cache_targets(req.cache_dir):
         raise UserError(f"no cache under {req.cache_dir}: nothing to verify (build one with "
                         "`wgradcache build --target gfx1250`)")

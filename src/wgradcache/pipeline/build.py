@@ -50,13 +50,13 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     cache = TargetCache(req.cache_dir, req.target)
     specs = select_jobs(req) if specs is None else specs
 
-    plan = make_plan(specs, cache, req, ctx.generator_digest, tdigest, validate_specs)
+    plan = make_plan(specs, cache, req, ctx.generator_digest, tdigest, validate_specs,
+                     options=options)
     summary = BuildSummary(target=req.target, jobs=len(specs), up_to_date=plan.up_to_date,
                            rejected=len(plan.rejected), failed=len(plan.previous),
                            failures=list(plan.previous), rejects=list(plan.rejected.values()))
     if plan.rejected or cache.rejects_path.exists():
-        with cache.lock():
-            cache.record_rejects(plan.rejected, plan.accepted)
+        cache.record_rejects(plan.rejected, plan.accepted)  # locks only to write
     # The bar and its ETA follow expected compile work (the jobs run longest first).
     if on_total:
         on_total(len(specs), sum(job_cost(s) for s in plan.pending))
@@ -65,7 +65,7 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     publisher = Publisher(cache, ctx, summary, plan.pending, progress)
     stage2 = Stage2Builds(cache, ctx, req.job_timeout)
     stage2.start(specs)
-    relinkable = cache.relinkable() if plan.pending else frozenset()
+    relinkable = cache.relinkable() - plan.untrusted if plan.pending else frozenset()
     tasks = [(s, options, toolchain, validate_specs, relinkable) for s in plan.pending]
     try:
         run_chunked(job_task, tasks, req, req.jobs or os.cpu_count() or 1, publisher.take,
@@ -76,11 +76,11 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
         raise
     stage2.finish(summary)
     summary.seconds = time.monotonic() - t0
-    with cache.lock():
-        cache.append_stats({**summary.to_json(), "when": time.time(),
-                            "generator": ctx.generator_digest,
-                            "phases": {k: round(v, 3) for k, v in summary.phases.items()},
-                            "toolchain": tdigest, "request": _request_doc(req)})
+    # one O_APPEND write, no lock; skipped on a read-only cache (an up-to-date build)
+    cache.append_stats({**summary.to_json(), "when": time.time(),
+                        "generator": ctx.generator_digest,
+                        "phases": {k: round(v, 3) for k, v in summary.phases.items()},
+                        "toolchain": tdigest, "request": _request_doc(req)})
     return summary
 
 

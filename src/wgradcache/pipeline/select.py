@@ -59,10 +59,13 @@ def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> list[K
     from wgradcache.cache.store import CorruptEntry, TargetCache
 
     out = []
-    for _ik, entry in TargetCache(cache_dir, target).iter_entries():
+    cache = TargetCache(cache_dir, target)
+    for _ik, entry in cache.iter_entries():
         if isinstance(entry, CorruptEntry) or entry.dtype != dtype_key:
             continue
-        out.append(KernelSpec.from_dict(entry.identity))
+        # never serve a kernel whose blob is not the bytes its entry records
+        if cache.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)[0]:
+            out.append(KernelSpec.from_dict(entry.identity))
     return out
 
 

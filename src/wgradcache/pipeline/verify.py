@@ -269,8 +269,9 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
         entries.append(entry)
         try:
             data = cache.read_blob(blob)
-        except FileNotFoundError:
-            rep.failures.append(Failure(ik, label, "integrity", f"blob {blob[:16]} is missing"))
+        except (FileNotFoundError, CorruptEntry) as e:  # corrupt: a symlink, 8 GB, a FIFO
+            rep.failures.append(Failure(ik, label, "integrity", str(e) if isinstance(
+                e, CorruptEntry) else f"blob {blob[:16]} is missing"))
             continue
         if len(data) != entry.blob_size or sha256_bytes(data) != entry.blob_sha256:
             rep.failures.append(Failure(ik, label, "integrity",
@@ -308,7 +309,7 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> lis
         referenced.add(entry.blob)
         try:
             data = cache.read_blob(entry.blob)
-        except FileNotFoundError:
+        except (FileNotFoundError, CorruptEntry):
             data = b""
         if len(data) != entry.blob_size or sha256_bytes(data) != entry.blob_sha256:
             rep.failures.append(Failure(name, f"stage2 {name}", "integrity",
