@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wgradcache.compile.codegen import CodegenOptions, CompiledObject
+from wgradcache.compile.lifetime import PARENT_ENV
 
 __all__ = ["CompileOutcome", "IsolatedCompile", "compile_isolated", "llvm_error_message"]
 
@@ -61,10 +63,13 @@ def _describe_exit(returncode: int) -> str:
 
 
 def _env() -> dict[str, str]:
-    """The parent's environment, with our package importable even when not installed."""
+    """The parent's environment, with our package importable even when not installed, and
+    our pid: the child ends when we die (``lifetime.end_with_parent``), so a killed build
+    leaves no codegen running in its own session."""
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    env[PARENT_ENV] = str(os.getpid())
     return env
 
 
@@ -94,6 +99,12 @@ class IsolatedCompile:
         finally:
             with contextlib.suppress(BrokenPipeError):
                 stdin.close()
+
+    def done(self) -> bool:
+        """Whether ``outcome()`` would return without waiting on the compile: the child
+        has begun its reply or exited (its stdout carries nothing else)."""
+        readable, _, _ = select.select([self.proc.stdout], [], [], 0)
+        return bool(readable)
 
     def cancel(self) -> None:
         """Kill the child and its tools (its own process group) if it still runs."""

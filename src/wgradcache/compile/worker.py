@@ -3,7 +3,7 @@
 Reads one pickled request on stdin, runs ``codegen.compile_ir`` and writes one pickled reply
 on the stdout it was started with. LLVM may abort or exit this process before any reply: the
 parent then reads LLVM's message from our stderr. fd 1 is pointed at stderr while compiling,
-so nothing LLVM or a library prints can corrupt the reply.
+so nothing LLVM or a library prints can corrupt the reply. It ends when its parent dies.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ import sys
 
 
 def main() -> int:
+    from wgradcache.compile.lifetime import end_with_parent
+
+    end_with_parent()  # a killed build leaves no codegen behind
     request = pickle.loads(sys.stdin.buffer.read())
     reply_fd = os.dup(1)
     os.dup2(2, 1)

@@ -5,7 +5,8 @@
 * ``workers``: pure tasks, job -> bytes. The IR is emitted (cheap, in the workers) and
   keyed; a content key the coordinator's cache already has a blob for is relinked without
   codegen; only new content keys are compiled. LLVM exits are survived and retried alone.
-* ``publish``: only this process writes: blob, sidecar, then the entry (the commit marker).
+* ``publish``: only this process writes: blob, sidecar, then the entry (the commit marker);
+  a two-stage entry only after its stage-2 kernel's record.
 * ``stage2``: the reduce kernels of two-stage jobs, compiled beside the main pass.
 
 The public names (``build``, ``BuildRequest``, ``BuildSummary``, ``parse_shard``,
@@ -63,18 +64,23 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     progress(plan.settled, 0.0)
 
     publisher = Publisher(cache, ctx, summary, plan.pending, progress)
-    stage2 = Stage2Builds(cache, ctx, req.job_timeout)
-    stage2.start(specs)
+    stage2 = Stage2Builds(cache, ctx, req.job_timeout, publisher)
+    stage2.start(specs)  # two-stage results wait in the publisher for their kernel
     relinkable = cache.relinkable() - plan.untrusted if plan.pending else frozenset()
     tasks = [(s, options, toolchain, validate_specs, relinkable) for s in plan.pending]
+
+    def take(res: dict) -> None:
+        publisher.take(res)
+        stage2.poll()
+
     try:
-        run_chunked(job_task, tasks, req, req.jobs or os.cpu_count() or 1, publisher.take,
+        run_chunked(job_task, tasks, req, req.jobs or os.cpu_count() or 1, take,
                     key_of=lambda t: t[0].identity_key(),
                     retry=lambda t: job_alone(*t, timeout=req.job_timeout))
     except BaseException:
         stage2.cancel()
         raise
-    stage2.finish(summary)
+    stage2.finish()
     summary.seconds = time.monotonic() - t0
     # one O_APPEND write, no lock; skipped on a read-only cache (an up-to-date build)
     cache.append_stats({**summary.to_json(), "when": time.time(),

@@ -4,6 +4,13 @@ Blob, then its metadata sidecar, then the entry (the commit marker), each by tem
 ``os.replace`` under the target's writer lock, in one lock hold so gc never sees the blob
 without its entry. Only this process writes; workers stay pure.
 
+A two-stage entry is useless without its stage-2 reduce kernel, which compiles beside the
+main pass (``stage2.py``): while that kernel's record is not published, the results of its
+two-stage jobs are held here (``hold``) and published after it (``release``), so a build
+killed at any moment never leaves a two-stage entry without its stage-2 record (before, 5 of
+14 SIGKILLs did, and ``select`` served them). A stage-2 kernel that fails fails its held jobs
+with its reason (``refuse``), transiently: the next build compiles that kernel again.
+
 Every job ends in exactly one count of the summary: a publish that fails (a full disk, a
 blob a concurrent gc removed) is a failure with its reason, transient, so the next build
 tries again, and the build goes on. So ``jobs == built + relinked + up_to_date + rejected
@@ -17,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord
-from wgradcache.cache.store import BlobRef, TargetCache
+from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import job_cost
 
@@ -72,21 +79,49 @@ class Publisher:
         self.cache, self.ctx, self.summary = cache, ctx, summary
         self.progress = progress
         self._specs = {s.identity_key(): s for s in specs}
+        self._held: dict[str, list[tuple[KernelSpec, dict]]] = {}  # stage-2 name -> results
+        self._refused: dict[str, str] = {}  # stage-2 name -> why its jobs fail
 
     def take(self, res: dict) -> None:
-        """One worker result: publish it or record its failure. Never raises for an error
-        of the cache (``run_chunked`` would take it for a dead worker)."""
+        """One worker result: publish it, hold it for its stage-2 kernel, or record its
+        failure. Never raises for an error of the cache (``run_chunked`` would take it for
+        a dead worker). Progress counts it now: its compile work is done."""
         spec = self._specs[res["ik"]]
         for phase, sec in res.get("t", {}).items():
             self.summary.phases[phase] = self.summary.phases.get(phase, 0.0) + sec
+        name = stage2_name(spec.dw_dtype, spec.ws_replicas)
         if "error" in res:
             self.fail(spec, res["error"], transient=res.get("transient", False))
+        elif spec.reduction == "two_stage" and name in self._refused:
+            self.fail(spec, self._refused[name], transient=True)
+        elif spec.reduction == "two_stage" and name in self._held:
+            self._held[name].append((spec, res))
         else:
-            try:
-                self._publish(spec, res)
-            except OSError as e:
-                self.fail(spec, f"publish: {type(e).__name__}: {e}", transient=True)
+            self._publish_or_fail(spec, res)
         self.progress(1, job_cost(spec))
+
+    def hold(self, name: str) -> None:
+        """Hold the two-stage results of stage-2 kernel ``name`` until it is published."""
+        self._held.setdefault(name, [])
+
+    def release(self, name: str) -> None:
+        """Stage-2 kernel ``name`` is published: so are the results held for it."""
+        for spec, res in self._held.pop(name, []):
+            self._publish_or_fail(spec, res)
+
+    def refuse(self, name: str, reason: str) -> None:
+        """Stage-2 kernel ``name`` failed: its jobs, held and still to come, fail with the
+        reason, transiently (their own compile was fine)."""
+        why = f"its stage-2 kernel {name} failed: {reason}"
+        self._refused[name] = why
+        for spec, _ in self._held.pop(name, []):
+            self.fail(spec, why, transient=True)
+
+    def _publish_or_fail(self, spec: KernelSpec, res: dict) -> None:
+        try:
+            self._publish(spec, res)
+        except OSError as e:
+            self.fail(spec, f"publish: {type(e).__name__}: {e}", transient=True)
 
     def fail(self, spec: KernelSpec, reason: str, *, transient: bool) -> None:
         """Count and record a failed job; transient ones are compiled by the next build."""

@@ -4,8 +4,10 @@ Keyed by (dW dtype, R) only, so a handful per target; they are companions of the
 entries (``Stage2Entry``), not walk jobs, and do not count as jobs: a failure is counted in
 ``BuildSummary.stage2_failed``. Those up to date are skipped without emitting, those with
 the same IR relinked, the rest start compiling in isolated children before the main pass
-(``start``) and are collected after it (``finish``), so their start-up and codegen overlap
-it.
+(``start``), so their start-up and codegen overlap it. Each is published as soon as its
+child is done (``poll``, between the main pass's results), and the two-stage entries held
+for it follow; what is left is collected after the main pass (``finish``). A kernel that
+fails fails the two-stage jobs that need it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, replace
 from wgradcache.cache.entry import CorruptEntry, Stage2Entry
 from wgradcache.cache.store import TargetCache, content_key, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.publish import BuildContext, BuildSummary
+from wgradcache.pipeline.publish import BuildContext, Publisher
 from wgradcache.pipeline.workers import metadata
 
 __all__ = ["Stage2Builds"]
@@ -33,11 +35,15 @@ class _Started:
 
 
 class Stage2Builds:
-    """The companions of one build: ``start`` them, then ``finish`` or ``cancel``."""
+    """The companions of one build: ``start`` them, ``poll`` between results, then
+    ``finish`` or ``cancel``. Each companion compiling is held open in the publisher, so
+    its two-stage entries are published only once its record is (``Publisher.hold``)."""
 
-    def __init__(self, cache: TargetCache, ctx: BuildContext, timeout: float):
+    def __init__(self, cache: TargetCache, ctx: BuildContext, timeout: float,
+                 publisher: Publisher):
         self.cache, self.ctx, self.timeout = cache, ctx, timeout
-        self.started: list[_Started] = []
+        self.publisher = publisher
+        self.started: list[_Started] = []  # compiling, not yet collected
 
     def start(self, specs: list[KernelSpec]) -> None:
         needed = sorted({(s.dw_dtype, s.ws_replicas) for s in specs
@@ -54,7 +60,10 @@ class Stage2Builds:
                     and have.toolchain_digest == self.ctx.toolchain_digest
                     and self.cache.has_blob(have.blob)):
                 continue  # up to date without emitting, as the entries are
-            self._start_one(name, dw, r, have)
+            try:
+                self._start_one(name, dw, r, have)
+            except Exception as e:  # a generator bug or a publish error: this kernel's
+                self._fail(name, f"{type(e).__name__}: {e}")
 
     def _start_one(self, name: str, dw: str, r: int, have: Stage2Entry | None) -> None:
         from wgradcache.compile.codegen import CodegenOptions
@@ -71,37 +80,51 @@ class Stage2Builds:
                 self.cache.write_stage2(replace(have, generator_digest=ctx.generator_digest,
                                                 toolchain_digest=ctx.toolchain_digest))
             return
+        self.publisher.hold(name)  # before the child starts: no result can slip past
         job = IsolatedCompile(ir, target, CodegenOptions(), timeout=self.timeout)
         self.started.append(_Started(name, dw, r, kd.name, kd.block_size, ckey, job))
+
+    def poll(self) -> None:
+        """Publish the companions whose compile has ended, and so release their entries
+        early: a build killed later keeps them. Never raises (it runs between results)."""
+        for s in [s for s in self.started if s.job.done()]:
+            self.started.remove(s)
+            self._collect(s)
 
     def cancel(self) -> None:
         for s in self.started:
             s.job.cancel()
 
-    def finish(self, summary: BuildSummary) -> None:
-        for s in self.started:
-            out = s.job.outcome()
-            if not out.ok:
-                self._fail(summary, s, out.error)
-                continue
-            try:
-                meta = metadata(out.obj)
-                with self.cache.lock():
-                    ref = self.cache.write_blob(s.ckey, out.obj.hsaco, meta)
-                    self.cache.write_stage2(Stage2Entry(
-                        name=s.name, dw_dtype=s.dw_dtype, ws_replicas=s.replicas,
-                        symbol=s.symbol, blob=s.ckey, blob_size=ref.size,
-                        blob_sha256=ref.sha256, block_size=s.block_size,
-                        code_object=meta.code_object, isa=meta.isa,
-                        generator_digest=self.ctx.generator_digest,
-                        toolchain_digest=self.ctx.toolchain_digest))
-                    self.cache.stamp_used(s.ckey)
-            except OSError as e:
-                self._fail(summary, s, f"publish: {type(e).__name__}: {e}")
-                continue
-            summary.bytes += ref.size
+    def finish(self) -> None:
+        """Wait for the companions still compiling; publish them, then their entries."""
+        while self.started:
+            self._collect(self.started.pop(0))
 
-    @staticmethod
-    def _fail(summary: BuildSummary, s: _Started, reason: str) -> None:
+    def _collect(self, s: _Started) -> None:
+        out = s.job.outcome()
+        if not out.ok:
+            self._fail(s.name, out.error)
+            return
+        try:
+            meta = metadata(out.obj)
+            with self.cache.lock():
+                ref = self.cache.write_blob(s.ckey, out.obj.hsaco, meta)
+                self.cache.write_stage2(Stage2Entry(
+                    name=s.name, dw_dtype=s.dw_dtype, ws_replicas=s.replicas,
+                    symbol=s.symbol, blob=s.ckey, blob_size=ref.size,
+                    blob_sha256=ref.sha256, block_size=s.block_size,
+                    code_object=meta.code_object, isa=meta.isa,
+                    generator_digest=self.ctx.generator_digest,
+                    toolchain_digest=self.ctx.toolchain_digest))
+                self.cache.stamp_used(s.ckey)
+        except Exception as e:  # a full disk, or a code object metadata cannot read
+            self._fail(s.name, f"publish: {type(e).__name__}: {e}")
+            return
+        self.publisher.summary.bytes += ref.size
+        self.publisher.release(s.name)
+
+    def _fail(self, name: str, reason: str) -> None:
+        summary = self.publisher.summary
         summary.stage2_failed += 1
-        summary.failures.append({"label": f"stage2 {s.name}", "reason": reason})
+        summary.failures.append({"label": f"stage2 {name}", "reason": reason})
+        self.publisher.refuse(name, reason)

@@ -14,15 +14,22 @@ that are not up to date. A task returns a result dict:
 
 LLVM can kill a worker (``Cannot select`` aborts, an LDS overflow exits): the chunk's
 unfinished jobs are retried one at a time in an isolated child with the job timeout.
+
+The coordinator can die too (SIGKILL): every loky worker starts with
+``lifetime.end_with_parent`` as its initializer (``parallel_config``'s backend arguments
+reach loky's executor), so the kernel ends it with the coordinator and loky's resource
+trackers follow; a Dask worker belongs to its cluster and is left alone.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 from wgradcache.cache.entry import BlobMeta
 from wgradcache.cache.store import blank_symbol, content_key, sha256_bytes
+from wgradcache.compile.lifetime import end_with_parent
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import BuildRequest
 
@@ -153,8 +160,10 @@ def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int
     import joblib
 
     chunk = max(n_jobs * 32, 64)
+    # The same initializer arguments every chunk, so joblib reuses one executor.
     ctx = (joblib.parallel_config(backend="dask") if req.backend == "dask"
-           else joblib.parallel_config(backend="loky"))
+           else joblib.parallel_config(backend="loky", initializer=end_with_parent,
+                                       initargs=(os.getpid(),)))
     with ctx:
         for start in range(0, len(tasks), chunk):
             part = tasks[start:start + chunk]
@@ -191,14 +200,18 @@ def run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
 
     from joblib.externals.loky import ProcessPoolExecutor
 
-    executor = ProcessPoolExecutor(max_workers=1)
+    def worker() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=1, initializer=end_with_parent,
+                                   initargs=(os.getpid(),))
+
+    executor = worker()
     try:
         for t in tasks:
             try:
                 res = executor.submit(fn, *t).result(timeout=req.job_timeout)
             except Exception as e:  # TerminatedWorkerError, BrokenProcessPool, a timeout
                 executor.shutdown(wait=False, kill_workers=isinstance(e, FutureTimeout))
-                executor = ProcessPoolExecutor(max_workers=1)
+                executor = worker()
                 res = retry(t)
             on_result(res)
     finally:
