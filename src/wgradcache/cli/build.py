@@ -24,7 +24,8 @@ from wgradcache.cli.console import ProgressHook, RunFailed, UserError, printable
 @click.option("--variant", "variants", multiple=True, metavar="V", help="restrict to variants")
 @click.option("--geometry", "geometries", multiple=True, metavar="G",
               help="restrict to a geometry, as in labels: t64x64x32-w2x2 (repeatable)")
-@click.option("--limit", type=click.IntRange(min=0), default=None, help="first N jobs only")
+@click.option("--limit", type=click.IntRange(min=0), default=None,
+              help="the first N jobs of the walk (before --shard splits them)")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="parallel workers (default: all cores)")
 @click.option("--job-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
@@ -48,7 +49,7 @@ def build(targets, as_json, **options) -> None:
     llc-22 process per job. The choice is part of the toolchain identity, so entries built
     one way are rebuilt the other way.
     """
-    from wgradcache.pipeline.build import BuildRequest
+    from wgradcache.pipeline.build import BuildRequest, select_jobs
 
     if options["backend"] == "dask" and not options["scheduler"]:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT")
@@ -56,6 +57,11 @@ def build(targets, as_json, **options) -> None:
     for k in ("dtypes", "variants", "geometries"):
         options[k] = tuple(options[k])
     requests = [BuildRequest(target=t, **options) for t in targets or ("gfx1250",)]
+    for req in requests:  # a bad --geometry for any target: refused before any is built
+        try:
+            select_jobs(req)  # the walk: ~20 ms
+        except ValueError as e:
+            raise UserError(str(e)) from None
     failed = run_builds(requests, as_json)
     if failed:
         raise RunFailed(f"{failed} job(s) or stage-2 kernel(s) failed; see the failures above")

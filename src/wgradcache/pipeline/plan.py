@@ -16,6 +16,9 @@ transient failure is not. What is left is compiled, longest first.
 
 from __future__ import annotations
 
+import difflib
+import heapq
+import re
 from dataclasses import dataclass, field
 
 from wgradcache.cache.entry import CorruptEntry, Entry
@@ -23,7 +26,8 @@ from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import default_jobdata, resolve_selection, walk
 from wgradcache.model.spec import KernelSpec, validate
 
-__all__ = ["BuildRequest", "BuildPlan", "parse_shard", "job_cost", "select_jobs", "make_plan"]
+__all__ = ["BuildRequest", "BuildPlan", "MAX_SHARDS", "parse_shard", "check_shard", "job_cost",
+           "select_jobs", "make_plan"]
 
 
 @dataclass(frozen=True)
@@ -45,15 +49,29 @@ class BuildRequest:
     cache_dir: str = "cache"
 
 
+# Shards are CI matrix jobs: more than this is a typo (and 0/99999999999 was a MemoryError).
+MAX_SHARDS = 4096
+_SHARD = re.compile(r"([0-9]+)/([0-9]+)")  # ASCII digits: not "1_0", not full-width
+
+
 def parse_shard(text: str) -> tuple[int, int]:
-    """'i/n' with 0 <= i < n; ValueError with the reason otherwise."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ValueError(f"shard {text!r} is not i/n (e.g. 0/3)") from None
-    if not 0 <= i < n:
-        raise ValueError(f"shard {text!r}: need 0 <= i < n")
+    """'i/n' with 0 <= i < n <= MAX_SHARDS; ValueError with the reason otherwise."""
+    m = _SHARD.fullmatch(text)
+    if m is None:
+        raise ValueError(f"shard {text[:40]!r} is not i/n with digits (e.g. 0/3)")
+    # more digits than a shard count can have: out of bounds, without converting them
+    i, n = (int(g) if len(g) <= 6 else MAX_SHARDS + 1 for g in m.groups())
+    check_shard(i, n, text)
     return i, n
+
+
+def check_shard(i: int, n: int, text: str | None = None) -> None:
+    """ValueError unless 0 <= i < n <= MAX_SHARDS (a request made without the CLI too)."""
+    shown = repr(text[:40]) if text is not None else f"{i}/{n}"
+    if not 1 <= n <= MAX_SHARDS:
+        raise ValueError(f"shard {shown}: n must be 1 to {MAX_SHARDS}")
+    if not 0 <= i < n:
+        raise ValueError(f"shard {shown}: need 0 <= i < n")
 
 
 def job_cost(spec: KernelSpec) -> float:
@@ -66,30 +84,55 @@ def job_cost(spec: KernelSpec) -> float:
 
 
 def _shard(specs: list[KernelSpec], i: int, n: int) -> list[KernelSpec]:
-    """Deterministic, cost-balanced: longest job first to the least-loaded shard."""
+    """Deterministic, cost-balanced: longest job first to the least-loaded shard (ties to
+    the lowest index), through a heap so that n costs log n per job."""
     ordered = sorted(specs, key=lambda s: (-job_cost(s), s.identity_key()))
-    loads = [0.0] * n
+    loads = [(0.0, k) for k in range(n)]  # a heap of (load, shard); sorted is a heap
     mine = []
     for s in ordered:
-        j = min(range(n), key=lambda k: (loads[k], k))
-        loads[j] += job_cost(s)
+        load, j = heapq.heappop(loads)
+        heapq.heappush(loads, (load + job_cost(s), j))
         if j == i:
             mine.append(s)
     return sorted(mine, key=lambda s: s.identity_key())
 
 
+def _check_geometries(req: BuildRequest, specs: list[KernelSpec]) -> None:
+    """Every --geometry must match a job of this walk: a typo built 0 jobs and exited 0.
+    ValueError naming the close geometries of the walk (or where to find them)."""
+    haystack = [f"-{s.label()}-" for s in specs]
+    for g in req.geometries:
+        if any(f"-{g}-" in h for h in haystack):
+            continue
+        known = sorted({"t{}x{}x{}-w{}x{}".format(*s.geometry) for s in specs})
+        close = difflib.get_close_matches(g[:60], known, n=4, cutoff=0.6)
+        hint = (f"close: {', '.join(close)}" if close else
+                "geometries are label fragments such as t64x64x32-w2x2 "
+                "(`wgradcache count --list` shows the labels)")
+        raise ValueError(f"geometry {g[:60]!r} matches no job of {req.target} in this "
+                         f"selection; {hint}")
+
+
 def select_jobs(req: BuildRequest) -> list[KernelSpec]:
-    """The walk, filtered by geometry fragments, sharded, then limited (in walk order)."""
+    """The walk, filtered by geometry fragments, limited to its first N, then sharded: the
+    limit filters the walk before sharding, so the shards of a --limit N build together
+    are the --limit N build. Bad geometries, limits and shards raise ValueError before
+    anything touches the cache."""
+    if req.limit is not None and req.limit < 0:
+        raise ValueError(f"limit {req.limit}: must be >= 0")
+    if req.shard:
+        check_shard(*req.shard)
     data = default_jobdata(req.geometries_file)
     sel = resolve_selection([req.target], req.dtypes, req.variants, data)
     specs = list(walk(req.target, sel.dtypes, sel.variants, data))
     if req.geometries:
+        _check_geometries(req, specs)
         specs = [s for s in specs if any(f"-{g}-" in f"-{s.label()}-" for g in req.geometries)]
+    if req.limit is not None:
+        specs = specs[: req.limit]
     if req.shard:
         keep = {s.identity_key() for s in _shard(specs, *req.shard)}
         specs = [s for s in specs if s.identity_key() in keep]
-    if req.limit is not None:
-        specs = specs[: req.limit]
     return specs
 
 
@@ -105,7 +148,6 @@ class BuildPlan:
     # content keys of blobs that are present but not the bytes an entry records: a build
     # must compile them again, never relink to them
     untrusted: set[str] = field(default_factory=set)
-
 
     @property
     def settled(self) -> int:
