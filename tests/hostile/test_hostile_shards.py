@@ -331,6 +331,37 @@ def test_same_digests_different_bytes_is_a_conflict(scene):
                    f"{e.toolchain_digest[:12]} (a non-deterministic build)"])
 
 
+def test_a_sidecar_that_disagrees_with_its_entry_is_refused(scene):
+    """A relink copies the sidecar's figures into new entries: one that says other things
+    than the entry it came with would spread them."""
+    e = scene.entry()
+    side = scene.s.sidecar_path(e.blob)
+    doc = json.loads(side.read_text())
+    doc["isa"] = {**doc["isa"], "mma": doc["isa"]["mma"] + 1}
+    scene.write_json(side, doc)
+    scene.refused([f"REFUSED {scene.s.entry_path(e.identity_key)}: {side}: its isa is not "
+                   "the record's"])
+
+
+def test_a_symlinked_folder_in_the_destination_is_refused(scene):
+    """Merge would stamp ``used/`` of the copied blobs: through a link, into the canary."""
+    used = scene.dest / T / "used"
+    shutil.rmtree(used)
+    used.symlink_to(scene.canary, target_is_directory=True)
+    scene.before = (scene.before[0], _tree(scene.dest))
+    scene.refused([f"REFUSED {used}: a symbolic link, not a directory: not followed out of "
+                   "the cache (remove it)"])
+
+
+def test_a_corrupt_destination_entry_that_a_shard_names_is_refused(scene):
+    e = scene.entry("fp16")
+    path = TargetCache(scene.dest, T).entry_path(e.identity_key)
+    path.write_text("{}")
+    scene.before = (scene.before[0], _tree(scene.dest))
+    scene.refused([f"REFUSED {path}: corrupt: no field 'identity_key' (the destination's; "
+                   "remove it, or run gc)"])
+
+
 def test_a_missing_source_or_a_file_as_destination_is_bad_input(scene):
     for args, line in [
         ([str(scene.tmp / "nope"), "--into", str(scene.dest)],
