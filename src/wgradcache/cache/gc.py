@@ -146,8 +146,11 @@ def _corrupt(cache: TargetCache, entry: Entry | Stage2Entry | CorruptEntry,
         return True
     ok, why = cache.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)
     if not ok:
-        name = entry.identity_key if isinstance(entry, Entry) else f"stage2 {entry.name}"
-        rep.notes.append(f"{cache.target} {name[:16]}: corrupt: {why}")
+        path = (cache.entry_path(entry.identity_key) if isinstance(entry, Entry)
+                else cache.stage2_path(entry.name))
+        # "blob <key> is 0 bytes, ..." or "<blob path>: corrupt: a FIFO, ..."
+        rep.notes.append(f"{path}: corrupt: {why}" if why.startswith("blob ")
+                         else f"{path}: {why}")
     return not ok
 
 

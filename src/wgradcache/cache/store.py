@@ -338,7 +338,8 @@ class TargetCache:
         self.stats_path = self.dir / "stats.jsonl"
         self._lock = _WriterLock(self)
         self._dirs_ok: set[str] = set()
-        self._blob_ok: dict[str, tuple[int, str]] = {}  # key -> (size, sha256) checked
+        # key -> ((size, mtime_ns, inode), sha256) of the blob file last hashed
+        self._blob_ok: dict[str, tuple[tuple[int, int, int], str]] = {}
 
     # -- folders ----------------------------------------------------------------------
     def checked_dir(self, sub: str | None) -> Path | None:
@@ -353,12 +354,13 @@ class TargetCache:
             return None
         if not sub:
             try:
-                if not stat.S_ISDIR(os.stat(self.root).st_mode):
-                    raise CacheRefused(self.root, "not a directory: not a cache")
+                is_dir = stat.S_ISDIR(os.stat(self.root).st_mode)
             except FileNotFoundError:
                 return None
             except OSError as e:
                 raise CacheRefused(self.root, f"cannot be read ({e.strerror})") from None
+            if not is_dir:
+                raise CacheRefused(self.root, "not a directory: not a cache")
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -463,32 +465,34 @@ class TargetCache:
         ``sha256``. The proof ``build`` (up to date), ``gc`` and ``select`` trust a blob
         by: a truncation, a flipped byte or an emptied file all fail it. The size is
         compared first (an ``lstat``), so a wrong-sized or 8 GB blob is never read; a
-        blob's hash is computed once per object (entries share blobs)."""
+        blob's hash is computed once per object and file version (entries share blobs).
+        The reason starts ``blob <key>`` or, for a file that is not one, with its path."""
+        name = f"blob {str(key)[:16]}"
         try:
             path = self.blob_path(key)
-            if self.checked_dir("blobs") is None:
-                return False, f"blob {key[:16]} is missing"
-            st = os.lstat(path)
+            st = os.lstat(path) if self.checked_dir("blobs") is not None else None
         except FileNotFoundError:
-            return False, f"blob {key[:16]} is missing"
+            st = None
         except (OSError, CorruptEntry) as e:
             return False, str(e)
+        if st is None:
+            return False, f"{name} is missing"
         if not stat.S_ISREG(st.st_mode):
             return False, f"{path}: corrupt: {_kind(st.st_mode)}, not a regular file"
         if st.st_size != size:
-            return False, (f"blob {key[:16]} is {st.st_size} bytes, its entry records "
-                           f"{size}")
+            return False, f"{name} is {st.st_size} bytes, its entry records {size}"
+        version = (st.st_size, st.st_mtime_ns, st.st_ino)
         got = self._blob_ok.get(key)
-        if got is None or got[0] != size:
+        if got is None or got[0] != version:
             try:
                 data = read_capped(path, MAX_BLOB)
             except CorruptEntry as e:
                 return False, str(e)
             if data is None:
-                return False, f"blob {key[:16]} is missing"
-            got = self._blob_ok[key] = (len(data), sha256_bytes(data))
-        if got != (size, sha256):
-            return False, f"blob {key[:16]} does not hash to the sha256 its entry records"
+                return False, f"{name} is missing"
+            got = self._blob_ok[key] = (version, sha256_bytes(data))
+        if got[1] != sha256:
+            return False, f"{name} does not hash to the sha256 its entry records"
         return True, ""
 
     def write_blob(self, key: str, data: bytes, meta: BlobMeta | None = None) -> BlobRef:
@@ -501,7 +505,6 @@ class TargetCache:
         if fresh:
             self._blob_ok.pop(key, None)
             self._write("blobs", path.name, data)
-            self._blob_ok[key] = (ref.size, ref.sha256)
         if meta is not None:
             try:
                 self._write("blobs", self.sidecar_path(key).name, record_bytes(meta))
