@@ -226,7 +226,12 @@ def _hw_uses(stmts, seen: dict[tuple, Value]):
 
 
 def lower(kd: KernelDef, target: str) -> str:
-    """LLVM IR text of ``kd`` for ``target`` (e.g. "gfx1250"); deterministic."""
+    """LLVM IR text of ``kd`` for ``target`` (e.g. "gfx1250", or "sm_90" through
+    ``lower_nvptx``); deterministic."""
+    if get_target(target).is_nvidia:
+        from wgradcache.kernel.lower_nvptx import lower_nvptx
+
+        return lower_nvptx(kd, target)
     return _Lowering(kd, target).text()
 
 
@@ -374,7 +379,7 @@ class _Lowering:
 
     def block(self, stmts):
         for v in stmts:
-            rule = _RULES.get(v.op)
+            rule = self.rules.get(v.op)
             if rule is None:
                 self.fail(v, "no lowering rule")
             out = rule(self, v, f"v{v.id}")
@@ -621,3 +626,4 @@ _RULES: dict[Ops, Callable] = {
     Ops.FOR: _Lowering.for_loop, Ops.IF: _Lowering.if_region,
     Ops.LOOP_RESULT: _Lowering.result, Ops.IF_RESULT: _Lowering.result,
 }
+_Lowering.rules = _RULES  # a subclass for another target replaces the rules it overrides

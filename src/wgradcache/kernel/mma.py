@@ -6,16 +6,22 @@ load fragments from LDS, the emulator to gather lanes into matrices and scatter 
 the lowering for operand vector lengths. Sources and confidence are in
 ``shared/reference/mma-lane-maps.md``; each layout below cites them.
 
-Every layout has the same shape, with ``g = lane // 16`` (the lane group) and ``c = lane % 16``:
+Every layout has the same shape. Two fields of the lane index place a lane:
+``mn = (lane // mn_div) % mn_mod`` (its A row / B column) and ``g = (lane // grp_div) %
+grp_mod`` (its k group); AMD: ``mn = lane % 16``, ``g = lane // 16``; NVIDIA m16n8k16:
+``mn = lane >> 2`` (groupID), ``g = lane & 3`` (threadID_in_group). Slot i of an A/B
+fragment is row block ``i // len(k_offsets)`` and k slot ``i % len(k_offsets)``:
 
-* A (M x K): lane holds row ``c`` and, in slot i, ``k = g * k_group_stride + k_offsets[i]``;
-* B (K x N): lane holds column ``c``, same k in slot i as A (one k-map for both: required);
-* C/D (M x N): lane holds column ``c`` and, in slot r,
-  ``row = g * c_row_group_stride + c_row_offsets[r]``.
+* A (M x K): lane holds, in slot i, row ``mn + row_offsets[i // nk]`` and
+  ``k = g * k_group_stride + k_offsets[i % nk]`` (nk = len(k_offsets));
+* B (K x N): the same with the row as B's column (one map for both: required);
+* C/D (M x N): slot r is ``row = mn*c_row_mn + g*c_row_group_stride + c_row_offsets[r]``,
+  ``col = mn*c_col_mn + g*c_col_group_stride + c_col_offsets[r]``.
 
 Row (A), column (B) and the whole C/D map must match hardware; the in-lane k order is free
 as long as A and B share it, since D = C + sum_k A[m,k] B[k,n] is invariant under one
-permutation of k applied to both.
+permutation of k applied to both. So is the order of the slots inside the IR's fragment:
+the lowering maps IR slots to the instruction's registers (``MmaIntrinsic.a_regs`` ...).
 
 The LLVM intrinsic of each form and A/B element type lives here too (``INTRINSICS``, the
 only place in the package that names one): its operand vectors are the lane layout's slots,
@@ -42,14 +48,38 @@ class MmaLayout:
     k: int
     wave_size: int
     k_group_stride: int  # 0: lane groups duplicate each other (gfx11)
-    k_offsets: tuple[int, ...]  # per A/B slot
+    k_offsets: tuple[int, ...]  # per k slot of one row block
     c_row_group_stride: int
     c_row_offsets: tuple[int, ...]  # per C/D slot
     source: str
+    mn_lanes: tuple[int, int] = (1, 16)  # (div, mod): lane -> mn
+    grp_lanes: tuple[int, int] = (16, 0)  # (div, mod), mod 0: none: lane -> g
+    row_offsets: tuple[int, ...] = (0,)  # A row (B column) offset per row block of slots
+    c_row_mn: int = 0
+    c_col_mn: int = 1
+    c_col_group_stride: int = 0
+    c_col_offsets: tuple[int, ...] = ()  # () : all 0
 
     @property
     def ab_elems(self) -> int:
+        return len(self.row_offsets) * len(self.k_offsets)
+
+    @property
+    def run(self) -> int:
+        """Consecutive slots of one row block: k values of one A row (B column) that a lane
+        holds, read from a K-contiguous LDS row with one vector load."""
         return len(self.k_offsets)
+
+    def lane_mn(self, lane):
+        div, mod = self.mn_lanes
+        return (lane // div) % mod
+
+    def lane_group(self, lane):
+        div, mod = self.grp_lanes
+        return lane // div % mod if mod else lane // div
+
+    def col_offset(self, r: int) -> int:
+        return self.c_col_offsets[r] if self.c_col_offsets else 0
 
     @property
     def c_elems(self) -> int:
@@ -62,7 +92,11 @@ class MmaLayout:
 
     def a_map(self, lane, i):
         """(row, k) of A held by ``lane`` in slot ``i`` (ints or numpy arrays)."""
-        return lane % 16, (lane // 16) * self.k_group_stride + np.asarray(self.k_offsets)[i]
+        i = np.asarray(i)
+        nk = self.run
+        row = self.lane_mn(lane) + np.asarray(self.row_offsets)[i // nk]
+        return row, self.lane_group(lane) * self.k_group_stride + \
+            np.asarray(self.k_offsets)[i % nk]
 
     def b_map(self, lane, i):
         """(k, col) of B held by ``lane`` in slot ``i``."""
@@ -71,16 +105,20 @@ class MmaLayout:
 
     def c_map(self, lane, r):
         """(row, col) of C/D held by ``lane`` in slot ``r``."""
-        rows = (lane // 16) * self.c_row_group_stride + np.asarray(self.c_row_offsets)[r]
-        return rows, lane % 16
+        mn, g = self.lane_mn(lane), self.lane_group(lane)
+        rows = mn * self.c_row_mn + g * self.c_row_group_stride + \
+            np.asarray(self.c_row_offsets)[r]
+        cols = mn * self.c_col_mn + g * self.c_col_group_stride + \
+            np.asarray(self.c_col_offsets or (0,) * self.c_elems)[r]
+        return rows, cols
 
     def tables(self):
         """Index tables [wave_size, slots]: (a_row, a_k), (c_row, c_col)."""
         lane = np.arange(self.wave_size)[:, None]
         a_row, a_k = self.a_map(lane, np.arange(self.ab_elems)[None, :])
         c_row, c_col = self.c_map(lane, np.arange(self.c_elems)[None, :])
-        a_row = np.broadcast_to(a_row, a_k.shape)
-        c_col = np.broadcast_to(c_col, c_row.shape)
+        a_row, a_k = np.broadcast_arrays(a_row, a_k)
+        c_row, c_col = np.broadcast_arrays(c_row, c_col)
         return (a_row, a_k), (c_row, c_col)
 
 
@@ -100,17 +138,18 @@ def k_runs(lay: MmaLayout) -> list[tuple[int, int, int]]:
 
 def lds_k_order(lay: MmaLayout) -> tuple[int, ...]:
     """The k held at each position of a K-contiguous LDS row segment of ``lay.k`` elements,
-    chosen so that every lane's fragment is one contiguous run: lane group g's slots are
-    positions [g·ab_elems, (g+1)·ab_elems) in slot order (gfx11's duplicated groups all read
-    positions [0, ab_elems)).
+    chosen so that every lane's k values of one row are one contiguous run: lane group g's
+    k slots are positions [g·run, (g+1)·run) in slot order (gfx11's duplicated groups all
+    read positions [0, run)).
 
     A writer that stores row (m or n) of the tile with element k at position
     ``lds_k_order(lay).index(k)`` lets each lane read its fragment with one vector load of
-    ``ab_elems`` elements: the lane map's k order lives in the LDS layout, not in the reads.
-    A bijection on [0, lay.k) (tested); the identity where the lane map is already k-ordered
-    (gfx11, MFMA), a swap of 4-element (gfx12) or 8-element (gfx1250) runs elsewhere.
+    ``run`` elements per row block: the lane map's k order lives in the LDS layout, not in
+    the reads. A bijection on [0, lay.k) (tested); the identity where the lane map is
+    already k-ordered (gfx11, MFMA), a swap of 4-element (gfx12) or 8-element (gfx1250) runs,
+    and on m16n8k16 the pairs (2t, 2t+1, 2t+8, 2t+9) of thread t side by side.
     """
-    groups = lay.k // lay.ab_elems if lay.k_group_stride else 1
+    groups = lay.k // lay.run if lay.k_group_stride else 1
     return tuple(g * lay.k_group_stride + off for g in range(groups) for off in lay.k_offsets)
 
 
@@ -150,6 +189,25 @@ LAYOUTS: dict[str, MmaLayout] = {
         k_offsets=tuple(range(4)),
         c_row_group_stride=4, c_row_offsets=tuple(range(4)),
         source="mma-lane-maps.md §4a: AMD calculator InstCalcGfx9, IREE, Triton, CK"),
+    # NVIDIA mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 (sm_80+), two
+    # of them side by side as one 16x16x16 atom. PTX ISA (8.x numbering) §9.7.14.5.8
+    # "Matrix Fragments for mma.m16n8k16 with floating point type": groupID = lane >> 2,
+    # threadID_in_group t = lane % 4; A element a_i at row groupID (+8 for i in 2,3,6,7),
+    # col 2t + (i & 1) (+8 for i >= 4); B element b_i at row 2t + (i & 1) (+8 for i >= 2),
+    # col groupID; C/D c_i at row groupID (+8 for i >= 2), col 2t + (i & 1). Second source:
+    # CUTLASS cute/atom/mma_traits_sm80.hpp SM80_16x8x16_F32F16F16F32_TN (ALayout
+    # SM80_16x16_Row, BLayout SM80_16x8_Col... i.e. the same (T, V) maps) and LLVM's
+    # test/CodeGen/NVPTX wmma/mma tests (4 A, 2 B, 4 C registers per lane).
+    # The IR's fragment (8 slots): A slots 0-3 row groupID at k (2t, 2t+1, 2t+8, 2t+9),
+    # slots 4-7 row groupID + 8; B slots 0-3 column groupID (instruction 0, n 0-7), 4-7
+    # column groupID + 8 (instruction 1, n 8-15); C slots 0-3 instruction 0's c0-c3, 4-7
+    # instruction 1's. ``INTRINSICS`` maps slots to registers.
+    "m16n8k16": MmaLayout(
+        "m16n8k16", 16, 16, 16, 32, k_group_stride=2, k_offsets=(0, 1, 8, 9),
+        c_row_group_stride=0, c_row_offsets=(0, 0, 8, 8, 0, 0, 8, 8),
+        source="PTX ISA §9.7.14.5.8 (m16n8k16 fragments); CUTLASS SM80_16x8x16 traits",
+        mn_lanes=(4, 8), grp_lanes=(1, 4), row_offsets=(0, 8), c_row_mn=1, c_col_mn=0,
+        c_col_group_stride=2, c_col_offsets=(0, 1, 0, 1, 8, 9, 8, 9)),
 }
 
 
@@ -172,7 +230,14 @@ class MmaIntrinsic:
 
     name: str  # full, mangled
     operand: str  # A/B element type it takes: "i16" where bf16 travels as integer bits
-    style: str  # argument list: "mods" (gfx1250), "plain" (gfx11/gfx12 WMMA), "mfma"
+    style: str  # argument list: "mods" (gfx1250), "plain" (gfx11/gfx12 WMMA), "mfma", "nvvm"
+    # "nvvm" only: the atom is ``len(b_regs)`` instructions; A registers are pairs of IR
+    # slots (the same for every instruction), B registers per instruction, C/D slots per
+    # instruction (its scalar float operands and results, in order).
+    a_regs: tuple[tuple[int, ...], ...] = ()
+    b_regs: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    c_slots: tuple[tuple[int, ...], ...] = ()
+    reg: str = ""  # the register type of one A/B pair: "<2 x half>" or "i32" (bf16 bits)
 
     def args(self, a: tuple[str, str], b: tuple[str, str],
              c: tuple[str, str]) -> list[tuple[str, str]]:
@@ -184,6 +249,13 @@ class MmaIntrinsic:
             return [a, b, c, ("i32", "0"), ("i32", "0"), ("i32", "0")]
         return [a, b, c]
 
+
+# m16n8k16 registers from the IR slots (LAYOUTS["m16n8k16"]): a0 = row g, k 2t..2t+1 (slots
+# 0, 1); a1 = row g + 8, same k (4, 5); a2 = row g, k 2t+8.. (2, 3); a3 = row g + 8 (6, 7).
+# Instruction h's b0 = column g + 8h, k 2t.. (slots 4h, 4h+1), b1 = k 2t+8.. (4h+2, 4h+3).
+_NV_A = ((0, 1), (4, 5), (2, 3), (6, 7))
+_NV_B = (((0, 1), (2, 3)), ((4, 5), (6, 7)))
+_NV_C = ((0, 1, 2, 3), (4, 5, 6, 7))
 
 # (form, A/B element) -> intrinsic. gfx11/gfx12 WMMA and MFMA take bf16 as integer vectors
 # (llvm_anyint_ty): the lowering bitcasts; gfx1250 takes real bfloat vectors.
@@ -202,6 +274,16 @@ INTRINSICS: dict[tuple[str, str], MmaIntrinsic] = {
                                     "i16", "plain"),
     ("mfma", "f16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x16f16", "f16", "mfma"),
     ("mfma", "bf16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x16bf16.1k", "i16", "mfma"),
+    # NVVM's names spell (D, C) types for f16 operands, the A/B type for bf16 (LLVM
+    # IntrinsicsNVVM.td MMA_NAME; probe: llc-22 -mcpu=sm_90 selects
+    # mma.sync.aligned.m16n8k16.row.col.f32.{f16.f16,bf16.bf16}.f32). Arguments: a0-a3,
+    # b0-b1, c0-c3; result {float x 4}. Registers per the PTX fragment tables (LAYOUTS).
+    ("m16n8k16", "f16"): MmaIntrinsic(
+        "llvm.nvvm.mma.m16n8k16.row.col.f32.f32", "f16", "nvvm",
+        a_regs=_NV_A, b_regs=_NV_B, c_slots=_NV_C, reg="<2 x half>"),
+    ("m16n8k16", "bf16"): MmaIntrinsic(
+        "llvm.nvvm.mma.m16n8k16.row.col.bf16", "i16", "nvvm",
+        a_regs=_NV_A, b_regs=_NV_B, c_slots=_NV_C, reg="i32"),
 }
 
 

@@ -30,6 +30,9 @@ DEVICE_SIZES: dict[str, DeviceSize] = {
                                  "We use 40, unsourced in reference/"),
     "gfx950": DeviceSize(256, 8, "rocKE split-K table (facts §3)"),
     "gfx942": DeviceSize(304, 8, "rocKE split-K table (facts §3)"),
+    # H200 SXM: 132 SMs (cudaGetDeviceProperties as PyTorch read it on the device machine,
+    # .library/device/KINDS.md; the H100 SXM datasheet's 132 too). "XCDs": one die.
+    "sm_90": DeviceSize(132, 1, "H200: 132 multiprocessors (device properties)"),
 }
 
 

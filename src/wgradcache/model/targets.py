@@ -1,4 +1,5 @@
-"""The target catalog: what each AMD GPU admits, with where each fact comes from.
+"""The target catalog: what each GPU admits (AMD gfx targets and NVIDIA sm_90), with where
+each fact comes from.
 
 Every capability question (does gfx1151 have native packed fp16 atomics? how much LDS may a
 kernel allocate on gfx1201?) is answered here and nowhere else. The walk, the validator,
@@ -45,7 +46,9 @@ class MmaAtom:
 
     ``form`` names the operand form the lowering and the lane maps key on:
     ``gfx1250`` (16x16x32, 16 elements per lane, no duplication), ``gfx12`` (16x16x16, 8 per
-    lane), ``gfx11`` (16x16x16, 16 per lane, lanes 16-31 duplicate 0-15), ``mfma`` (wave64).
+    lane), ``gfx11`` (16x16x16, 16 per lane, lanes 16-31 duplicate 0-15), ``mfma`` (wave64),
+    ``m16n8k16`` (NVIDIA: a 16x16x16 atom made of two ``mma.sync.m16n8k16`` instructions,
+    8 A/B elements and 8 accumulators per lane).
     Its LLVM intrinsic per A/B dtype is ``kernel.mma.intrinsic(form, ...)``.
     """
 
@@ -64,7 +67,7 @@ class Target:
     """Capabilities of one target, each with a source (see module docstring)."""
 
     name: str
-    family: str  # "wmma" or "mfma"
+    family: str  # "wmma", "mfma" or "mma" (NVIDIA)
     wave_size: int
     atoms: dict[str, MmaAtom]  # A/B dtype -> the atom the kernels use
     lds_bytes: int
@@ -74,7 +77,8 @@ class Target:
     f32_atomic_needs_no_fine_grained: bool  # native f32 atomic only with the metadata
     has_kernels: bool  # the generators emit kernels for it today
     max_block_size: int = 1024
-    e_mach: int = 0  # EF_AMDGPU_MACH of the code object (probe, llvm22 facts §5)
+    e_mach: int = 0  # EF_AMDGPU_MACH of the code object (probe, llvm22 facts §5); sm for CUDA
+    vendor: str = "amd"  # "amd" (AMDGPU backend, ld.lld, .hsaco) or "nvidia" (NVPTX, ptxas)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def atom(self, dtype_ab: str) -> MmaAtom | None:
@@ -92,6 +96,11 @@ class Target:
         from wgradcache.model.devices import device_size
 
         return device_size(self.name).xcd_count
+
+
+    @property
+    def is_nvidia(self) -> bool:
+        return self.vendor == "nvidia"
 
 
 def _atoms(m: int, n: int, k: int, form: str) -> dict[str, MmaAtom]:
@@ -151,6 +160,33 @@ TARGETS: dict[str, Target] = {
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=False, e_mach=0x4C, sources=dict(_COMMON_SOURCES),
+        ),
+        # NVIDIA Hopper (H100 / H200), the silicon this project can run on. Facts:
+        #  * atoms: PTX ISA 9.7.14.5.8 "Matrix Fragments for mma.m16n8k16 with floating
+        #    point type" (f16 and bf16, f32 accumulators); two m16n8k16 side by side make
+        #    the 16x16x16 atom (kernel/mma.py, lane maps); llc-22 -mcpu=sm_90 selects
+        #    mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} (probe, tests/compile).
+        #  * lds_bytes: 48 KB of *static* shared memory per block (CUDA C++ Programming
+        #    Guide, "Shared Memory": above 48 KB needs dynamic shared memory and an opt-in);
+        #    ptxas refuses a static allocation past 0xc000 bytes (probe, tests/compile).
+        #  * async copy: cp.async (PTX ISA 9.7.9.25, sm_80+); not used by the kernels yet.
+        #  * packed atomics: red.global.add.noftz.{f16x2,bf16x2} (PTX ISA 9.7.13.6 "red",
+        #    bf16x2 from sm_90) through inline PTX: atomicrmw fadd <2 x half> is a CAS loop
+        #    on NVPTX (probe).
+        #  * float atomics: red/atom.global.add.f32 (PTX ISA 9.7.13.6), native since sm_20.
+        Target(
+            name="sm_90", family="mma", wave_size=32,
+            atoms=_atoms(16, 16, 16, "m16n8k16"),
+            lds_bytes=49152, async_lds_copy=False, packed_atomics_native=True,
+            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            has_kernels=True, e_mach=90, vendor="nvidia",
+            sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
+                     "lds_bytes": "CUDA Programming Guide: 48 KB static shared per block; "
+                                  "ptxas limit 0xc000 (tests/compile)",
+                     "async_lds_copy": "cp.async exists (PTX ISA 9.7.9.25); kernels: not yet",
+                     "packed_atomics_native": "PTX ISA red.global.add.noftz.f16x2/bf16x2",
+                     "float_atomics_validated": "PTX ISA red.global.add.f32",
+                     "e_mach": "cubin e_flags bits 8-15 = 90 (ptxas 13 probe)"},
         ),
     )
 }

@@ -87,8 +87,8 @@ class WgradContext:
     lay: mma.MmaLayout
     tid: Value
     lane: Value
-    lane16: Value  # lane % 16: row of A / column of B and C in every atom form
-    lane_grp: Value  # lane // 16
+    lane_mn: Value  # the lane's A row / B column in an atom (lay.lane_mn: lane % 16 on AMD)
+    lane_grp: Value  # its k group (lay.lane_group: lane // 16 on AMD)
     wave_m: Value
     wave_n: Value
     m0: Value  # first GEMM row (within the group) of this CTA's tile
@@ -152,6 +152,13 @@ class WgradContext:
         return self.kb.ptr_cast(self.smem, self.ab)
 
 
+def _lane_field(kb: KernelBuilder, lane: Value, div: int, mod: int, wave: int) -> Value:
+    """(lane // div) % mod of a lane index below ``wave`` (mod 0: no modulo): a shift, an
+    and, or both; the modulo is dropped where div·mod covers the wave."""
+    x = udiv_const(kb, lane, div)
+    return urem_const(kb, x, mod) if mod and div * mod < wave else x
+
+
 def open_wgrad_kernel(spec: KernelSpec, name: str) -> WgradContext:
     """Builder, ABI arguments and launch coordinates of a wgrad kernel for ``spec``."""
     target = get_target(spec.target)
@@ -167,9 +174,12 @@ def open_wgrad_kernel(spec: KernelSpec, name: str) -> WgradContext:
     slc = kb.urem(z, args["ks_count"])
     k_begin = kb.mul(slc, args["ks"])
     k_end = kb.smin(kb.add(k_begin, args["ks"]), args["wg_K"])
+    lay = mma.layout(atom.form)
+    lane_mn = _lane_field(kb, lane, *lay.mn_lanes, target.wave_size)
+    lane_grp = _lane_field(kb, lane, *lay.grp_lanes, target.wave_size)
     return WgradContext(
-        kb=kb, spec=spec, a=args, lay=mma.layout(atom.form), tid=tid, lane=lane,
-        lane16=kb.and_(lane, 15), lane_grp=kb.lshr(lane, 4),
+        kb=kb, spec=spec, a=args, lay=lay, tid=tid, lane=lane,
+        lane_mn=lane_mn, lane_grp=lane_grp,
         wave_m=urem_const(kb, wave, spec.warp_m), wave_n=udiv_const(kb, wave, spec.warp_m),
         m0=kb.mul(kb.workgroup_id(1), spec.tile_m), n0=kb.mul(kb.workgroup_id(0), spec.tile_n),
         z=z, group=group, slice=slc, k_begin=k_begin, k_end=k_end, smem=smem)

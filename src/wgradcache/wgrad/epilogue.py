@@ -3,8 +3,9 @@ two-stage f32 workspace.
 
 * default: each lane writes its own accumulator elements (C/D lane map of ``kernel/mma.py``).
   A 16-bit split-K partial goes out as a packed ``<2 x half|bfloat>`` atomic whose partner
-  half is +0 (adding zero is exact), at the pair-aligned address: lanes hold one column each,
-  so the pair's other element belongs to the neighbour lane.
+  half is +0 (adding zero is exact), at the pair-aligned address: AMD lanes hold one column
+  each, so the pair's other element belongs to the neighbour lane. Where a lane holds
+  columns (c, c+1) of a row in two slots (NVIDIA m16n8k16), the pair is its own two values.
 * cshuffle: accumulators go through LDS (f32 tile_m × tile_n, row-major, over the operand
   bytes after the K loop's last barrier) and leave as row-major vectors of ``store_vec``;
   a 16-bit split-K partial becomes real pairs.
@@ -23,13 +24,40 @@ from wgradcache.wgrad.kloop import atoms
 __all__ = ["default_epilogue", "cshuffle_epilogue"]
 
 
-def _lane_coords(ctx: WgradContext) -> tuple[Value, Value]:
-    """(row, col) of this lane's slot 0 of atom (0, 0), in the group's GEMM."""
+def _lane_offsets(ctx: WgradContext, m: Value, n_base) -> tuple[Value, Value]:
+    """(m, n_base()) plus the lane's C/D position at slot offset 0 (``kernel/mma.py``'s c
+    map); ``n_base`` is called after m is complete (the IR's value order)."""
     kb, lay = ctx.kb, ctx.lay
-    m = kb.add(ctx.m0, kb.mul(ctx.wave_m, ctx.sub_m))
-    m = kb.add(m, kb.mul(ctx.lane_grp, lay.c_row_group_stride))
-    n = kb.add(kb.add(ctx.n0, kb.mul(ctx.wave_n, ctx.sub_n)), ctx.lane16)
+    if lay.c_row_mn:
+        m = kb.add(m, kb.mul(ctx.lane_mn, lay.c_row_mn))
+    if lay.c_row_group_stride or not lay.c_row_mn:
+        m = kb.add(m, kb.mul(ctx.lane_grp, lay.c_row_group_stride))
+    n = n_base()
+    if lay.c_col_mn:
+        n = kb.add(n, ctx.lane_mn if lay.c_col_mn == 1 else kb.mul(ctx.lane_mn, lay.c_col_mn))
+    if lay.c_col_group_stride:
+        n = kb.add(n, kb.mul(ctx.lane_grp, lay.c_col_group_stride))
     return m, n
+
+
+def _lane_coords(ctx: WgradContext) -> tuple[Value, Value]:
+    """(row, col) of this lane's slot 0 of atom (0, 0), in the group's GEMM (before the
+    slot's own row and column offsets)."""
+    kb = ctx.kb
+    m = kb.add(ctx.m0, kb.mul(ctx.wave_m, ctx.sub_m))
+    return _lane_offsets(ctx, m, lambda: kb.add(ctx.n0, kb.mul(ctx.wave_n, ctx.sub_n)))
+
+
+def _slot_pairs(ctx: WgradContext) -> bool:
+    """Whether C/D slots (2p, 2p+1) are one row's columns (c, c+1) at an even c for every
+    lane (m16n8k16): a 16-bit split-K partial then goes out as the lane's own real pair."""
+    lay = ctx.lay
+    offs = lay.c_col_offsets
+    if not offs or lay.c_col_mn % 2 or lay.c_col_group_stride % 2:
+        return False
+    return all(offs[r] % 2 == 0 and offs[r + 1] == offs[r] + 1
+               and lay.c_row_offsets[r] == lay.c_row_offsets[r + 1]
+               for r in range(0, lay.c_elems, 2))
 
 
 def _row_base(ctx: WgradContext, m: Value) -> Value:
@@ -55,24 +83,34 @@ def default_epilogue(ctx: WgradContext, accs: list[Value]) -> None:
     am, an = atoms(ctx)
     m_lane, n_lane = _lane_coords(ctx)
     out = _target(ctx)
-    cols = [kb.add(n_lane, 16 * j) if j else n_lane for j in range(an)]
-    col_ok = [kb.icmp("slt", c, a["wg_N"]) for c in cols]
+    col_offs = sorted({lay.col_offset(r) for r in range(lay.c_elems)})
+    cols = {(j, c): kb.add(n_lane, lay.n * j + c) if lay.n * j + c else n_lane
+            for c in col_offs for j in range(an)}
+    col_ok = {key: kb.icmp("slt", c, a["wg_N"]) for key, c in cols.items()}
     dwt = ir_dtype(sp.dw_dtype)
-    if _packed16(ctx):
+    paired = _packed16(ctx) and _slot_pairs(ctx)
+    if _packed16(ctx) and not paired:
         odd_i = kb.and_(ctx.lane, 1)  # n's parity: every other term of n is even
         odd = kb.icmp("ne", odd_i, 0)
         zero = kb.const(0.0, dwt)
     for i in range(am):
         for r, roff in enumerate(lay.c_row_offsets):
-            m = kb.add(m_lane, 16 * i + roff)
+            if paired and r % 2:
+                continue  # stored with slot r - 1
+            m = kb.add(m_lane, lay.m * i + roff)
             row_ok = kb.icmp("slt", m, a["wg_M"])
             base = _row_base(ctx, m)
             for j in range(an):
+                key = (j, lay.col_offset(r))
                 v = kb.extract(accs[i * an + j], r)
-                ok = kb.and_(row_ok, col_ok[j])
-                flat = kb.add(base, cols[j])
+                ok = kb.and_(row_ok, col_ok[key])
+                flat = kb.add(base, cols[key])
                 if sp.reduction == "none":
                     kb.store(kb.gep(out, flat), kb.convert(v, dwt), pred=ok)
+                elif paired:  # (c, c+1) with c even and wg_N even: both in range
+                    pair = kb.vec(kb.convert(v, dwt),
+                                  kb.convert(kb.extract(accs[i * an + j], r + 1), dwt))
+                    kb.atomic_add(kb.gep(out, flat), pair, pred=ok)
                 elif _packed16(ctx):
                     h = kb.convert(v, dwt)
                     pair = kb.select(odd, kb.vec(zero, h), kb.vec(h, zero))
@@ -88,13 +126,13 @@ def cshuffle_epilogue(ctx: WgradContext, accs: list[Value]) -> None:
     if sp.k_loop == "async":
         kb.barrier()  # the ping-pong ends without one: other waves may still read operands
     # accumulators -> staging [tile_m, tile_n] f32
-    m_l = kb.add(kb.mul(ctx.wave_m, ctx.sub_m), kb.mul(ctx.lane_grp, lay.c_row_group_stride))
-    n_l = kb.add(kb.mul(ctx.wave_n, ctx.sub_n), ctx.lane16)
+    m_l, n_l = _lane_offsets(ctx, kb.mul(ctx.wave_m, ctx.sub_m),
+                             lambda: kb.mul(ctx.wave_n, ctx.sub_n))
     lane_ptr = kb.gep(stage, kb.add(kb.mul(m_l, sp.tile_n), n_l))
     for i in range(am):
         for j in range(an):
             for r, roff in enumerate(lay.c_row_offsets):
-                off = (16 * i + roff) * sp.tile_n + 16 * j
+                off = (lay.m * i + roff) * sp.tile_n + lay.n * j + lay.col_offset(r)
                 kb.store(kb.gep(lane_ptr, off), kb.extract(accs[i * an + j], r))
     kb.barrier()
     # staging -> dW, row-major vectors of store_vec

@@ -44,13 +44,13 @@ def zero_accumulators(ctx: WgradContext) -> list[Value]:
 def _lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
     """Per-lane element index of slot 0 of atom (0, 0) at k = 0, in the A and B tiles."""
     kb, lay = ctx.kb, ctx.lay
-    a = kb.add(kb.mul(ctx.wave_m, ctx.sub_m), ctx.lane16)
-    b = kb.add(kb.mul(ctx.wave_n, ctx.sub_n), ctx.lane16)
+    a = kb.add(kb.mul(ctx.wave_m, ctx.sub_m), ctx.lane_mn)
+    b = kb.add(kb.mul(ctx.wave_n, ctx.sub_n), ctx.lane_mn)
     if ctx.k_contiguous:
         a, b = kb.mul(a, ctx.row_k), kb.mul(b, ctx.row_k)
-        if lay.k_group_stride:  # lane group g reads positions g·ab_elems (lds_k_order)
-            a = kb.add(a, kb.mul(ctx.lane_grp, lay.ab_elems))
-            b = kb.add(b, kb.mul(ctx.lane_grp, lay.ab_elems))
+        if lay.k_group_stride:  # lane group g reads positions g·run (lds_k_order)
+            a = kb.add(a, kb.mul(ctx.lane_grp, lay.run))
+            b = kb.add(b, kb.mul(ctx.lane_grp, lay.run))
     elif lay.k_group_stride:
         a = kb.add(a, kb.mul(ctx.lane_grp, lay.k_group_stride * ctx.row_a))
         b = kb.add(b, kb.mul(ctx.lane_grp, lay.k_group_stride * ctx.row_b))
@@ -61,9 +61,9 @@ def _fragment_align(ctx: WgradContext) -> int:
     """The alignment every K-contiguous fragment read has: the largest power of two, up
     to 16, dividing the byte size of the run and of every term of its address."""
     lay, eb = ctx.lay, ctx.eb
-    terms = [lay.ab_elems * eb, ctx.row_k * eb, lay.k * eb, ctx.b_offset * eb]
+    terms = [lay.run * eb, ctx.row_k * eb, lay.k * eb, ctx.b_offset * eb]
     if lay.k_group_stride:
-        terms.append(lay.ab_elems * eb)
+        terms.append(lay.run * eb)
     align = 16
     while any(t % align for t in terms):
         align //= 2
@@ -77,14 +77,17 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     accs = list(accs)
     align = _fragment_align(ctx) if ctx.k_contiguous else 0
     for ks in range(sp.tile_k // lay.k):
-        def frag(base: Value, row: int, atom: int, ks: int = ks) -> Value:
-            if ctx.k_contiguous:  # one run of ab_elems k values (lds_k_order)
-                at = kb.gep(base, 16 * atom * ctx.row_k + ks * lay.k)
-                return kb.load(at, lay.ab_elems, align=align)
-            return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + 16 * atom))
-                            for k in lay.k_offsets))
-        a_frags = [frag(a_base, ctx.row_a, i) for i in range(am)]
-        b_frags = [frag(b_base, ctx.row_b, j) for j in range(an)]
+        def frag(base: Value, row: int, first: int, ks: int = ks) -> Value:
+            # one run of ``lay.run`` k values (lds_k_order) per row block of the fragment;
+            # ``first``: the atom's first row (A) or column (B) in the wave's sub-tile
+            if ctx.k_contiguous:
+                runs = [kb.load(kb.gep(base, (first + r) * ctx.row_k + ks * lay.k), lay.run,
+                                align=align) for r in lay.row_offsets]
+                return runs[0] if len(runs) == 1 else kb.concat(*runs)
+            return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + first + r))
+                            for r in lay.row_offsets for k in lay.k_offsets))
+        a_frags = [frag(a_base, ctx.row_a, i * lay.m) for i in range(am)]
+        b_frags = [frag(b_base, ctx.row_b, j * lay.n) for j in range(an)]
         for i in range(am):
             for j in range(an):
                 accs[i * an + j] = kb.mma(lay.form, a_frags[i], b_frags[j], accs[i * an + j])

@@ -1,0 +1,146 @@
+"""Lowering: KernelDef -> LLVM IR text for NVIDIA ``sm_90`` (LLVM's NVPTX backend).
+
+The same walk as the AMDGPU lowering (``lower_llvm._Lowering``, one rule per op kind; the
+structured regions, the predicated-memory branches, casts and vectors are shared); only the
+target's own pieces differ, each overridden here:
+
+* module: triple ``nvptx64-nvidia-cuda``, NVPTX's data layout, no module flags;
+* kernel: ``ptx_kernel`` calling convention and ``"nvvm.maxntid"="B"`` (B = block size: the
+  PTX ``.maxntid`` directive, which caps ptxas's register allocation at 65536 / B per
+  thread); pointer parameters stay ``ptr addrspace(1)`` (CUDA's generic and global
+  addresses coincide, so the launcher passes the device address unchanged);
+* shared memory: the IR's LDS is address space 3, NVPTX's ``.shared``; one
+  ``addrspace(3)`` global per allocation, as on AMDGPU (ptxas caps static shared memory at
+  48 KB: ``targets.py``);
+* ids: ``llvm.nvvm.read.ptx.sreg.{tid.x, ctaid.x|y|z}``;
+* barrier: ``llvm.nvvm.barrier.cta.sync.aligned.all(0)`` (``bar.sync 0``), which itself
+  orders the CTA's shared and global accesses (PTX ISA 9.7.13.1 "bar"): no fences;
+* atomics: f32 ``atomicrmw fadd ... syncscope("device") monotonic`` (``red``/``atom.add.f32``);
+  packed ``<2 x half>`` / ``<2 x bfloat>`` through inline PTX
+  ``red.relaxed.gpu.global.add.noftz.{f16x2,bf16x2}``: LLVM 22 turns the ``atomicrmw`` of
+  a 32-bit vector into a compare-and-swap loop (probe, issue 19);
+* MMA: the ``m16n8k16`` atom is two ``llvm.nvvm.mma.m16n8k16.row.col`` calls whose
+  registers are gathered from the IR's fragment slots as ``kernel/mma.py`` says
+  (``MmaIntrinsic.a_regs`` / ``b_regs`` / ``c_slots``).
+
+Deterministic: the same KernelDef gives the same text.
+"""
+
+from __future__ import annotations
+
+from wgradcache.kernel import mma
+from wgradcache.kernel.ir import Ops, Value
+from wgradcache.kernel.lower_llvm import _RULES, LValue, _hw_uses, _Lowering, ltype
+
+__all__ = ["NV_TRIPLE", "NV_DATA_LAYOUT", "lower_nvptx"]
+
+NV_TRIPLE = "nvptx64-nvidia-cuda"
+# LLVM 22's NVPTX64 data layout (the target machine's; a test compares them).
+NV_DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+
+_SREG = {"tid": "llvm.nvvm.read.ptx.sreg.tid.x",
+         0: "llvm.nvvm.read.ptx.sreg.ctaid.x", 1: "llvm.nvvm.read.ptx.sreg.ctaid.y",
+         2: "llvm.nvvm.read.ptx.sreg.ctaid.z"}
+_BARRIER = "llvm.nvvm.barrier.cta.sync.aligned.all"
+# packed 16-bit reductions: PTX ISA 9.7.13.6 "red" (.noftz.f16x2 sm_60+, .bf16x2 sm_90)
+_RED_PACKED = {"f16": "red.relaxed.gpu.global.add.noftz.f16x2",
+               "bf16": "red.relaxed.gpu.global.add.noftz.bf16x2"}
+
+
+def lower_nvptx(kd, target: str) -> str:
+    return _NvLowering(kd, target).text()
+
+
+class _NvLowering(_Lowering):
+    def text(self) -> str:
+        kd = self.kd
+        out = [f'; ModuleID = "{kd.name}"', f'target triple = "{NV_TRIPLE}"',
+               f'target datalayout = "{NV_DATA_LAYOUT}"', "", self.prototype, "{"]
+        for blk in self.blocks:
+            out.append(blk.label())
+            out += blk.lines
+        out += ["}", ""]
+        out += self.lds_lines
+        for _, _, decl in self.decls.values():
+            out += [decl, ""]
+        return "\n".join(out)
+
+    def define_kernel(self):
+        super().define_kernel()
+        # the shared walk wrote an AMDGPU prototype: same parameters, NVPTX's convention
+        head, params = self.prototype.split("(", 1)
+        params = params.rsplit(")", 1)[0]
+        name = head.split("@", 1)[1]
+        self.prototype = (f"define ptx_kernel void @{name}({params}) "
+                          f'"nvvm.maxntid"="{self.kd.block_size}"')
+
+    def hw_ids(self):
+        seen: dict[tuple, Value] = {}
+        _hw_uses(self.kd.body, seen)
+        for key in sorted(seen, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
+            s = seen[key]
+            name = _SREG["tid"] if s.op is Ops.THREAD_ID else _SREG[s.arg]
+            self.values[s.id] = self.call(self.intrinsic(name, "i32", []), [], f"v{s.id}")
+
+    def barrier(self, v: Value, name: str) -> None:
+        self.call(self.intrinsic(_BARRIER, "void", ["i32"]), [("i32", "0")])
+
+    def memory(self, v: Value, name: str):
+        if v.op is not Ops.ATOMIC_ADD:
+            return super().memory(v, name)
+        (pt, p), (xt, x) = self.val(v.src[0]), self.val(v.src[1])
+        dt = v.src[1].dtype
+        if not dt.is_vector:
+            return self.predicated(v, 2, lambda: self.void(
+                f'atomicrmw fadd {pt} {p}, {xt} {x} syncscope("device") monotonic, align 4'))
+        if dt.count != 2 or dt.scalar not in _RED_PACKED:
+            self.fail(v, "packed atomics are <2 x half> or <2 x bfloat>")
+
+        def emit():
+            bits = self.cast("bitcast", (xt, x), "i32", f"{name}.bits")
+            self.void(f'call void asm sideeffect "{_RED_PACKED[dt.scalar]} [$0], $1;", '
+                      f'"l,r,~{{memory}}"({pt} {p}, i32 {bits[1]})')
+        return self.predicated(v, 2, emit)
+
+    def mma(self, v: Value, name: str) -> LValue:
+        form = v.arg
+        if form not in self.forms:
+            self.fail(v, f"MMA form {form!r} does not exist here (target has "
+                         f"{', '.join(sorted(self.forms))})")
+        ab = v.src[0].dtype
+        try:
+            intr = mma.intrinsic(form, ab.scalar)
+        except KeyError as e:
+            self.fail(v, e.args[0])
+        (at, a), (bt, b), (ct, c) = (self.val(s) for s in v.src)
+        el = ltype(ab.base)
+
+        def reg(src: tuple[str, str], slots: tuple[int, ...], tag: str) -> tuple[str, str]:
+            mask = ", ".join(f"i32 {i}" for i in slots)
+            pair = self.emit(f"{name}.{tag}", f"<2 x {el}>",
+                             f"shufflevector {src[0]} {src[1]}, {src[0]} poison, "
+                             f"<2 x i32> <{mask}>")
+            return self.cast("bitcast", pair, intr.reg, f"{name}.{tag}.i") \
+                if intr.reg != pair[0] else pair
+
+        a_regs = [reg((at, a), s, f"a{i}") for i, s in enumerate(intr.a_regs)]
+        ret = "{" + ", ".join(["float"] * len(intr.c_slots[0])) + "}"
+        params = [intr.reg] * (len(intr.a_regs) + len(intr.b_regs[0])) + \
+            ["float"] * len(intr.c_slots[0])
+        f = self.intrinsic(intr.name, ret, params)
+        out: list[tuple[int, tuple[str, str]]] = []
+        for h, (b_slots, c_slots) in enumerate(zip(intr.b_regs, intr.c_slots, strict=True)):
+            b_regs = [reg((bt, b), s, f"b{h}{i}") for i, s in enumerate(b_slots)]
+            cs = [self.emit(f"{name}.c{h}{i}", "float", f"extractelement {ct} {c}, i32 {s}")
+                  for i, s in enumerate(c_slots)]
+            d = self.call(f, a_regs + b_regs + cs, f"{name}.d{h}")
+            for i, s in enumerate(c_slots):
+                out.append((s, self.emit(f"{name}.d{h}.{i}", "float",
+                                         f"extractvalue {ret} {d[1]}, {i}")))
+        out.sort()
+        return self.build(ltype(v.dtype), [x for _, x in out], name)
+
+
+_NvLowering.rules = {**_RULES, Ops.BARRIER: _NvLowering.barrier, Ops.MMA: _NvLowering.mma,
+                     **dict.fromkeys((Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY),
+                                     _NvLowering.memory)}
