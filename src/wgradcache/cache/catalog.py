@@ -139,7 +139,7 @@ def explain(root: str | Path, key_or_label: str) -> dict:
     found = find_entry(root, key_or_label)
     e = found.record
     spec = KernelSpec.from_dict(e.identity)
-    options, toolchain, tdigest = codegen_context()
+    options, toolchain, tdigest = codegen_context(spec.target)
     k = emit_ir(spec)
     ir_now = sha256_bytes(blank_symbol(k.ir_text, k.symbol).encode())
     ckey_now = content_key(k.ir_text, k.symbol, spec.target, options, toolchain)

@@ -1,6 +1,7 @@
 """The content-addressed on-disk cache of one target (DESIGN §7).
 
     <root>/<target>/blobs/<content key>.hsaco   code objects, shared by identities
+                                                (``.cubin`` for the NVIDIA targets)
     <root>/<target>/blobs/<content key>.json    its sidecar (``BlobMeta``: what a relink needs)
     <root>/<target>/entries/<identity key>.json one per kernel; written last (commit marker)
     <root>/<target>/stage2/<dw>-wsr<R>.json     stage-2 reduce kernels of two-stage entries
@@ -68,7 +69,7 @@ from wgradcache.cache.entry import (
     record_bytes,
 )
 
-__all__ = ["TargetCache", "CorruptEntry", "CacheRefused", "BlobRef", "content_key",
+__all__ = ["blob_suffix", "TargetCache", "CorruptEntry", "CacheRefused", "BlobRef", "content_key",
            "atomic_write", "read_capped", "sha256_bytes", "blank_symbol", "stage2_name",
            "stage2_of", "MAX_RECORD", "MAX_LOG", "MAX_BLOB"]
 
@@ -315,6 +316,15 @@ class _WriterLock:
         self._lock.release()
 
 
+def blob_suffix(target: str) -> str:
+    """The blob file suffix of a target's code objects: ``.cubin`` (NVIDIA, ptxas's ELF) or
+    ``.hsaco`` (AMD); both six characters, which the key slicing below relies on."""
+    from wgradcache.model.targets import TARGETS
+
+    t = TARGETS.get(target)
+    return ".cubin" if t is not None and t.is_nvidia else ".hsaco"
+
+
 class TargetCache:
     """One target's directory of the cache; see the module docstring for what it trusts."""
 
@@ -328,6 +338,7 @@ class TargetCache:
         if not ok:
             raise CacheRefused(self.root / str(target), f"not a target folder: {why}")
         self.target = target
+        self.blob_suffix = blob_suffix(target)
         self.dir = self.root / target
         self.blobs = self.dir / "blobs"
         self.entries = self.dir / "entries"
@@ -445,7 +456,7 @@ class TargetCache:
 
     # -- blobs and their sidecars ---------------------------------------------------
     def blob_path(self, key: str) -> Path:
-        return self._file("blobs", key, ".hsaco")
+        return self._file("blobs", key, self.blob_suffix)
 
     def sidecar_path(self, key: str) -> Path:
         return self._file("blobs", key, ".json")
@@ -542,7 +553,7 @@ class TargetCache:
         build may relink to instead of compiling. One directory listing, no file read."""
         names = {e.name for e in self._names("blobs") if e.is_file(follow_symlinks=False)}
         return frozenset(n[:-6] for n in names
-                         if n.endswith(".hsaco") and f"{n[:-6]}.json" in names
+                         if n.endswith(self.blob_suffix) and f"{n[:-6]}.json" in names
                          and is_key(n[:-6]))
 
     def forget_sidecar(self, key: str) -> None:
@@ -562,18 +573,20 @@ class TargetCache:
         self._unlink("used", key)
 
     def blob_keys(self) -> list[str]:
-        """The content keys of the blobs: regular files named ``<key>.hsaco`` (a symlink
+        """The content keys of the blobs: regular files named ``<key>.hsaco`` (``.cubin``
+        on NVIDIA targets; a symlink
         or a FIFO in ``blobs/`` is not a blob and is never opened)."""
         return sorted(n[:-6] for n in (e.name for e in self._names("blobs")
                                        if e.is_file(follow_symlinks=False))
-                      if n.endswith(".hsaco") and is_key(n[:-6]))
+                      if n.endswith(self.blob_suffix) and is_key(n[:-6]))
 
     def blob_sizes(self) -> dict[str, int]:
         """Content key -> the blob's size in bytes (``lstat``: nothing followed or read)."""
         out = {}
         for e in self._names("blobs"):
             n = e.name
-            if n.endswith(".hsaco") and is_key(n[:-6]) and e.is_file(follow_symlinks=False):
+            if n.endswith(self.blob_suffix) and is_key(n[:-6]) and \
+                    e.is_file(follow_symlinks=False):
                 out[n[:-6]] = e.stat(follow_symlinks=False).st_size
         return dict(sorted(out.items()))
 

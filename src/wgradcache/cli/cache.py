@@ -68,6 +68,7 @@ def _field(entry: dict, path: tuple[str, ...]):
 def show(key_or_label, cache_dir, as_json) -> None:
     """One entry: label, variant, blob, registers, LDS, ISA figures (--json: the whole entry)."""
     from wgradcache.cache.catalog import EntryNotFound, find_entry
+    from wgradcache.cache.store import blob_suffix
 
     try:
         found = find_entry(cache_dir, key_or_label)
@@ -79,7 +80,7 @@ def show(key_or_label, cache_dir, as_json) -> None:
         return
     head = [("label", e.get("label")), ("identity key", found.identity_key),
             ("variant", e.get("variant")), ("dtype", e.get("dtype")),
-            ("blob", f"{found.target}/blobs/{e.get('blob')}.hsaco"),
+            ("blob", f"{found.target}/blobs/{e.get('blob')}{blob_suffix(found.target)}"),
             ("blob bytes", e.get("blob_size")), ("block size", e.get("block_size"))]
     rows = head + [(name, _field(e, path)) for name, path in _SHOWN
                    if _field(e, path) is not None]

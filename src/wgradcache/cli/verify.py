@@ -36,7 +36,7 @@ from wgradcache.cli.console import (
 @click.option("--seed", type=int, default=0, show_default=True, help="sample and input seed")
 @click.option("--problem", "problems", multiple=True, metavar="P", type=ProblemParam(),
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
-@click.option("--device", type=click.Choice(["auto", "emulator", "hip"]), default="auto",
+@click.option("--device", type=click.Choice(["auto", "emulator", "hip", "cuda"]), default="auto",
               show_default=True, help="where numerics run")
 @click.option("--junit", type=click.Path(dir_okay=False), default=None,
               help="write JUnit XML here")

@@ -38,13 +38,14 @@ import contextlib
 import functools
 import subprocess
 import time
+from pathlib import Path
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available
 from wgradcache.compile.discovery import ToolchainError, find_disassembler, find_llc
-from wgradcache.compile.libllvm import LLVMIRError, system_llvm
+from wgradcache.compile.libllvm import LLVMIRError, system_llvm, triple_for
 from wgradcache.compile.lldlink import (
     LinkError,
     link_in_process,
@@ -119,7 +120,7 @@ def _llvm():
 @functools.cache
 def _target_machine(cpu: str, opt_level: int, features: str):
     binding = _llvm()
-    target = binding.Target.from_triple(TRIPLE)
+    target = binding.Target.from_triple(triple_for(cpu).decode())
     return target.create_target_machine(cpu=cpu, features=features, opt=opt_level)
 
 
@@ -211,7 +212,7 @@ def _emit(mod, target: str, options: CodegenOptions, backend: str, assembly: boo
 
 def _llc(ir: str, target: str, options: CodegenOptions, assembly: bool) -> bytes:
     """``llc`` as a subprocess, IR on stdin, the object (or ``.s``) on stdout."""
-    argv = [str(find_llc()), f"-O{options.opt_level}", f"-mtriple={TRIPLE}",
+    argv = [str(find_llc()), f"-O{options.opt_level}", f"-mtriple={triple_for(target).decode()}",
             f"-mcpu={target}", f"-filetype={'asm' if assembly else 'obj'}", "-o", "-", "-"]
     if options.features:
         argv.insert(4, f"-mattr={options.features}")
@@ -237,7 +238,60 @@ def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None,
     dropped; ToolchainError without a linker. An unsupported intrinsic or too much LDS ends
     the process inside LLVM: run untrusted IR through ``isolate.compile_isolated``.
     """
+    if get_target(target).is_nvidia:
+        return _compile_nvidia(ir_text, target, options or CodegenOptions(), listing)
     return _compile(ir_text, target, options or CodegenOptions(), listing, early_tools=True)
+
+
+def _compile_nvidia(ir_text: str, target: str, options: CodegenOptions,
+                    listing: str) -> CompiledObject:
+    """NVPTX: codegen to PTX text (LLVM's "assembly" for this target), then ``ptxas -v``
+    to the sm cubin. ``asm`` is the PTX (the listing ``isa`` counts, kind "ptx"); ptxas's
+    report (registers, spills, stack, shared memory) goes into the info's spill counts.
+
+    ptxas reads a file, so the PTX and the cubin pass through a private temporary folder.
+    """
+    import tempfile
+
+    from wgradcache.compile.cubin import parse_ptxas_report, read_cubin
+    from wgradcache.compile.discovery import find_ptxas
+
+    if listing not in LISTINGS:
+        raise ValueError(f"listing must be one of {LISTINGS}, got {listing!r}")
+    ptxas = find_ptxas()
+    backend = codegen_backend()
+    t: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with _parsed(ir_text, backend) as mod:
+        t["parse"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        ptx = _emit(mod, target, options, backend, assembly=True).decode()
+        t["codegen"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="wgradcache-ptxas-") as d:
+        src, dst = Path(d) / "k.ptx", Path(d) / "k.cubin"
+        src.write_text(ptx)
+        try:
+            out = subprocess.run([str(ptxas), f"-arch={target}", "-O3", "-v", "-o", str(dst),
+                                  str(src)], capture_output=True, text=True,
+                                 timeout=_TOOL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise CodegenError(f"ptxas timed out after {_TOOL_TIMEOUT} s") from None
+        if out.returncode != 0:
+            msg = (out.stderr or out.stdout).strip() or f"exit status {out.returncode}"
+            raise CodegenError(f"ptxas failed: {msg}")
+        cubin = dst.read_bytes()
+    t["link"] = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    report = parse_ptxas_report(out.stdout + out.stderr)
+    try:
+        info = read_cubin(cubin, report)
+    except ValueError as e:
+        raise CodegenError(f"ptxas wrote an unusable cubin: {e}") from None
+    t["read"] = time.perf_counter() - t3
+    t["total"] = time.perf_counter() - t0
+    kind = "none" if listing == "none" else "ptx"
+    return CompiledObject(cubin, "" if kind == "none" else ptx, kind, info, t)
 
 
 def _lister(listing: str) -> str:

@@ -112,12 +112,17 @@ def _dynamic_symbols(elf: ELFFile) -> set[str]:
 
 
 def read_code_object(hsaco: bytes) -> CodeObjectInfo:
-    """Parse a linked code object holding exactly one kernel.
+    """Parse a linked code object holding exactly one kernel (an NVIDIA cubin goes to
+    ``cubin.read_cubin``: the same record from its ELF).
 
     Raises ValueError for non-ELF or non-AMDGPU input, a missing metadata note, or a kernel
     count other than one (LLVM drops a kernel silently in some configurations, facts §1:
     an empty ``amdhsa.kernels`` must fail loudly here).
     """
+    from wgradcache.compile.cubin import is_cubin, read_cubin
+
+    if isinstance(hsaco, (bytes, bytearray, memoryview)) and is_cubin(hsaco):
+        return read_cubin(hsaco)
     elf = _elf(hsaco)
     try:
         meta = _metadata(elf)

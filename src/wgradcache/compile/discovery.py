@@ -24,6 +24,10 @@ __all__ = [
     "find_disassembler",
     "find_linker",
     "find_llc",
+    "find_ptxas",
+    "ptxas_version",
+    "PTXAS_ENV",
+    "find_cuobjdump",
     "find_tool",
     "llvm_library_candidates",
     "sha256_file",
@@ -108,6 +112,67 @@ def find_llc() -> Path:
         raise ToolchainError(f"{CODEGEN_ENV}=llc but no llc >= {MIN_LLVM_MAJOR} found in "
                              f"$ROCM_PATH/llvm/bin or on PATH: install `llvm-{MIN_LLVM_MAJOR}`")
     return found
+
+
+PTXAS_ENV = "WGRADCACHE_PTXAS"
+_PTXAS_HINT = ("install it with `pip install nvidia-cuda-nvcc` (the test extra has it), a CUDA "
+               "toolkit, or set $WGRADCACHE_PTXAS")
+
+
+def _cuda_tool(name: str) -> Path | None:
+    """``name`` from $CUDA_HOME/bin, PATH, /usr/local/cuda*/bin, or the bin folder of the
+    PyPI ``nvidia-cuda-nvcc`` wheel (``site-packages/nvidia/cu13/bin`` for 13.x,
+    ``nvidia/cuda_nvcc/bin`` before) - first found."""
+    cands: list[Path] = []
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        cands.append(Path(home) / "bin" / name)
+    found = shutil.which(name)
+    if found:
+        cands.append(Path(found))
+    cands += sorted(Path("/usr/local").glob(f"cuda*/bin/{name}"), reverse=True)
+    try:
+        import nvidia  # the namespace package of NVIDIA's wheels
+
+        for root in getattr(nvidia, "__path__", []):
+            cands += sorted(Path(root).glob(f"*/bin/{name}"), reverse=True)
+    except ImportError:
+        pass
+    for c in cands:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def find_ptxas() -> Path:
+    """ptxas, which turns the NVPTX backend's PTX into an sm_90 cubin (the NVIDIA targets'
+    "linker"): $WGRADCACHE_PTXAS, else ``_cuda_tool``; ToolchainError with the hint."""
+    env = os.environ.get(PTXAS_ENV)
+    if env:
+        p = Path(env)
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        raise ToolchainError(f"{PTXAS_ENV}={env}: not an executable file")
+    found = _cuda_tool("ptxas")
+    if found is None:
+        raise ToolchainError(f"no ptxas found (CUDA_HOME, PATH, /usr/local/cuda*/bin, the "
+                             f"nvidia-cuda-nvcc wheel): {_PTXAS_HINT}")
+    return found
+
+
+def find_cuobjdump() -> Path | None:
+    """cuobjdump (a CUDA toolkit's; not in the nvcc wheel), or None."""
+    return _cuda_tool("cuobjdump")
+
+
+def ptxas_version(path: Path | str) -> str:
+    """ptxas's version line, e.g. ``Cuda compilation tools, release 13.0, V13.0.88``."""
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
+    lines = [ln.strip() for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("Cuda compilation tools"):
+            return ln
+    return lines[-1] if lines else ""
 
 
 def llvm_library_candidates() -> list[Path]:

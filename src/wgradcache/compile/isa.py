@@ -231,12 +231,22 @@ def _tally(counts: Counter[str], pred) -> int:
     return sum(n for m, n in counts.items() if pred(m))
 
 
+def _is_ptx(asm: str) -> bool:
+    """An NVPTX listing (sm_90 kernels keep their PTX: ``compile/cubin.ptx_stats``)."""
+    head = asm[:2000]
+    return ".target sm_" in head and ".address_size" in head
+
+
 def isa_stats(asm: str) -> dict[str, int]:
     """Instruction counts by class; every key is always present (a stable schema for JSON).
 
     ``main_loop_*`` describe the loop with the most MMAs (then the most instructions) that is
     not a CAS loop; a CAS loop is a backward ``s_cbranch_execnz`` over a ``*_atomic_cmpswap``.
     """
+    if _is_ptx(asm):
+        from wgradcache.compile.cubin import ptx_stats
+
+        return ptx_stats(asm)
     code, labels = parse_listing(asm)
     loops = find_loops(code, labels)
     cas = [lp for lp in loops if _is_cas_loop(lp, code)]

@@ -30,6 +30,12 @@ from wgradcache.compile.discovery import MIN_LLVM_MAJOR, llvm_library_candidates
 __all__ = ["LLVMLibrary", "LLVMIRError", "system_llvm"]
 
 TRIPLE = b"amdgcn-amd-amdhsa"
+NV_TRIPLE = b"nvptx64-nvidia-cuda"
+
+
+def triple_for(cpu: str) -> bytes:
+    """The triple of a target name: NVIDIA's ``sm_NN`` go to NVPTX, the rest to AMDGPU."""
+    return NV_TRIPLE if cpu.startswith("sm_") else TRIPLE
 _ASSEMBLY_FILE, _OBJECT_FILE = 0, 1
 _RETURN_STATUS_ACTION = 2  # LLVMVerifierFailureAction: report, do not abort
 _RELOC_DEFAULT = _CODE_MODEL_DEFAULT = 0
@@ -57,6 +63,7 @@ _SIGNATURES = {
 }
 _INITIALIZERS = ("TargetInfo", "Target", "TargetMC", "AsmPrinter", "AsmParser",
                  "Disassembler")
+_NV_INITIALIZERS = ("TargetInfo", "Target", "TargetMC", "AsmPrinter")
 
 
 class LLVMIRError(ValueError):
@@ -77,6 +84,12 @@ class LLVMLibrary:
             raise OSError(f"{path} is LLVM {v[0].value}, need >= {MIN_LLVM_MAJOR}")
         for name in _INITIALIZERS:
             getattr(lib, f"LLVMInitializeAMDGPU{name}")()
+        # NVPTX (sm_90) where the library has it (Debian's does; no asm parser or
+        # disassembler there)
+        self.nvptx = all(hasattr(lib, f"LLVMInitializeNVPTX{n}") for n in _NV_INITIALIZERS)
+        if self.nvptx:
+            for name in _NV_INITIALIZERS:
+                getattr(lib, f"LLVMInitializeNVPTX{name}")()
         self.lib = lib
         self.path = path
         self.version = ".".join(str(x.value) for x in v)
@@ -95,10 +108,12 @@ class LLVMLibrary:
         key = (cpu, opt_level, features)
         if key not in self._machines:
             target, err = ctypes.c_void_p(), ctypes.c_void_p()
-            if self.lib.LLVMGetTargetFromTriple(TRIPLE, ctypes.byref(target),
+            triple = triple_for(cpu)
+            if self.lib.LLVMGetTargetFromTriple(triple, ctypes.byref(target),
                                                 ctypes.byref(err)):
-                raise RuntimeError(f"libLLVM has no AMDGPU target: {self._message(err)}")
-            tm = self.lib.LLVMCreateTargetMachine(target, TRIPLE, cpu.encode(),
+                raise RuntimeError(f"libLLVM has no {triple.decode()} target: "
+                                   f"{self._message(err)}")
+            tm = self.lib.LLVMCreateTargetMachine(target, triple, cpu.encode(),
                                                   features.encode(), opt_level,
                                                   _RELOC_DEFAULT, _CODE_MODEL_DEFAULT)
             if not tm:

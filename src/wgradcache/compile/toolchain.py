@@ -129,9 +129,30 @@ def identity_digest(identity: dict) -> str:
                           ).hexdigest()
 
 
-def toolchain_identity() -> ToolchainIdentity:
-    """The identity of this process's toolchain."""
+def toolchain_identity(target: str | None = None) -> ToolchainIdentity:
+    """The identity of this process's toolchain for ``target`` (None: the AMD targets').
+
+    An NVIDIA target (``sm_90``) has no LLD and no code object version: its "linker" is
+    ptxas (PTX -> cubin), whose path and ``--version`` line fill those fields, and
+    ``code_object_version`` is 0. The AMD identity is unchanged by that, so AMD content
+    keys are too."""
+    from wgradcache.model.targets import get_target
+
+    if target is not None and get_target(target).is_nvidia:
+        return _nvidia_identity(codegen_backend())
     return _toolchain_identity(codegen_backend(), lldlink.linker_choice())
+
+
+@functools.cache
+def _nvidia_identity(backend: str) -> ToolchainIdentity:
+    from wgradcache.compile.discovery import find_ptxas, ptxas_version
+
+    version, library = _codegen_library(backend)
+    ptxas = find_ptxas()
+    return ToolchainIdentity(codegen=backend, llvm_version=version,
+                             codegen_digest=sha256_file(library), linker_path=str(ptxas),
+                             linker_version=f"ptxas: {ptxas_version(ptxas)}",
+                             code_object_version=0)
 
 
 @functools.cache
@@ -168,7 +189,20 @@ def toolchain_report() -> dict:
         "native_helper": str(helper.path) if helper else f"none: {helper_why}",
         "disassembler": ((f"libllvm ({'native' if helper else 'ctypes'} loop)") if lib else
                          str(find_disassembler() or "") or "none (second codegen)"),
+        "nvptx": bool(lib and lib.nvptx),
+        "ptxas": _ptxas_line(),
     }
+
+
+def _ptxas_line() -> str:
+    """Where ptxas is and its version (sm_90 builds), or why there is none."""
+    from wgradcache.compile.discovery import find_ptxas, ptxas_version
+
+    try:
+        p = find_ptxas()
+    except ToolchainError as e:
+        return f"none: {e}"
+    return f"{p} ({ptxas_version(p)})"
 
 
 _COV_FLAG = re.compile(r'!"amdhsa_code_object_version",\s*i32\s+(\d+)')

@@ -46,7 +46,7 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
 
     t0 = time.monotonic()
     progress = progress or (lambda n, work: None)
-    options, toolchain, tdigest = codegen_context()
+    options, toolchain, tdigest = codegen_context(req.target)
     ctx = BuildContext(generator_digest(), options, toolchain, tdigest)
     cache = TargetCache(req.cache_dir, req.target)
     specs = select_jobs(req) if specs is None else specs

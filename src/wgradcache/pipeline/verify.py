@@ -112,7 +112,7 @@ class VerifyRequest:
     sample: float = 1.0
     seed: int = 0
     problems: tuple[str, ...] = ()
-    device: str = "auto"  # auto | emulator | hip
+    device: str = "auto"  # auto | emulator | hip | cuda
     geometries_file: str | None = None
 
 
@@ -367,21 +367,31 @@ def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list
 
 
 def _device(cache: TargetCache, req: VerifyRequest, rep: VerifyReport):
-    """The HIP device numerics run on (None: the emulator), with its note; False when
-    ``--device hip`` found none (a failure is recorded)."""
-    from wgradcache.runtime.hip import device_for
-
-    if req.device not in ("auto", "hip"):
+    """The device numerics run on (None: the emulator), with its note; False when
+    ``--device hip|cuda`` found none (a failure is recorded). ``auto`` asks the runtime of
+    the target's vendor: CUDA for sm_90, HIP for the AMD targets."""
+    if req.device not in ("auto", "hip", "cuda"):
         return None
+    nvidia = get_target(cache.target).is_nvidia
+    api = "cuda" if nvidia else "hip"
+    if req.device != "auto" and req.device != api:
+        why = f"{cache.target} code objects run through {api}, not {req.device}"
+        rep.failures.append(Failure("-", cache.target, "numerics",
+                                    f"--device {req.device}: {why}"))
+        return False
+    if nvidia:
+        from wgradcache.runtime.cuda import device_for
+    else:
+        from wgradcache.runtime.hip import device_for
     dev, why = device_for(cache.target)
     if dev is None:
-        note = f"hip: no {cache.target} device ({why}); numerics ran in the emulator"
-        if req.device == "hip":
+        if req.device == api:  # the one line: nothing ran
             rep.failures.append(Failure("-", cache.target, "numerics",
-                                        f"--device hip: no device: {why}"))
-            dev = False
+                                        f"--device {api}: no device: {why}"))
+            return False
+        note = f"{api}: no {cache.target} device ({why}); numerics ran in the emulator"
     else:
-        note = f"hip: numerics ran on the {dev.describe()} (stored code objects)"
+        note = f"{api}: numerics ran on the {dev.describe()} (stored code objects)"
     if note not in rep.notes:
         rep.notes.append(note)
     return dev
@@ -426,12 +436,16 @@ def _run_entry(launch: Callable, spec: KernelSpec, cases: list
 def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: VerifyReport,
               advance: Callable[[int], None]) -> None:
     from wgradcache.cache.store import content_key
+    from wgradcache.compile.discovery import ToolchainError
     from wgradcache.model.problem import ConvProblem
     from wgradcache.pipeline.build import codegen_context
     from wgradcache.wgrad.capability import serves
     from wgradcache.wgrad.emit import emit_ir
 
-    options, toolchain, _ = codegen_context()
+    try:
+        options, toolchain, _ = codegen_context(cache.target)
+    except ToolchainError:  # a device machine without the build's tools: entries say theirs
+        options = toolchain = None
     problems = [ConvProblem.parse(p) for p in req.problems]
     dev = _device(cache, req, rep)
     if dev is False:
@@ -439,7 +453,11 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
     for ik, entry, spec, data in rows:
         label = entry.label
         k = emit_ir(spec)
-        if content_key(k.ir_text, k.symbol, spec.target, options, toolchain) != entry.blob:
+        # The question is "was the stored binary compiled from this IR": with the options
+        # and toolchain the entry records (a device machine has other tools than the
+        # build's), else this machine's.
+        opts, tc = entry.codegen_options or options, entry.toolchain or toolchain
+        if tc is None or content_key(k.ir_text, k.symbol, spec.target, opts, tc) != entry.blob:
             rep.failures.append(Failure(ik, label, "numerics",
                                         "the stored binary is not this IR: re-emitted IR "
                                         "hashes to another content key"))

@@ -41,12 +41,13 @@ __all__ = ["codegen_context", "job_task", "job_alone", "metadata", "run_chunked"
 _TIMED_OUT = "codegen timed out"
 
 
-def codegen_context() -> tuple[dict, dict, str]:
-    """(codegen options, toolchain identity, toolchain digest) of this process."""
+def codegen_context(target: str | None = None) -> tuple[dict, dict, str]:
+    """(codegen options, toolchain identity, toolchain digest) of this process for
+    ``target`` (None: the AMD targets'; ``sm_90`` has ptxas in its identity)."""
     from wgradcache.compile.codegen import CodegenOptions
     from wgradcache.compile.toolchain import toolchain_identity
 
-    tc = toolchain_identity()
+    tc = toolchain_identity(target)
     return CodegenOptions().to_dict(), tc.to_dict(), tc.digest()
 
 
@@ -75,13 +76,13 @@ def metadata(obj) -> BlobMeta:
                     listing=obj.listing)
 
 
-def _toolchain_mismatch(toolchain: dict) -> str:
+def _toolchain_mismatch(toolchain: dict, target: str | None = None) -> str:
     """Why this worker must not compile for a coordinator with ``toolchain`` (a dask worker
     on another machine, say, with another LLVM or LLD: its bytes would be filed under the
     coordinator's content key), or "" when the two agree."""
     from wgradcache.compile.toolchain import identity_digest, keyed_fields, toolchain_identity
 
-    mine = toolchain_identity()
+    mine = toolchain_identity(target)
     if mine.digest() == identity_digest(toolchain):
         return ""
     diff = [k for k, v in keyed_fields(mine.to_dict()).items() if toolchain.get(k) != v]
@@ -108,7 +109,7 @@ def job_task(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
     key. Never raises; an LLVM exit kills only this worker."""
     from wgradcache.compile.codegen import CodegenOptions, compile_ir
 
-    mismatch = _toolchain_mismatch(toolchain)
+    mismatch = _toolchain_mismatch(toolchain, spec.target)
     if mismatch:  # a misconfigured worker, not a property of the job
         return {"ik": spec.identity_key(), "error": mismatch, "transient": True}
     res, ir = _settle(spec, options, toolchain, check, relinkable)

@@ -210,10 +210,12 @@ class HipSession:
         return k
 
     def launch(self, kernel: HipKernel, grid: tuple[int, int, int], block: int,
-               kernargs: bytes) -> None:
+               kernargs: bytes, offsets: tuple[int, ...] = ()) -> None:
         """Enqueue one launch on the default stream (in order with the previous ones).
 
-        ``kernargs`` is the explicit segment as ``abi.pack`` lays it out."""
+        ``kernargs`` is the explicit segment as ``abi.pack`` lays it out; ``offsets`` (each
+        argument's place in it) is for CUDA's per-parameter pointers: HIP takes the whole
+        segment."""
         hip = self.hip
         buf = ctypes.create_string_buffer(bytes(kernargs), len(kernargs))
         size = ctypes.c_size_t(len(kernargs))

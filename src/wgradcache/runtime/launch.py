@@ -1,4 +1,5 @@
-"""Host side of one wgrad launch on a HIP device: what ``verify --device hip`` runs.
+"""Host side of one wgrad launch on a device: what ``verify --device hip|cuda`` runs (HIP
+through ``runtime/hip.py``, CUDA through ``runtime/cuda.py``: the same session surface).
 
 The launch contract is the emulator run's (``wgrad/run.py``), step for step, so device and
 emulator are judged the same way:
@@ -32,6 +33,7 @@ from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec
 from wgradcache.numerics.error_model import peak_normalised_error
 from wgradcache.pipeline.emulate import EmulationReport, from_storage, prepare_run, to_storage
+from wgradcache.runtime.cuda import CudaDevice, CudaError, CudaSession
 from wgradcache.runtime.hip import HipDevice, HipError, HipSession
 from wgradcache.wgrad.abi import (
     STAGE2_ARGS,
@@ -48,7 +50,7 @@ from wgradcache.wgrad.split_k import SplitPlan
 from wgradcache.wgrad.stage2 import stage2_grid
 
 __all__ = ["CodeObject", "DeviceReport", "stage2_code", "check_code_object", "launch_wgrad",
-           "run_on_device"]
+           "run_on_device", "session_for"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ def check_code_object(code: CodeObject, args: tuple[AbiArg, ...], block: int) ->
         raise ValueError(f"code object's kernel is {co.symbol}, not {code.symbol}")
     have = tuple((a.name, a.offset, a.size) for a in co.explicit_args)
     want = kernarg_layout(args)
+    if co.target.startswith("nvptx"):  # a cubin names no parameter: ordinal i is ABI arg i
+        want = tuple((f"param{i}", off, size) for i, (_, off, size) in enumerate(want))
     if have != want:
         diff = [f"{w} vs {h}" for w, h in zip(want, have, strict=False) if w != h]
         raise ValueError(f"{code.symbol}: explicit kernel arguments differ from the ABI "
@@ -99,6 +103,15 @@ def check_code_object(code: CodeObject, args: tuple[AbiArg, ...], block: int) ->
     if co.max_flat_workgroup_size and block > co.max_flat_workgroup_size:
         raise ValueError(f"{code.symbol}: block {block} > max flat workgroup size "
                          f"{co.max_flat_workgroup_size}")
+
+
+def _offsets(args: tuple[AbiArg, ...]) -> tuple[int, ...]:
+    return tuple(off for _, off, _ in kernarg_layout(args))
+
+
+def session_for(device: HipDevice | CudaDevice):
+    """The session class of a device: CUDA for ``CudaDevice``, else HIP."""
+    return CudaSession(device) if isinstance(device, CudaDevice) else HipSession(device)
 
 
 def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, plan: SplitPlan,
@@ -133,18 +146,20 @@ def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, pl
     if vals["ws_bytes"] != sizes["ws"]:  # R of the spec and of the plan must agree
         raise ValueError(f"workspace {vals['ws_bytes']} B in the arguments, {sizes['ws']} B "
                          "allocated")
-    session.launch(k1, plan.grid, spec.block_size, pack(WGRAD_ARGS, vals))
+    session.launch(k1, plan.grid, spec.block_size, pack(WGRAD_ARGS, vals),
+                   offsets=_offsets(WGRAD_ARGS))
     if two_stage:
         k2 = session.load_kernel(stage2.hsaco, stage2.symbol)
         s2 = stage2_values(problem, spec.dw_dtype, plan.ws_replicas, pointers=ptr)
-        session.launch(k2, stage2_grid(s2["total_elems"]), STAGE2_BLOCK, pack(STAGE2_ARGS, s2))
+        session.launch(k2, stage2_grid(s2["total_elems"]), STAGE2_BLOCK, pack(STAGE2_ARGS, s2),
+                       offsets=_offsets(STAGE2_ARGS))
     session.synchronize()
     out = to_storage(np.zeros(problem.dw_shape), spec.dw_dtype)
     session.download(ptr["dw"], out)
     return out
 
 
-def run_on_device(device: HipDevice, spec: KernelSpec, problem: ConvProblem, code: CodeObject,
+def run_on_device(device: HipDevice | CudaDevice, spec: KernelSpec, problem: ConvProblem, code: CodeObject,
                   stage2: CodeObject | None = None, *, split_k: int | None = None,
                   seed: int = 0) -> DeviceReport:
     """Launch ``code`` (``spec``'s stored kernel) on ``problem`` (seeded inputs) and compare
@@ -157,10 +172,10 @@ def run_on_device(device: HipDevice, spec: KernelSpec, problem: ConvProblem, cod
     failure = ""
     dw = None
     try:
-        with HipSession(device) as s:
+        with session_for(device) as s:
             dw = launch_wgrad(s, spec, problem, plan, code, stage2,
                               to_storage(x, spec.dtype), to_storage(dy, spec.dtype))
-    except HipError as e:
+    except (HipError, CudaError) as e:
         failure, dw = str(e), None
     out = None if dw is None else from_storage(dw, spec.dw_dtype).reshape(problem.dw_shape)
     error = float("inf") if out is None else peak_normalised_error(out, ref)

@@ -1,0 +1,278 @@
+"""Read an NVIDIA cubin (ptxas's sm_90 ELF) and count what a PTX listing holds.
+
+The same record as an AMDGPU code object (``codeobject.CodeObjectInfo``), from the bytes:
+
+* ELF header: ``e_machine`` EM_CUDA (190); the SM in ``e_flags`` bits 8-15 (0x5a = 90 in
+  the ABI-v2 cubins ptxas 12.8+ writes: ``EI_ABIVERSION`` 8; older v1 cubins hold it in
+  bits 0-7) - both seen on ptxas 13.0 output here;
+* the kernel: the one global ``STT_FUNC`` symbol, its ``.text.<sym>`` section (code bytes)
+  and ``.nv.info.<sym>`` (its attribute records; the driver reads them at load: the
+  analogue of the AMD kernel descriptor);
+* ``.nv.info`` / ``.nv.info.<sym>`` records (``EIATTR_*``; format byte 1 = no value, 2 =
+  byte, 3 = half-word, 4 = sized): REGCOUNT (0x2f: symbol index, registers), FRAME_SIZE
+  (0x11: the stack frame in bytes per thread, where spills live), MAX_THREADS (0x05: the
+  ``.maxntid``), KPARAM_INFO (0x17: one per parameter: ordinal, offset, size in bits
+  18-31 of its flags word), CBANK_PARAM_SIZE (0x19: bytes of the parameter block). The
+  encodings were read off ptxas 13.0 cubins of kernels with known registers, block and
+  parameters (tests/compile/test_cubin.py holds them against ptxas's own report);
+* shared memory: the ``.nv.shared.<sym>`` section, less the 1 KB the driver reserves per
+  block on sm_8x/sm_90 (CUDA C++ Programming Guide, "Shared Memory" per compute capability;
+  the cubin marks it with the ``.nv.reservedSmem`` symbols).
+
+Spills are not in the ELF: ptxas's ``-v`` report gives them (``N bytes spill stores``);
+``parse_ptxas_report`` reads it, and the build records it beside the cubin's own figures.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+from collections import Counter
+
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+__all__ = ["EM_CUDA", "RESERVED_SMEM", "is_cubin", "read_cubin", "parse_ptxas_report",
+           "ptx_stats", "nv_info"]
+
+EM_CUDA = 190
+RESERVED_SMEM = 1024
+_EIATTR_MAX_THREADS = 0x05
+_EIATTR_FRAME_SIZE = 0x11
+_EIATTR_KPARAM_INFO = 0x17
+_EIATTR_CBANK_PARAM_SIZE = 0x19
+_EIATTR_REGCOUNT = 0x2F
+
+
+def is_cubin(data: bytes) -> bool:
+    """An ELF whose e_machine is EM_CUDA (two bytes at offset 18, little endian)."""
+    return (len(data) >= 20 and bytes(data[:4]) == b"\x7fELF"
+            and struct.unpack_from("<H", bytes(data[18:20]))[0] == EM_CUDA)
+
+
+def nv_info(blob: bytes) -> list[tuple[int, bytes]]:
+    """(attribute, value bytes) records of one ``.nv.info*`` section; ValueError when a
+    record runs past the end."""
+    out, i = [], 0
+    while i < len(blob):
+        if i + 2 > len(blob):
+            raise ValueError("truncated .nv.info record")
+        fmt, attr = blob[i], blob[i + 1]
+        if fmt == 1:
+            out.append((attr, b""))
+            i += 2
+        elif fmt in (2, 3):
+            if i + 4 > len(blob):
+                raise ValueError("truncated .nv.info record")
+            out.append((attr, blob[i + 2:i + 4]))
+            i += 4
+        elif fmt == 4:
+            if i + 4 > len(blob):
+                raise ValueError("truncated .nv.info record")
+            (size,) = struct.unpack_from("<H", blob, i + 2)
+            if i + 4 + size > len(blob):
+                raise ValueError("a .nv.info record runs past its section")
+            out.append((attr, blob[i + 4:i + 4 + size]))
+            i += 4 + size
+        else:
+            raise ValueError(f".nv.info record format {fmt} is unknown")
+    return out
+
+
+def _u32s(b: bytes) -> tuple[int, ...]:
+    return struct.unpack(f"<{len(b) // 4}I", b[:len(b) // 4 * 4])
+
+
+def read_cubin(data: bytes, report: dict | None = None):
+    """A ``CodeObjectInfo`` of a cubin holding exactly one kernel; ``report``: ptxas's
+    ``-v`` figures (``parse_ptxas_report``) for the spills the ELF does not hold.
+    ValueError for anything that is not such a cubin."""
+    from wgradcache.compile.codeobject import CodeObjectInfo, KernelArg
+
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"cubin must be bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if not is_cubin(data):
+        raise ValueError("not a cubin (ELF with e_machine EM_CUDA)")
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        flags = elf.header["e_flags"]
+        abiv = elf.header["e_ident"]["EI_ABIVERSION"]
+        symtab = elf.get_section_by_name(".symtab")
+        if not isinstance(symtab, SymbolTableSection):
+            raise ValueError("cubin has no symbol table")
+        syms = list(symtab.iter_symbols())
+        kernels = [(i, s) for i, s in enumerate(syms)
+                   if s["st_info"]["type"] == "STT_FUNC" and s["st_info"]["bind"] == "STB_GLOBAL"]
+        if len(kernels) != 1:
+            raise ValueError(f"cubin holds {len(kernels)} global functions, expected exactly 1")
+        index, sym = kernels[0]
+        name = sym.name
+        text = elf.get_section_by_name(f".text.{name}")
+        info_k = elf.get_section_by_name(f".nv.info.{name}")
+        info = elf.get_section_by_name(".nv.info")
+        shared = elf.get_section_by_name(f".nv.shared.{name}")
+        reserved = any(s.name.startswith(".nv.reservedSmem") for s in syms)
+        records = nv_info(info.data()) if info is not None else []
+        k_records = nv_info(info_k.data()) if info_k is not None else []
+    except ValueError:
+        raise
+    except Exception as e:  # pyelftools reports truncation and garbage in many types
+        raise ValueError(f"malformed cubin: {type(e).__name__}: {e}") from None
+    regs = frame = 0
+    for attr, val in records:  # per-function records: (symbol index, value)
+        if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and len(val) >= 8:
+            s, v = _u32s(val)[:2]
+            if s == index:
+                if attr == _EIATTR_REGCOUNT:
+                    regs = v
+                else:
+                    frame = v
+    max_threads, params, args = 0, 0, []
+    for attr, val in k_records:
+        if attr == _EIATTR_MAX_THREADS and len(val) >= 4:
+            max_threads = _u32s(val)[0]
+        elif attr == _EIATTR_CBANK_PARAM_SIZE and len(val) >= 2:
+            params = struct.unpack("<H", val[:2])[0]
+        elif attr == _EIATTR_KPARAM_INFO and len(val) >= 12:
+            _, ordinal, offset, bits = struct.unpack("<IHHI", val[:12])
+            args.append((ordinal, offset, (bits >> 18) & 0x3FFF))
+    args.sort()
+    smem = shared["sh_size"] if shared is not None else 0
+    if reserved and smem:
+        smem = max(0, smem - RESERVED_SMEM)
+    sm = (flags >> 8) & 0xFF if abiv >= 8 else flags & 0xFF
+    rep = report or {}
+    return CodeObjectInfo(
+        e_flags=flags, mach=sm, target=f"nvptx64-nvidia-cuda--sm_{sm}",
+        code_object_version=0, symbol=name, has_symbol=True,
+        has_descriptor=info_k is not None,
+        args=tuple(KernelArg(f"param{o}", off, size, "by_value") for o, off, size in args),
+        vgpr_count=regs, agpr_count=0, sgpr_count=0,
+        vgpr_spill_count=int(rep.get("spill_stores", 0)),
+        sgpr_spill_count=int(rep.get("spill_loads", 0)),
+        group_segment_fixed_size=smem, private_segment_fixed_size=frame,
+        wavefront_size=32, max_flat_workgroup_size=max_threads,
+        kernarg_segment_size=params, text_bytes=text.data_size if text is not None else 0)
+
+
+_REPORT = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "smem": re.compile(r"(\d+) bytes smem"),
+    "stack_frame": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "barriers": re.compile(r"used (\d+) barriers"),
+}
+
+
+def parse_ptxas_report(text: str) -> dict[str, int]:
+    """The figures of ptxas's ``-v`` report for one kernel (absent ones are 0)."""
+    out = {}
+    for key, rx in _REPORT.items():
+        m = rx.search(text)
+        out[key] = int(m.group(1)) if m else 0
+    return out
+
+
+# ---- PTX listing statistics (the keys of compile.isa.isa_stats that apply) ------------------
+
+_INSTR = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.:]*)")
+_LABEL = re.compile(r"^\s*\$?([\w$]+):")
+_BRANCH = re.compile(r"^\s*(?:@!?%\w+\s+)?bra(?:\.uni)?\s+\$?([\w$]+);")
+
+
+def _instructions(ptx: str) -> tuple[list[str], dict[str, int]]:
+    """PTX instruction mnemonics in order and label -> index of the next instruction."""
+    code: list[str] = []
+    labels: dict[str, int] = {}
+    in_body = False
+    for raw in ptx.splitlines():
+        line = raw.split("//", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if line.strip() == "{":
+            in_body = True
+            continue
+        if line.strip() == "}":
+            in_body = False
+            continue
+        if not in_body:
+            continue
+        lab = _LABEL.match(line)
+        if lab:
+            labels[lab.group(1)] = len(code)
+            continue
+        m = _INSTR.match(line)
+        if m and not m.group(1).startswith("."):
+            code.append(line.strip())
+    return code, labels
+
+
+def _mnemonic(line: str) -> str:
+    m = _INSTR.match(line)
+    return m.group(1) if m else ""
+
+
+def ptx_stats(ptx: str) -> dict[str, int]:
+    """Instruction counts of a PTX listing under the keys ``verify`` reads
+    (``pipeline.verify.isa_problems``): MMAs, async copies and waits, barriers, atomics by
+    kind, fences, CAS loops, and the main loop's (the loop with the most MMAs)."""
+    code, labels = _instructions(ptx)
+    names = [_mnemonic(c) for c in code]
+    n = Counter(names)
+
+    def tally(pred, counter=n) -> int:
+        return sum(v for k, v in counter.items() if pred(k))
+
+    loops = []
+    for i, c in enumerate(code):
+        b = _BRANCH.match(c)
+        if b and b.group(1) in labels and labels[b.group(1)] <= i:
+            loops.append((labels[b.group(1)], i))
+    cas = [lp for lp in loops if any(names[j].startswith("atom.") and ".cas" in names[j]
+                                     for j in range(lp[0], lp[1] + 1))]
+    others = [lp for lp in loops if lp not in cas]
+
+    def is_mma(m: str) -> bool:
+        return m.startswith(("mma.", "wgmma."))
+
+    def is_atomic(m: str) -> bool:
+        return m.startswith(("red.", "atom.")) and ".global" in m
+
+    s = {
+        "instructions": len(code),
+        "mma": tally(is_mma),
+        "async_copies": tally(lambda m: m.startswith("cp.async.") and "wait" not in m
+                              and "commit" not in m),
+        "async_waits": tally(lambda m: m.startswith("cp.async.wait")),
+        "barriers": tally(lambda m: m.startswith(("bar.", "barrier."))),
+        "global_atomics": tally(is_atomic),
+        "global_atomic_add_f32": tally(lambda m: is_atomic(m) and m.endswith(".add.f32")),
+        "global_atomic_pk_add_f16": tally(lambda m: is_atomic(m) and m.endswith(".f16x2")),
+        "global_atomic_pk_add_bf16": tally(lambda m: is_atomic(m) and m.endswith(".bf16x2")),
+        "global_atomic_cmpswap": tally(lambda m: m.startswith("atom.") and ".cas" in m),
+        "device_cache_ops": tally(lambda m: m.startswith(("fence.", "membar."))),
+        "cas_loops": len(cas),
+        "ds_loads": tally(lambda m: m.startswith("ld.shared")),
+        "ds_stores": tally(lambda m: m.startswith("st.shared")),
+        "global_loads": tally(lambda m: m.startswith("ld.global")),
+        "global_stores": tally(lambda m: m.startswith("st.global")),
+        "scratch_ops": tally(lambda m: m.startswith(("ld.local", "st.local"))),
+        "loops": len(loops),
+    }
+    main = max(others, key=lambda lp: (sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)),
+                                       lp[1] - lp[0]), default=None)
+    body = Counter(names[main[0]:main[1] + 1]) if main else Counter()
+    s.update({
+        "main_loop_instructions": sum(body.values()),
+        "main_loop_mma": tally(is_mma, body),
+        "main_loop_barriers": tally(lambda m: m.startswith(("bar.", "barrier.")), body),
+        "main_loop_async_copies": tally(lambda m: m.startswith("cp.async.") and "wait" not in m
+                                        and "commit" not in m, body),
+        "main_loop_ds_loads": tally(lambda m: m.startswith("ld.shared"), body),
+        "main_loop_ds_stores": tally(lambda m: m.startswith("st.shared"), body),
+        "main_loop_global_loads": tally(lambda m: m.startswith("ld.global"), body),
+    })
+    return s
