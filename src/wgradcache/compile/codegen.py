@@ -38,9 +38,9 @@ import contextlib
 import functools
 import subprocess
 import time
-from pathlib import Path
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import disassemble, disassembler_available

@@ -43,7 +43,8 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
         ok, why = validate(spec, limits=limits)
         if not ok:
             raise ValueError(f"{spec.label()}: {why}")
-    options, toolchain, _ = codegen_context(spec.target)  # a set-up error before anything is written
+    # a set-up error before anything is written
+    options, toolchain, _ = codegen_context(spec.target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     label = spec.label()

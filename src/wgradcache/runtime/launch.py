@@ -159,8 +159,8 @@ def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, pl
     return out
 
 
-def run_on_device(device: HipDevice | CudaDevice, spec: KernelSpec, problem: ConvProblem, code: CodeObject,
-                  stage2: CodeObject | None = None, *, split_k: int | None = None,
+def run_on_device(device: HipDevice | CudaDevice, spec: KernelSpec, problem: ConvProblem,
+                  code: CodeObject, stage2: CodeObject | None = None, *, split_k: int | None = None,
                   seed: int = 0) -> DeviceReport:
     """Launch ``code`` (``spec``'s stored kernel) on ``problem`` (seeded inputs) and compare
     with float64, as ``wgrad.run.run_emulated`` does in the emulator.
