@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CACHE_DIR ?= cache
 DEB_PACKAGES = lld-22 llvm-22 llvm-22-dev liblld-22-dev g++
 
-.PHONY: deps cache test lint bench clean
+.PHONY: deps cache test lint bench clean devcache device-test
 
 deps: .deps-stamp
 .deps-stamp: pyproject.toml Makefile
@@ -24,6 +24,15 @@ cache: deps
 
 test: deps
 	$(PYTHON) -m pytest -n $(JOBS) tests
+
+# The sm_90 cache the device run carries (devcache/ is git-ignored: .git/info/exclude).
+devcache: deps
+	wgradcache build --target sm_90 --jobs $(JOBS) --cache-dir devcache/cache
+
+# On a machine with an sm_90 GPU (the CUDA image: torch, cuda-bindings), from the repo root:
+# verify --device cuda on devcache/cache, then benchmarks/device_speed.py; results in $$OUT.
+device-test:
+	sh benchmarks/device_run.sh
 
 lint: deps
 	ruff check src tests benchmarks

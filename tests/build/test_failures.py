@@ -60,7 +60,7 @@ def test_a_worker_with_another_toolchain_fails_transiently_and_is_retried(tmp_pa
     before."""
     specs = _specs(2)
     options, toolchain, tdigest = codegen_context()
-    monkeypatch.setattr(build_mod, "codegen_context", lambda: (
+    monkeypatch.setattr(build_mod, "codegen_context", lambda target=None: (
         options, {**toolchain, "llvm_version": "LLVM 21.1.0"}, tdigest))
     req = BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=2)
     first = build(req, specs=specs)

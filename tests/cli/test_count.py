@@ -28,7 +28,7 @@ def test_walk_flag_gives_the_same_document():
     a = json.loads(_run("--json").output)
     b = json.loads(_run("--json", "--walk").output)
     assert a == b
-    assert set(a["targets"]) == {"gfx1250", "gfx1201", "gfx1151"}
+    assert set(a["targets"]) == {"gfx1250", "gfx1201", "gfx1151", "sm_90"}
 
 
 def test_list_prints_every_label_once():
@@ -42,7 +42,7 @@ def test_list_prints_every_label_once():
 
 @pytest.mark.parametrize("args, msg", [
     (("--target", "gfx900"), "error: unknown target 'gfx900'; valid: gfx1250, gfx1201, "
-                             "gfx1151, gfx950, gfx942\n"),
+                             "gfx1151, gfx950, gfx942, sm_90\n"),
     (("--dtype", "fp8"), "error: unknown dtype 'fp8'; valid: fp16, bf16, fp16_f32, bf16_f32\n"),
     (("--variant", "async"), "error: unknown variant 'async'; valid: " + ", ".join(
         f"{k}.{e}.{r}" for k in ("sync", "async") for e in ("default", "cshuffle")
@@ -72,7 +72,7 @@ def test_every_command_checks_a_target_the_same_way(command, tmp_path):
                               else []))
     assert r.exit_code == 2
     assert r.output == ("error: unknown target 'gfx900'; valid: gfx1250, gfx1201, gfx1151, "
-                        "gfx950, gfx942\n")
+                        "gfx950, gfx942, sm_90\n")
     assert not (tmp_path / "c").exists()
 
 

@@ -75,10 +75,11 @@ def test_unknown_form():
         mma.layout("gfx90a")
 
 
-@pytest.mark.parametrize("key", sorted(mma.INTRINSICS))
+@pytest.mark.parametrize("key", sorted(k for k in mma.INTRINSICS
+                                        if mma.INTRINSICS[k].style != "nvvm"))
 def test_intrinsic_names_spell_the_layout_operands(key):
     """The overload suffix of each WMMA name is its lane layout's C/D and A/B vectors; MFMA
-    intrinsics are not overloaded."""
+    intrinsics are not overloaded (NVVM's: tests/kernel/test_mma_nvidia.py)."""
     form, elem = key
     intr, lay = mma.intrinsic(form, elem), mma.layout(form)
     assert intr.name.startswith(f"llvm.amdgcn.{'mfma' if form == 'mfma' else 'wmma'}.f32.")
@@ -109,22 +110,25 @@ def test_intrinsic_names_live_only_in_mma_py():
     """One place for the names: the lowering and compile.samples read ``INTRINSICS``."""
     src = Path(mma.__file__).parents[1]
     naming = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
-                    if re.search(r"llvm\.amdgcn\.(wmma|mfma|swmmac)", p.read_text()))
+                    if re.search(r"llvm\.(amdgcn\.(wmma|mfma|swmmac)|nvvm\.mma)",
+                                 p.read_text()))
     assert naming == ["kernel/mma.py"]
 
 
 @pytest.mark.parametrize("form", list(mma.LAYOUTS))
 def test_lds_k_order_makes_every_fragment_one_run(form):
     """Position p of a K-contiguous row holds k = order[p]: a bijection on [0, k), and each
-    lane's slots, in slot order, are the consecutive positions from g * ab_elems (g = 0 for
-    gfx11, whose lane groups duplicate each other)."""
+    lane's slots of one row block, in slot order, are the consecutive positions from
+    g * run (g its k group; 0 for gfx11, whose lane groups duplicate each other)."""
     lay = mma.layout(form)
     order = mma.lds_k_order(lay)
     assert sorted(order) == list(range(lay.k))
     for lane in range(lay.wave_size):
-        first = (lane // 16) * lay.ab_elems if lay.k_group_stride else 0
-        _, ks_ = lay.a_map(lane, np.arange(lay.ab_elems))
-        assert [order[first + i] for i in range(lay.ab_elems)] == list(ks_), (form, lane)
+        first = lay.lane_group(lane) * lay.run if lay.k_group_stride else 0
+        for b in range(len(lay.row_offsets)):
+            rows, ks_ = lay.a_map(lane, np.arange(b * lay.run, (b + 1) * lay.run))
+            assert len(set(rows.tolist())) == 1, (form, lane, b)
+            assert [order[first + i] for i in range(lay.run)] == list(ks_), (form, lane)
 
 
 def test_lds_k_order_per_form():

@@ -253,7 +253,7 @@ def _compile_nvidia(ir_text: str, target: str, options: CodegenOptions,
     """
     import tempfile
 
-    from wgradcache.compile.cubin import parse_ptxas_report, read_cubin
+    from wgradcache.compile.cubin import parse_ptxas_report
     from wgradcache.compile.discovery import find_ptxas
 
     if listing not in LISTINGS:
@@ -285,7 +285,7 @@ def _compile_nvidia(ir_text: str, target: str, options: CodegenOptions,
     t3 = time.perf_counter()
     report = parse_ptxas_report(out.stdout + out.stderr)
     try:
-        info = read_cubin(cubin, report)
+        info = read_code_object(cubin, report)
     except ValueError as e:
         raise CodegenError(f"ptxas wrote an unusable cubin: {e}") from None
     t["read"] = time.perf_counter() - t3

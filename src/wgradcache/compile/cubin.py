@@ -84,12 +84,11 @@ def _u32s(b: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(b) // 4}I", b[:len(b) // 4 * 4])
 
 
-def read_cubin(data: bytes, report: dict | None = None):
-    """A ``CodeObjectInfo`` of a cubin holding exactly one kernel; ``report``: ptxas's
-    ``-v`` figures (``parse_ptxas_report``) for the spills the ELF does not hold.
-    ValueError for anything that is not such a cubin."""
-    from wgradcache.compile.codeobject import CodeObjectInfo, KernelArg
-
+def read_cubin(data: bytes, report: dict | None = None) -> dict:
+    """The fields of a ``codeobject.CodeObjectInfo`` (``args`` as (name, offset, size,
+    value kind) tuples) of a cubin holding exactly one kernel; ``report``: ptxas's ``-v``
+    figures (``parse_ptxas_report``) for the spills the ELF does not hold. ValueError for
+    anything that is not such a cubin. (``codeobject.read_code_object`` makes the record.)"""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"cubin must be bytes, got {type(data).__name__}")
     data = bytes(data)
@@ -144,11 +143,11 @@ def read_cubin(data: bytes, report: dict | None = None):
         smem = max(0, smem - RESERVED_SMEM)
     sm = (flags >> 8) & 0xFF if abiv >= 8 else flags & 0xFF
     rep = report or {}
-    return CodeObjectInfo(
+    return dict(
         e_flags=flags, mach=sm, target=f"nvptx64-nvidia-cuda--sm_{sm}",
         code_object_version=0, symbol=name, has_symbol=True,
         has_descriptor=info_k is not None,
-        args=tuple(KernelArg(f"param{o}", off, size, "by_value") for o, off, size in args),
+        args=tuple((f"param{o}", off, size, "by_value") for o, off, size in args),
         vgpr_count=regs, agpr_count=0, sgpr_count=0,
         vgpr_spill_count=int(rep.get("spill_stores", 0)),
         sgpr_spill_count=int(rep.get("spill_loads", 0)),

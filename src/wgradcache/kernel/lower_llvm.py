@@ -226,12 +226,11 @@ def _hw_uses(stmts, seen: dict[tuple, Value]):
 
 
 def lower(kd: KernelDef, target: str) -> str:
-    """LLVM IR text of ``kd`` for ``target`` (e.g. "gfx1250", or "sm_90" through
-    ``lower_nvptx``); deterministic."""
+    """LLVM IR text of ``kd`` for the AMDGPU ``target`` (e.g. "gfx1250"); deterministic.
+    ``kernel.lower.lower`` takes any target (NVIDIA through ``lower_nvptx``)."""
     if get_target(target).is_nvidia:
-        from wgradcache.kernel.lower_nvptx import lower_nvptx
-
-        return lower_nvptx(kd, target)
+        raise LoweringError(f"{target} is an NVIDIA target: lower it with kernel.lower.lower "
+                            "(lower_nvptx)")
     return _Lowering(kd, target).text()
 
 

@@ -19,7 +19,7 @@ target's own pieces differ, each overridden here:
   packed ``<2 x half>`` / ``<2 x bfloat>`` through inline PTX
   ``red.relaxed.gpu.global.add.noftz.{f16x2,bf16x2}``: LLVM 22 turns the ``atomicrmw`` of
   a 32-bit vector into a compare-and-swap loop (probe, issue 19);
-* MMA: the ``m16n8k16`` atom is two ``llvm.nvvm.mma.m16n8k16.row.col`` calls whose
+* MMA: the ``m16n8k16`` atom is two calls of the NVVM mma intrinsic (``mma.INTRINSICS``) whose
   registers are gathered from the IR's fragment slots as ``kernel/mma.py`` says
   (``MmaIntrinsic.a_regs`` / ``b_regs`` / ``c_slots``).
 

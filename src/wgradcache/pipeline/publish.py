@@ -81,6 +81,7 @@ class Publisher:
         self._specs = {s.identity_key(): s for s in specs}
         self._held: dict[str, list[tuple[KernelSpec, dict]]] = {}  # stage-2 name -> results
         self._refused: dict[str, str] = {}  # stage-2 name -> why its jobs fail
+        self._written: set[str] = set()  # content keys whose blob this run wrote
 
     def take(self, res: dict) -> None:
         """One worker result: publish it, hold it for its stage-2 kernel, or record its
@@ -147,9 +148,16 @@ class Publisher:
         ik, ckey = res["ik"], res["ckey"]
         cache = self.cache
         with cache.lock():
+            if "hsaco" in res and ckey in self._written:
+                # Another job of this run compiled the same IR (kernels that differ only
+                # in name, e.g. the stage 1 of fp16 and fp16_f32 two-stage): its blob is
+                # this one's, and overwriting it would change the bytes that job's entry
+                # records (the symbol is in the object). Relink to it.
+                res = {k: v for k, v in res.items() if k not in ("hsaco", "meta")}
             if "hsaco" in res:
                 meta: BlobMeta = res["meta"]
                 ref = cache.write_blob(ckey, res["hsaco"], meta)
+                self._written.add(ckey)
             else:
                 meta = cache.read_sidecar(ckey)
                 if meta is None:

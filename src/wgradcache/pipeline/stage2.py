@@ -68,7 +68,7 @@ class Stage2Builds:
     def _start_one(self, name: str, dw: str, r: int, have: Stage2Entry | None) -> None:
         from wgradcache.compile.codegen import CodegenOptions
         from wgradcache.compile.isolate import IsolatedCompile
-        from wgradcache.kernel.lower_llvm import lower
+        from wgradcache.kernel.lower import lower
         from wgradcache.wgrad.stage2 import build_stage2
 
         target, ctx = self.cache.target, self.ctx

@@ -24,9 +24,9 @@ _PKG = Path(__file__).resolve().parents[1]
 GENERATOR_SOURCES = (
     "wgrad/emit.py", "model/spec.py", "model/targets.py", "model/problem.py", "wgrad/abi.py",
     "kernel/ir.py", "kernel/builder.py", "kernel/verify.py", "kernel/mma.py",
-    "kernel/lower_llvm.py", "kernel/lower_nvptx.py", "wgrad/kernel.py", "wgrad/context.py",
-    "wgrad/loaders.py",
-    "wgrad/kloop.py", "wgrad/epilogue.py", "wgrad/stage2.py",
+    "kernel/lower.py", "kernel/lower_llvm.py", "kernel/lower_nvptx.py", "wgrad/kernel.py",
+    "wgrad/context.py", "wgrad/loaders.py", "wgrad/kloop.py", "wgrad/epilogue.py",
+    "wgrad/stage2.py",
 )
 
 
@@ -37,7 +37,7 @@ class EmittedKernel:
 
 
 def emit_ir(spec: KernelSpec, check: bool = True) -> EmittedKernel:
-    from wgradcache.kernel.lower_llvm import lower
+    from wgradcache.kernel.lower import lower
     from wgradcache.wgrad.kernel import build_kernel
 
     kdef = build_kernel(spec, check=check)

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Everything the bare sm_90 device machine runs, from the repo root (the lead's `run` tool):
+#   1. the carried wheels (.whl/: pyelftools, which the CUDA image lacks) into /tmp/site;
+#   2. verify --device cuda --level numerics on the prebuilt sm_90 cache carried in the tree
+#      ($DEVCACHE, default devcache/cache; a sample of it: $VERIFY_SAMPLE, default 0.2);
+#   3. benchmarks/device_speed.py (ResNet-50 batch 32, fp16 and bf16, vs cuDNN).
+# Writes into $OUT (default ./device-out): env.txt, verify.txt, verify.json, speed.txt,
+# speed.json. Exit status: verify's, else the benchmark's.
+set -u
+OUT=${OUT:-$PWD/device-out}
+DEVCACHE=${DEVCACHE:-devcache/cache}
+VERIFY_SAMPLE=${VERIFY_SAMPLE:-0.2}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 3
+fi
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv;
+  python3 -c 'import torch, cuda.bindings, numpy; print("torch", torch.__version__,
+    "cudnn", torch.backends.cudnn.version(), "cuda-bindings", cuda.bindings.__version__,
+    "numpy", numpy.__version__)';
+  python3 -m wgradcache toolchain 2>&1 | tail -20; } > "$OUT/env.txt" 2>&1
+python3 -m wgradcache verify --from-cache --cache-dir "$DEVCACHE" --target sm_90 \
+  --level numerics --device cuda --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" \
+  2> "$OUT/verify.txt"
+rc=$?
+echo "verify exit $rc" >> "$OUT/verify.txt"
+python3 benchmarks/device_speed.py --cache-dir "$DEVCACHE" --out "$OUT/speed.json" \
+  > "$OUT/speed.txt" 2>&1
+rc2=$?
+echo "device_speed exit $rc2" >> "$OUT/speed.txt"
+tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt"
+[ $rc -ne 0 ] && exit $rc
+exit $rc2

@@ -1,0 +1,277 @@
+"""Cached sm_90 wgrad kernels against cuDNN on the GPU: TFLOP/s per layer, ratios, aggregate.
+
+Run on a machine with an sm_90 GPU, PyTorch (with cuDNN) and cuda-bindings, from the repo
+root with ``PYTHONPATH=src``:
+
+    python3 benchmarks/device_speed.py --cache-dir devcache/cache --out speed.json
+
+Layer set: the ResNet-50 v1.5 conv layers at batch 32 of ``layers/reference.yaml``
+(``--prefix resnet50/``; each distinct layer once, as the issue's cuDNN baseline), in fp16
+and bf16 (dW of the same type). Per layer and dtype:
+
+* cuDNN: ``torch.ops.aten.convolution_backward`` with only the weight gradient
+  (``output_mask=[False, True, False]``), X and dY channels-last, timed with CUDA events
+  after warm-up (the mean of ``--iters`` launches);
+* ours: ``select``'s ranking of the cached kernels that serve the layer; its top
+  ``--top`` candidates are timed the same way, each launch with what its contract needs
+  (dW zeroed before an atomic split-K launch, the workspace zeroed and stage 2 after a
+  two-stage one). Buffers are PyTorch's (NHWC X, NHWK dY and KYXC dW are our layouts), the
+  arguments are ``runtime/abi.py``'s packing, the launches go to PyTorch's stream through
+  ``runtime/cuda.py``. The best of them is "best measured"; select's pick is its rank 1.
+  The best kernel's dW is compared with cuDNN's (peak-normalised error, recorded).
+
+Printed: per layer the TFLOP/s of cuDNN, select's pick and the best measured kernel, the
+ratios to cuDNN, select's pick's measured rank; then the aggregate (total FLOPs over total
+time of the layer set) and how often select's pick is within 1.2x of the best. The JSON
+(``--out``) holds every measured time, per (layer, dtype, kernel): what ``wgradcache
+cover --timings`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def flops(p) -> float:
+    """2 M N K of the wgrad GEMM over all groups."""
+    return 2.0 * p.wg_M * p.wg_N * p.wg_K * p.groups
+
+
+def _args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache-dir", default="devcache/cache")
+    ap.add_argument("--layers", default=str(ROOT / "layers" / "reference.yaml"))
+    ap.add_argument("--prefix", default="resnet50/")
+    ap.add_argument("--dtype", action="append", choices=["fp16", "bf16"])
+    ap.add_argument("--top", type=int, default=8, help="select's candidates timed per layer")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--limit", type=int, default=0, help="first N layers only (0: all)")
+    ap.add_argument("--out", required=True, help="JSON of the measured timings")
+    return ap.parse_args()
+
+
+class Bench:
+    """One device, PyTorch's stream, our launches through the driver API."""
+
+    def __init__(self, torch, target: str):
+        from wgradcache.runtime.cuda import CudaSession, device_for
+
+        dev, why = device_for(target)
+        if dev is None:
+            raise SystemExit(f"device_speed: no {target} device: {why}")
+        self.torch = torch
+        self.dev = dev
+        torch.cuda.init()
+        self.stream = torch.cuda.current_stream().cuda_stream
+        self.session = CudaSession(dev, stream=self.stream).__enter__()
+        self.loaded: dict[str, object] = {}
+
+    def kernel(self, cubin: bytes, symbol: str):
+        if symbol not in self.loaded:
+            self.loaded[symbol] = self.session.load_kernel(cubin, symbol)
+        return self.loaded[symbol]
+
+    def time(self, fn, warmup: int, iters: int) -> float:
+        """Mean milliseconds of ``fn()`` over ``iters`` calls after ``warmup``."""
+        torch = self.torch
+        for _ in range(warmup):
+            fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / iters
+
+
+def _torch_dtype(torch, name):
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def layer_inputs(torch, p, dtype):
+    """X (N, C, H, W) and dY (N, K, Ho, Wo) channels-last, weight (K, C/g, Y, X) likewise."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    td = _torch_dtype(torch, dtype)
+    x = torch.randn(p.N, p.C, p.H, p.W, device="cuda", generator=g).to(td)
+    dy = torch.randn(p.N, p.K, p.Ho, p.Wo, device="cuda", generator=g).to(td)
+    w = torch.zeros(p.K, p.cpg, p.Y, p.X, device="cuda", dtype=td)
+    cl = torch.channels_last
+    return (x.contiguous(memory_format=cl), dy.contiguous(memory_format=cl),
+            w.contiguous(memory_format=cl))
+
+
+def cudnn_call(torch, p, x, dy, w):
+    def run():
+        return torch.ops.aten.convolution_backward(
+            dy, x, w, None, [p.stride] * 2, [p.pad] * 2, [p.dilation] * 2, False, [0, 0],
+            p.groups, [False, True, False])[1]
+    return run
+
+
+def our_call(bench, cache, cand, p, x, dy, dw):
+    """A closure launching one candidate on (x, dy) into dw (PyTorch tensors)."""
+    from wgradcache.runtime.launch import stage2_code
+    from wgradcache.wgrad.abi import (
+        STAGE2_ARGS,
+        STAGE2_BLOCK,
+        WGRAD_ARGS,
+        kernarg_layout,
+        pack,
+        stage2_values,
+        wgrad_values,
+    )
+    from wgradcache.wgrad.kernel import kernel_symbol
+    from wgradcache.wgrad.stage2 import stage2_grid
+
+    torch = bench.torch
+    spec = cand.spec
+    entry = cache.read_entry(spec.identity_key())
+    k1 = bench.kernel(cache.read_blob(entry.blob), entry.symbol or kernel_symbol(spec))
+    ws = None
+    two = cand.reduction == "two_stage"
+    if two:
+        ws = torch.zeros(p.groups * spec.ws_replicas * p.wg_M * p.wg_N, device="cuda",
+                         dtype=torch.float32)
+        s2 = stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
+        k2 = bench.kernel(s2.hsaco, s2.symbol)
+    ptr = {"x": x.data_ptr(), "dy": dy.data_ptr(), "dw": dw.data_ptr(),
+           "ws": ws.data_ptr() if ws is not None else 0}
+    vals = wgrad_values(p, spec, degree=cand.degree, slice_k=cand.slice_k, pointers=ptr)
+    args1 = pack(WGRAD_ARGS, vals)
+    off1 = tuple(o for _, o, _ in kernarg_layout(WGRAD_ARGS))
+    if two:
+        v2 = stage2_values(p, spec.dw_dtype, spec.ws_replicas, pointers=ptr)
+        args2 = pack(STAGE2_ARGS, v2)
+        off2 = tuple(o for _, o, _ in kernarg_layout(STAGE2_ARGS))
+        grid2 = stage2_grid(v2["total_elems"])
+    s = bench.session
+
+    def run():
+        if cand.reduction == "atomic":
+            dw.zero_()
+        if two:
+            ws.zero_()
+        s.launch(k1, cand.grid, spec.block_size, args1, offsets=off1)
+        if two:
+            s.launch(k2, grid2, STAGE2_BLOCK, args2, offsets=off2)
+    return run
+
+
+def main() -> int:
+    a = _args()
+    sys.path.insert(0, str(ROOT / "src"))
+    import numpy as np
+    import torch
+
+    from wgradcache.cache.store import TargetCache
+    from wgradcache.numerics.layers import load_layers
+    from wgradcache.pipeline.select import candidates_from_cache, select
+
+    target = "sm_90"
+    bench = Bench(torch, target)
+    cache = TargetCache(a.cache_dir, target)
+    layers = [ly for ly in load_layers(a.layers) if ly.name.startswith(a.prefix)]
+    seen, distinct = set(), []
+    for ly in layers:  # each distinct problem once
+        if ly.problem.short() not in seen:
+            seen.add(ly.problem.short())
+            distinct.append(ly)
+    if a.limit:
+        distinct = distinct[:a.limit]
+    dtypes = a.dtype or ["fp16", "bf16"]
+    doc = {"device": bench.dev.describe(), "torch": torch.__version__,
+           "cudnn": torch.backends.cudnn.version(), "cache_dir": a.cache_dir,
+           "warmup": a.warmup, "iters": a.iters, "top": a.top, "layers": [],
+           "timings": [], "aggregate": {}}
+    t_start = time.time()
+    for dtype in dtypes:
+        specs = candidates_from_cache(a.cache_dir, target, dtype)
+        print(f"== {dtype}: {len(specs)} cached kernels", flush=True)
+        print(f"{'layer':34s} {'cuDNN':>7s} {'select':>7s} {'best':>7s} {'best/cuDNN':>10s} "
+              f"{'sel/best':>8s} {'sel rank':>8s}  best kernel", flush=True)
+        for ly in distinct:
+            p = ly.problem
+            x, dy, w = layer_inputs(torch, p, dtype)
+            f = flops(p)
+            ref = cudnn_call(torch, p, x, dy, w)
+            t_cudnn = bench.time(ref, a.warmup, a.iters)
+            dw_ref = ref().float()
+            ranked = select(target, p, specs)[:a.top]
+            measured = []
+            for rank, cand in enumerate(ranked, 1):
+                dw = torch.empty_like(w)
+                try:
+                    run = our_call(bench, cache, cand, p, x, dy, dw)
+                    ms = bench.time(run, a.warmup, a.iters)
+                except Exception as e:  # a launch failure is a result, not the end
+                    print(f"  {cand.spec.label()}: {type(e).__name__}: {e}", flush=True)
+                    continue
+                measured.append({"rank": rank, "label": cand.spec.label(),
+                                 "geometry": list(cand.spec.geometry), "split_k": cand.degree,
+                                 "reduction": cand.reduction, "ms": ms,
+                                 "tflops": f / ms / 1e9, "dw": dw})
+            row = {"layer": ly.name, "problem": p.short(), "dtype": dtype, "count": ly.count,
+                   "flops": f, "cudnn_ms": t_cudnn, "cudnn_tflops": f / t_cudnn / 1e9,
+                   "candidates": len(ranked)}
+            if measured:
+                best = min(measured, key=lambda m: m["ms"])
+                pick = next(m for m in measured if m["rank"] == min(x["rank"] for x in measured))
+                order = sorted(measured, key=lambda m: m["ms"])
+                err = float((best["dw"].float() - dw_ref).abs().max() /
+                            max(float(dw_ref.abs().max()), 1e-30))
+                row.update(best_label=best["label"], best_ms=best["ms"],
+                           best_tflops=best["tflops"], best_vs_cudnn=t_cudnn / best["ms"],
+                           select_label=pick["label"], select_ms=pick["ms"],
+                           select_tflops=pick["tflops"], select_vs_best=pick["ms"] / best["ms"],
+                           select_measured_rank=order.index(pick) + 1,
+                           best_select_rank=best["rank"], best_error_vs_cudnn=err)
+                print(f"{ly.name:34s} {row['cudnn_tflops']:7.1f} {pick['tflops']:7.1f} "
+                      f"{best['tflops']:7.1f} {row['best_vs_cudnn']:10.2f} "
+                      f"{row['select_vs_best']:8.2f} {row['select_measured_rank']:8d}  "
+                      f"{best['label']} (err {err:.1e})", flush=True)
+            else:
+                print(f"{ly.name:34s} {row['cudnn_tflops']:7.1f}  no cached kernel ran",
+                      flush=True)
+            for m in measured:
+                doc["timings"].append({"layer": ly.name, "problem": p.short(), "dtype": dtype,
+                                       **{k: v for k, v in m.items() if k != "dw"}})
+            doc["layers"].append(row)
+            del x, dy, w, measured
+            torch.cuda.empty_cache()
+        rows = [r for r in doc["layers"] if r["dtype"] == dtype and "best_ms" in r]
+        if rows:
+            tot_f = sum(r["flops"] for r in rows)
+            agg = {
+                "layers": len(rows),
+                "cudnn_tflops": tot_f / sum(r["cudnn_ms"] for r in rows) / 1e9,
+                "best_tflops": tot_f / sum(r["best_ms"] for r in rows) / 1e9,
+                "select_tflops": tot_f / sum(r["select_ms"] for r in rows) / 1e9,
+                "best_layer_ratio": max(r["best_vs_cudnn"] for r in rows),
+                "median_layer_ratio": float(np.median([r["best_vs_cudnn"] for r in rows])),
+                "select_within_1p2": sum(r["select_vs_best"] <= 1.2 for r in rows) / len(rows),
+            }
+            agg["best_vs_cudnn"] = agg["best_tflops"] / agg["cudnn_tflops"]
+            agg["select_vs_cudnn"] = agg["select_tflops"] / agg["cudnn_tflops"]
+            doc["aggregate"][dtype] = agg
+            print(f"aggregate {dtype}: cuDNN {agg['cudnn_tflops']:.1f} TFLOP/s, best cached "
+                  f"{agg['best_tflops']:.1f} ({agg['best_vs_cudnn']:.2f}x), select's pick "
+                  f"{agg['select_tflops']:.1f} ({agg['select_vs_cudnn']:.2f}x); best layer "
+                  f"ratio {agg['best_layer_ratio']:.2f}; select within 1.2x of best on "
+                  f"{100 * agg['select_within_1p2']:.0f}% of layers", flush=True)
+        Path(a.out).write_text(json.dumps(doc, indent=1))  # after each dtype: partial results
+    doc["seconds"] = time.time() - t_start
+    Path(a.out).write_text(json.dumps(doc, indent=1))
+    bench.session.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

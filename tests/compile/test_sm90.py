@@ -1,0 +1,178 @@
+"""sm_90 on a CPU-only machine: NVPTX codegen, ptxas cubins, their structure from the ELF,
+PTX statistics, the build into .cubin blobs, and `verify --device cuda` without a GPU.
+
+ptxas comes from the test extra (``nvidia-cuda-nvcc``) or a CUDA toolkit; without it these
+tests fail with the install hint, as a build would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tests.conftest import small_geometries
+from wgradcache.cache.entry import Entry
+from wgradcache.cache.store import TargetCache, sha256_bytes
+from wgradcache.cli import main
+from wgradcache.compile.codegen import CodegenError, compile_ir
+from wgradcache.compile.codeobject import read_code_object
+from wgradcache.compile.cubin import EM_CUDA, nv_info, parse_ptxas_report
+from wgradcache.kernel.builder import KernelBuilder
+from wgradcache.kernel.ir import f32, ptr
+from wgradcache.kernel.lower import lower
+from wgradcache.model.spec import from_label, lds_bytes
+from wgradcache.pipeline.build import BuildRequest, build
+from wgradcache.wgrad.abi import WGRAD_ARGS, kernarg_layout, kernarg_size
+from wgradcache.wgrad.emit import emit_ir
+
+ATOMIC = "sm_90-fp16-t64x64x32-w2x2-v8x8-sync-default-atomic"
+
+
+@pytest.fixture(scope="module")
+def atomic_obj():
+    return compile_ir(emit_ir(from_label(ATOMIC)).ir_text, "sm_90")
+
+
+def test_cubin_structure_from_the_elf(atomic_obj):
+    spec = from_label(ATOMIC)
+    data = atomic_obj.hsaco
+    assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == EM_CUDA
+    co = read_code_object(data)  # the bytes alone: no ptxas report
+    assert co.mach == 90 and co.target == "nvptx64-nvidia-cuda--sm_90"
+    assert co.symbol == "wgrad_" + ATOMIC.replace("-", "_") and co.has_descriptor
+    assert co.group_segment_fixed_size == lds_bytes(spec) == 10240
+    assert co.max_flat_workgroup_size == spec.block_size == 128
+    # every parameter where runtime/abi.py packs it, and the block's size
+    assert [(a.offset, a.size) for a in co.args] == [(o, s) for _, o, s in
+                                                     kernarg_layout(WGRAD_ARGS)]
+    assert co.kernarg_segment_size == kernarg_size(WGRAD_ARGS) == 168
+    # the ELF's register count is the one ptxas reported at build time
+    assert co.vgpr_count == atomic_obj.info.vgpr_count > 32
+    assert atomic_obj.info.private_segment_fixed_size == 0
+    assert atomic_obj.info.vgpr_spill_count == 0
+
+
+def test_ptx_statistics_of_the_atomic_kernel(atomic_obj):
+    from wgradcache.compile.isa import isa_stats
+
+    isa = isa_stats(atomic_obj.asm)
+    assert atomic_obj.listing == "ptx"
+    # 2x2 waves of 32x32: 2x2 atoms of 16x16, 2 k-steps, 2 m16n8k16 each = 16 per K tile
+    assert isa["main_loop_mma"] == 16 == isa["mma"]
+    assert isa["main_loop_barriers"] == 2
+    # a lane holds (c, c+1) pairs: 2x2 atoms x 4 pairs, one packed red each
+    assert isa["global_atomic_pk_add_f16"] == 16 and isa["global_atomic_pk_add_bf16"] == 0
+    assert isa["cas_loops"] == 0 == isa["global_atomic_cmpswap"] == isa["device_cache_ops"]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in atomic_obj.asm
+    assert "red.relaxed.gpu.global.add.noftz.f16x2" in atomic_obj.asm
+
+
+def test_bf16_and_fp32_dw_atomics_and_the_two_stage_workspace():
+    bf = compile_ir(emit_ir(from_label(
+        "sm_90-bf16-t64x64x32-w2x2-v8x8-sync-default-atomic")).ir_text, "sm_90")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in bf.asm
+    assert "red.relaxed.gpu.global.add.noftz.bf16x2" in bf.asm
+    f32dw = compile_ir(emit_ir(from_label(
+        "sm_90-bf16-dwfp32-t64x64x32-w2x2-v8x8-sync-default-atomic")).ir_text, "sm_90")
+    from wgradcache.compile.isa import isa_stats
+
+    s = isa_stats(f32dw.asm)
+    assert s["global_atomic_add_f32"] == 32 and s["cas_loops"] == 0
+
+
+def test_static_shared_memory_limit_is_48k():
+    """targets.py's lds_bytes for sm_90: 48 KB static compiles, 4 bytes more is ptxas's
+    error (it exits non-zero: a CodegenError naming it)."""
+    def kernel(nbytes):
+        kb = KernelBuilder("lds_probe", block_size=32)
+        out = kb.arg("out", ptr(f32))
+        lds = kb.ptr_cast(kb.lds("big", nbytes), f32)
+        tid = kb.thread_id()
+        kb.store(kb.gep(lds, tid), kb.const(1.0, f32))
+        kb.barrier()
+        kb.store(kb.gep(out, tid), kb.load(kb.gep(lds, kb.add(tid, nbytes // 4 - 32))))
+        return lower(kb.finish(), "sm_90")
+
+    ok = compile_ir(kernel(49152), "sm_90")
+    assert read_code_object(ok.hsaco).group_segment_fixed_size == 49152
+    with pytest.raises(CodegenError, match="ptxas failed: .*too much shared data"):
+        compile_ir(kernel(49156), "sm_90")
+
+
+def test_ptxas_report_and_nv_info_parsers():
+    rep = parse_ptxas_report("ptxas info    : Function properties for k\n"
+                             "    8 bytes stack frame, 4 bytes spill stores, 6 bytes spill loads\n"
+                             "ptxas info    : Used 72 registers, used 1 barriers, 18432 bytes "
+                             "smem, 400 bytes cmem[0]\n")
+    assert rep == {"registers": 72, "smem": 18432, "stack_frame": 8, "spill_stores": 4,
+                   "spill_loads": 6, "barriers": 1}
+    assert nv_info(bytes.fromhex("042f08000a00000014000000")) == [
+        (0x2F, bytes.fromhex("0a00000014000000"))]
+    assert nv_info(bytes.fromhex("031bff00011c")) == [(0x1B, b"\xff\x00"), (0x1C, b"")]
+    for bad in ("042f0800", "04", "092f0000"):
+        with pytest.raises(ValueError):
+            nv_info(bytes.fromhex(bad))
+
+
+def test_hostile_cubins_are_one_value_error(atomic_obj):
+    data = atomic_obj.hsaco
+    for bad in (data[:64], data[:len(data) // 2], b"\x7fELF" + b"\0" * 14 + b"\xbe\x00"):
+        with pytest.raises(ValueError):
+            read_code_object(bad)
+
+
+def test_build_publishes_cubins_and_shares_one_blob_per_ir(tmp_path):
+    """fp16 and fp16_f32 two-stage kernels differ only in name: one build compiles both
+    and both entries stay whole, relinked to one blob (the second used to overwrite it)."""
+    geo = small_geometries(tmp_path, cover=((32, 32, 32, 1, 1),))
+    req = BuildRequest(target="sm_90", dtypes=("fp16", "fp16_f32"),
+                       variants=("sync.default.two_stage", "sync.default.atomic"),
+                       geometries_file=str(geo), cache_dir=str(tmp_path / "c"), jobs=1)
+    s = build(req)
+    assert (s.jobs, s.failed, s.rejected) == (4, 0, 0)
+    assert s.built + s.relinked == 4 and s.relinked >= 1
+    cache = TargetCache(tmp_path / "c", "sm_90")
+    entries = [e for _, e in cache.iter_entries()]
+    assert len(entries) == 4 and all(isinstance(e, Entry) for e in entries)
+    for e in entries:
+        data = cache.read_blob(e.blob)
+        assert sha256_bytes(data) == e.blob_sha256
+        assert read_code_object(data).symbol == e.symbol
+        assert cache.blob_path(e.blob).suffix == ".cubin"
+    two = [e for e in entries if e.variant == "sync.default.two_stage"]
+    assert len({e.blob for e in two}) == 1
+    r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", str(tmp_path / "c"),
+                                  "--geometries", str(geo), "--level", "structure", "--json"])
+    doc = json.loads(r.output)
+    assert not doc["failures"], doc["failures"]
+
+
+def test_verify_device_cuda_without_a_gpu_is_one_line(tmp_path, monkeypatch):
+    geo = small_geometries(tmp_path, cover=((32, 32, 32, 1, 1),))
+    c = str(tmp_path / "c")
+    build(BuildRequest(target="sm_90", dtypes=("fp16",), variants=("sync.default.none",),
+                       geometries_file=str(geo), cache_dir=c, jobs=1))
+    import wgradcache.runtime.cuda as cuda
+
+    def missing():
+        raise ModuleNotFoundError("No module named 'cuda'")
+    monkeypatch.setattr(cuda, "cuda_driver", missing)
+    r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", c, "--geometries",
+                                  str(geo), "--level", "numerics", "--device", "cuda"])
+    assert r.exit_code == 1
+    fails = [ln for ln in r.output.splitlines() if ln.startswith("FAIL")]
+    assert fails == ["FAIL [numerics] sm_90: --device cuda: no device: cuda-bindings "
+                     "unavailable (ModuleNotFoundError: No module named 'cuda'); pip install "
+                     "'wgradcache[cuda]' on a machine with an NVIDIA driver"]
+    r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", c, "--geometries",
+                                  str(geo), "--level", "numerics", "--device", "hip"])
+    assert r.exit_code == 1
+    assert "FAIL [numerics] sm_90: --device hip: sm_90 code objects run through cuda, not hip" \
+        in r.output
+    # auto: one note, then the emulator proves the kernels
+    r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", c, "--geometries",
+                                  str(geo), "--level", "numerics", "--device", "auto"])
+    assert r.exit_code == 0, r.output
+    assert "cuda: no sm_90 device (cuda-bindings unavailable" in r.output
