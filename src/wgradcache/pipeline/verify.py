@@ -7,7 +7,10 @@ Three levels, each including the ones before it:
   count is compared with ``count`` (complete or not, and how much is missing);
 * structure: each code object is an AMDGPU ELF of the target's mach with its symbol and
   kernel descriptor, LDS equal to what the generator allocates and within the target, no
-  spills, no scratch, and the ISA statistics the variant requires;
+  spills, no scratch, the register counts the entry records equal to the binary's (AGPRs
+  too, where the target's MFMAs keep accumulators in them), and the ISA statistics the
+  variant requires on its target (``isa_problems``: the target family's matrix
+  instruction, a whole number of K steps of them, native unfenced atomics);
 * numerics: the IR is emitted again and must hash to the stored blob's content key (so the
   stored binary is this IR), then the kernel runs in the emulator (or on a device) against
   the float64 reference. An unsplit kernel runs ``probe_problem`` (or each ``--problem`` it
@@ -204,7 +207,22 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     f32 = isa.get("global_atomic_add_f32", 0)
     pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
           "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
+    target = get_target(spec.target)
     need(isa.get("mma", 0) > 0, "no MMA instruction")
+    # the target family's matrix instruction and no other (isa_stats counts both kinds;
+    # entries before the split counted only "mma")
+    own, other = ("mfma", "wmma") if target.family == "mfma" else ("wmma", "mfma")
+    if own in isa:
+        need(isa[own] == isa.get("mma", 0) and isa.get(other, 0) == 0,
+             f"{isa.get(own, 0)} v_{own} of {isa.get('mma', 0)} MMAs on a {own} target")
+    # every K step issues the same atoms: atoms per wave x k-steps per tile_k
+    atom = target.atom(spec.dtype)
+    if atom is not None:
+        per_step = ((spec.tile_m // spec.warp_m // atom.m) * (spec.tile_n // spec.warp_n
+                                                              // atom.n)
+                    * (spec.tile_k // atom.k))
+        need(per_step > 0 and isa.get("mma", 0) % per_step == 0,
+             f"{isa.get('mma', 0)} MMAs is not a whole number of K tiles of {per_step}")
     if spec.k_loop == "async":
         need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
         need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
@@ -357,6 +375,11 @@ def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list
             problems.append(f"spills: {co.vgpr_spill_count} VGPR, {co.sgpr_spill_count} SGPR")
         if co.private_segment_fixed_size:
             problems.append(f"scratch {co.private_segment_fixed_size} B")
+        recorded = entry.code_object
+        for field_ in ("vgpr_count", "agpr_count", "sgpr_count"):
+            if recorded.get(field_) != getattr(co, field_):
+                problems.append(f"{field_} recorded as {recorded.get(field_)}, the code "
+                                f"object has {getattr(co, field_)}")
         problems += isa_problems(spec, entry.isa)
         if problems:
             rep.failures.append(Failure(ik, label, "structure", "; ".join(problems)))
