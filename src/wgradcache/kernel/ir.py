@@ -217,7 +217,7 @@ class Ops(enum.Enum):
     BOUNDED_LOAD = enum.auto()
 
     # ** 11 -- matrix **
-    MMA = enum.auto()  # src=(a, b, c), arg=form ("gfx1250"|"gfx12"|"gfx11"|"mfma")
+    MMA = enum.auto()  # src=(a, b, c), arg=form ("gfx1250"|"gfx12"|"gfx11"|"mfma"|"mfma_k32")
 
     # ** 12 -- structured control **
     FOR = enum.auto()  # src=(start, stop, step, *inits), arg=ForRegion
