@@ -43,6 +43,9 @@ def _sync_specs() -> list[KernelSpec]:
                           epilogue="cshuffle"))
     out.append(KernelSpec("gfx1250", "fp16", "fp32", 32, 128, 64, 1, 2, vec_a=4, vec_b=4,
                           reduction="atomic"))
+    # half the block owns a slot of A (128 vectors, 256 threads): a wave-uniform store region
+    out += [KernelSpec(t, "fp16", "fp16", 32, 64, 32, 2, 4, vec_a=8, vec_b=8)
+            for t in ("gfx1250", "gfx1201", "gfx1151")]
     return out
 
 
@@ -65,7 +68,7 @@ def sync_entries(tmp_path_factory):
 
 
 def test_code_objects_of_the_sync_kernel(sync_entries):
-    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) - 2 * 2 + 5
+    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) - 2 * 2 + 5 + 3
     for spec, e in sync_entries:
         co, isa = e["code_object"], e["isa"]
         t = get_target(spec.target)
@@ -98,6 +101,19 @@ def test_sync_fragments_are_read_at_128_bits(sync_entries):
             where, isa["main_loop_ds_loads"], reads)
         assert isa["main_loop_ds_load_bytes"] == 16 * reads, where
         assert isa["main_loop_ds_loads_narrow"] == isa["main_loop_ds_loads_b16"] == 0, where
+
+
+def test_sync_main_loop_has_no_exec_mask_branch(sync_entries):
+    """Bounded (buffer) loads and a wave-uniform store region: no s_and_saveexec and no
+    s_cbranch_execz/execnz in any sync main loop, on every WMMA target."""
+    targets = set()
+    for spec, e in sync_entries:
+        isa = e["isa"]
+        assert (isa["main_loop_exec_branches"], isa["main_loop_saveexec"]) == (0, 0), (
+            spec.label(), isa["main_loop_exec_branches"], isa["main_loop_saveexec"])
+        assert isa["main_loop_global_loads"] > 0 and isa["buffer_loads"] > 0, spec.label()
+        targets.add(spec.target)
+    assert targets == {"gfx1250", "gfx1201", "gfx1151"}
 
 
 def test_same_spec_gives_identical_bytes_in_two_processes():

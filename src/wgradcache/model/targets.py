@@ -76,6 +76,9 @@ class Target:
     has_kernels: bool  # the generators emit kernels for it today
     max_block_size: int = 1024
     e_mach: int = 0  # EF_AMDGPU_MACH of the code object (probe, llvm22 facts §5)
+    # dword 3 of a raw buffer resource (V#) for ``llvm.amdgcn.make.buffer.rsrc``: format
+    # bits 12-18 nonzero, OOB_SELECT (28-29) = 3, the raw offset check; 0 = no buffer loads
+    buffer_rsrc_word3: int = 0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def atom(self, dtype_ab: str) -> MmaAtom | None:
@@ -107,6 +110,10 @@ _COMMON_SOURCES = {
     "async_lds_copy": f"{_PROBE} §3 (global.load.async.to.lds selects on gfx1250 only)",
     "packed_atomics_native": f"{_PROBE} §2 (atomicrmw fadd <2 x half>, monotonic, agent)",
     "e_mach": f"{_PROBE} §5 (e_flags & 0xff)",
+    "buffer_rsrc_word3": "CK ck_tile/core/config.hpp CK_TILE_BUFFER_RESOURCE_3RD_DWORD "
+                         "(gfx11/gfx12 0x31004000, gfx9 0x00020000); field layout: Triton "
+                         "third_party/amd BufferOpsEmitter.cpp createResourceDescriptor; "
+                         "probe: llc-22 selects buffer_load_b16..b128, no branch",
 }
 
 # What the MFMA targets share. async_lds_copy is False on purpose: gfx942/gfx950's
@@ -136,6 +143,10 @@ TARGETS: dict[str, Target] = {
             lds_bytes=327680, async_lds_copy=True, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=True, e_mach=0x49,
+            # LLVM 22 repacks the resource for gfx1250's 45-bit num_records (probe: the
+            # count lands at bit 57 up, word 3 becomes 0); no public source gives gfx1250's
+            # word 3: CK's gfx12 value, unverified on hardware
+            buffer_rsrc_word3=0x31004000,
             sources={**_COMMON_SOURCES,
                      "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)"},
         ),
@@ -144,7 +155,7 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 16, "gfx12"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=False, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=True, e_mach=0x4E,
+            has_kernels=True, e_mach=0x4E, buffer_rsrc_word3=0x31004000,
             sources={**_COMMON_SOURCES,
                      "float_atomics_validated": "not validated upstream (PR #14832 gates gfx1250)"},
         ),
@@ -155,7 +166,8 @@ TARGETS: dict[str, Target] = {
             # <2 x half>/<2 x bfloat> atomics become a CAS loop whatever metadata (§2).
             packed_atomics_native=False,
             float_atomics_validated=False, f32_atomic_needs_no_fine_grained=True,
-            has_kernels=True, e_mach=0x4A, sources=dict(_COMMON_SOURCES),
+            has_kernels=True, e_mach=0x4A, buffer_rsrc_word3=0x31004000,
+            sources=dict(_COMMON_SOURCES),
         ),
         Target(
             name="gfx950", family="mfma", wave_size=64,
@@ -164,7 +176,7 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 32, "mfma_k32"),
             lds_bytes=163840, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=True, e_mach=0x4F,
+            has_kernels=True, e_mach=0x4F, buffer_rsrc_word3=0x00020000,
             sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
                      "atoms": f"{_PROBE} §1: mfma.f32.16x16x32.{{f16,bf16}} select on gfx950 "
                               "only; lane maps kernel/mma.py 'mfma_k32'"},
@@ -174,7 +186,7 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=True, e_mach=0x4C,
+            has_kernels=True, e_mach=0x4C, buffer_rsrc_word3=0x00020000,
             sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
                      "atoms": f"{_PROBE} §1: mfma.f32.16x16x16f16 / 16x16x16bf16.1k; the "
                               "16x16x32 forms do not select; lane maps kernel/mma.py 'mfma'"},
