@@ -259,5 +259,9 @@ def test_mfma_cache_passes_verify_structure(mfma_cache):
     for target in ("gfx942", "gfx950"):
         rep = verify(VerifyRequest(cache_dir=str(root), targets=(target,), level="structure"))
         assert rep.failures == [], rep.failures
-        assert len([c for c in rep.passed_cases if c[2] == "structure"]) == len(
-            [s for s, _ in rows if s.target == target])
+        passed = [c for c in rep.passed_cases if c[2] == "structure"]
+        specs = [s for s, _ in rows if s.target == target]
+        assert {s.identity_key() for s in specs} <= {c[0] for c in passed}
+        # and each two-stage (dW dtype, replicas)'s stage-2 companion
+        stage2 = {(s.dw_dtype, s.ws_replicas) for s in specs if s.reduction == "two_stage"}
+        assert len(passed) == len(specs) + len(stage2) and stage2
