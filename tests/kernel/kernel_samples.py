@@ -7,7 +7,9 @@ from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import KernelDef, f32, i32, ptr
 
 WMMA_FORMS = ("gfx1250", "gfx12", "gfx11")
-FORM_TARGET = {"gfx1250": "gfx1250", "gfx12": "gfx1201", "gfx11": "gfx1151"}
+MFMA_FORMS = ("mfma", "mfma_k32")
+FORM_TARGET = {"gfx1250": "gfx1250", "gfx12": "gfx1201", "gfx11": "gfx1151", "mfma": "gfx942",
+               "mfma_k32": "gfx950"}
 
 
 def gemm_tile(form: str, dt, *, waves: int = 2, barrier_before_mma: bool = True,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_samples import WMMA_FORMS, every_op, gemm_tile
+from kernel_samples import MFMA_FORMS, WMMA_FORMS, every_op, gemm_tile
 
+from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.emulate import EmulationError, bf16_to_f32, emulate, f32_to_bf16
 from wgradcache.kernel.ir import bf16, f16, f32, i32, ptr
@@ -24,11 +25,11 @@ def gemm_inputs(dt, M, K, seed=0):
     return a, b, fa.astype(np.float64) @ fb.astype(np.float64)
 
 
-@pytest.mark.parametrize("form", WMMA_FORMS + ("mfma",))
+@pytest.mark.parametrize("form", WMMA_FORMS + MFMA_FORMS)
 @pytest.mark.parametrize("dt", [f16, bf16], ids=["f16", "bf16"])
 def test_wmma_gemm_tile_matches_float64(form, dt):
     kd = gemm_tile(form, dt)
-    K = 4 * (32 if form == "gfx1250" else 16)
+    K = 4 * mma.layout(form).k
     M = 32
     a, b, ref = gemm_inputs(dt, M, K)
     d = np.zeros((M, 16), np.float32)
@@ -38,9 +39,74 @@ def test_wmma_gemm_tile_matches_float64(form, dt):
     np.testing.assert_allclose(d, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
 
 
+# The MFMA lane semantics, written out from the fact sheet's formulas (mma-lane-maps.md §4a,
+# §4c), independently of kernel/mma.py: (A row, k) of lane ln slot i, C/D row of slot r.
+# The in-lane k order is free (§0: one permutation of k on A and B leaves D unchanged), so
+# what this pins is the A row, the B column and the whole C/D map; test_mma pins the k map.
+MFMA_SHEET = {
+    "mfma": (16, lambda ln, i: (ln % 16, 4 * (ln // 16) + i), lambda ln, r: 4 * (ln // 16) + r),
+    "mfma_k32": (32, lambda ln, i: (ln % 16, 8 * (ln // 16) + i),
+                 lambda ln, r: 4 * (ln // 16) + r),
+}
+
+
+@pytest.mark.parametrize("form", MFMA_FORMS)
+@pytest.mark.parametrize("dt", [f16, bf16], ids=["f16", "bf16"])
+def test_mfma_lane_semantics_against_numpy_matmul(form, dt):
+    """One MMA op on two waves of 64 lanes whose fragments come straight from global memory,
+    laid out per lane by the sheet's formulas: D read back per (lane, slot) equals
+    C + A @ B at the sheet's (row, col), so a wrong row, k group or C row in mma.py fails."""
+    K, a_of, c_row = MFMA_SHEET[form]
+    n_ab = K * 16 // 64
+    rng = np.random.default_rng(3)
+    A = rng.integers(-4, 5, (2, 16, K)).astype(np.float32)  # small integers: exact sums
+    B = rng.integers(-4, 5, (2, K, 16)).astype(np.float32)
+    C = rng.integers(-8, 9, (2, 16, 16)).astype(np.float32)
+    afrag = np.zeros((128, n_ab), np.float32)
+    bfrag = np.zeros((128, n_ab), np.float32)
+    cfrag = np.zeros((128, 4), np.float32)
+    for w in range(2):
+        for lane in range(64):
+            for i in range(n_ab):
+                row, k = a_of(lane, i)
+                afrag[64 * w + lane, i] = A[w, row, k]
+                bfrag[64 * w + lane, i] = B[w, k, row]  # B: column lane % 16, same k
+            for r in range(4):
+                cfrag[64 * w + lane, r] = C[w, c_row(lane, r), lane % 16]
+    kb = KernelBuilder(f"one_{form}", 128)
+    pa, pb = kb.arg("a", ptr(dt)), kb.arg("b", ptr(dt))
+    pc, pd = kb.arg("c", ptr(f32)), kb.arg("d", ptr(f32))
+    t = kb.thread_id()
+    fa = kb.load(kb.gep(pa, kb.mul(t, n_ab)), n_ab)
+    fb = kb.load(kb.gep(pb, kb.mul(t, n_ab)), n_ab)
+    fc = kb.load(kb.gep(pc, kb.mul(t, 4)), 4)
+    kb.store(kb.gep(pd, kb.mul(t, 4)), kb.mma(form, fa, fb, fc))
+    enc = (lambda x: f32_to_bf16(x)) if dt == bf16 else (lambda x: x.astype(np.float16))
+    d = np.zeros((128, 4), np.float32)
+    rep = emulate(kb.finish(), (1, 1, 1), {"a": enc(afrag), "b": enc(bfrag), "c": cfrag, "d": d})
+    assert rep.mma_ops == 1
+    want = C + A @ B
+    for w in range(2):
+        for lane in range(64):
+            for r in range(4):
+                assert d[64 * w + lane, r] == want[w, c_row(lane, r), lane % 16], (w, lane, r)
+
+
+def test_mfma_with_part_of_a_wave_is_refused():
+    """EXEC must be all ones for an MFMA: 32 lanes of a 64-lane wave are an error."""
+    kb = KernelBuilder("half_wave", 64)
+    c = kb.arg("c", ptr(f32))
+    with kb.if_(kb.icmp("ult", kb.thread_id(), 32)):
+        z = kb.const(0.0, f16.vec(8))
+        kb.store(kb.gep(c, kb.mul(kb.thread_id(), 4)),
+                 kb.mma("mfma_k32", z, z, kb.const(0.0, f32.vec(4))))
+    with pytest.raises(EmulationError, match="runs an MMA with part of its lanes"):
+        emulate(kb.finish(), (1, 1, 1), {"c": np.zeros(256, np.float32)})
+
+
 def test_wmma_tile_is_exact_on_small_integers():
     """Integer inputs make every partial sum exact: any lane-map slip shows as a mismatch."""
-    for form in WMMA_FORMS:
+    for form in WMMA_FORMS + MFMA_FORMS:
         kd = gemm_tile(form, f16)
         K = 64
         rng = np.random.default_rng(5)
@@ -92,8 +158,8 @@ def test_async_copy_into_bytes_read_since_barrier():
 
 
 def test_correct_kernels_raise_nothing():
-    for form in WMMA_FORMS:
-        run_tile(gemm_tile(form, f16), K=4 * (32 if form == "gfx1250" else 16))
+    for form in WMMA_FORMS + MFMA_FORMS:
+        run_tile(gemm_tile(form, f16), K=4 * mma.layout(form).k)
     run_tile(gemm_tile("gfx1250", bf16, use_async=True), dt=bf16)
 
 
@@ -274,7 +340,7 @@ def test_missing_argument_and_in_flight_copy_at_exit():
         emulate(kb.finish(), (1, 1, 1), {"g": np.zeros(32, np.float32)})
 
 
-@pytest.mark.parametrize("form", WMMA_FORMS + ("mfma",))
+@pytest.mark.parametrize("form", WMMA_FORMS + MFMA_FORMS)
 def test_every_op_kernel_runs_and_its_atomics_add_in_lane_order(form):
     kd = every_op(form, async_copy=form == "gfx1250")
     B, G = kd.block_size, 2

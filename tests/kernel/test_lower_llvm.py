@@ -10,7 +10,7 @@ import sys
 import llvmlite.binding as llvm
 import pytest
 import yaml
-from kernel_samples import FORM_TARGET, WMMA_FORMS, every_op, gemm_tile
+from kernel_samples import FORM_TARGET, MFMA_FORMS, WMMA_FORMS, every_op, gemm_tile
 
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import bf16, f16, f32, i32, ptr
@@ -142,6 +142,28 @@ def test_wmma_declarations_per_target(form, dt, decl):
     verify(text)
 
 
+@pytest.mark.parametrize("form,dt,decl", [
+    ("mfma", f16, '<4 x float> @"llvm.amdgcn.mfma.f32.16x16x16f16"(<4 x half> %".1", '
+                  '<4 x half> %".2", <4 x float> %".3", i32 %".4", i32 %".5", i32 %".6")'),
+    ("mfma", bf16, '<4 x float> @"llvm.amdgcn.mfma.f32.16x16x16bf16.1k"(<4 x i16> %".1", '
+                   '<4 x i16> %".2", <4 x float> %".3", i32 %".4", i32 %".5", i32 %".6")'),
+    ("mfma_k32", f16, '<4 x float> @"llvm.amdgcn.mfma.f32.16x16x32.f16"(<8 x half> %".1", '
+                      '<8 x half> %".2", <4 x float> %".3", i32 %".4", i32 %".5", i32 %".6")'),
+    ("mfma_k32", bf16, '<4 x float> @"llvm.amdgcn.mfma.f32.16x16x32.bf16"(<8 x bfloat> '
+                       '%".1", <8 x bfloat> %".2", <4 x float> %".3", i32 %".4", i32 %".5", '
+                       'i32 %".6")'),
+])
+def test_mfma_declarations_per_target(form, dt, decl):
+    text = lower(gemm_tile(form, dt), FORM_TARGET[form])
+    assert f"declare {decl}" in text
+    assert bool(re.search(r"bitcast <4 x bfloat> %\"v\d+\" to <4 x i16>", text)) == (
+        dt == bf16 and form == "mfma")
+    assert re.search(r"call <4 x float> @\S+\(<\d x \w+> %\"v[\d.a-z]+\", <\d x \w+> "
+                     r"%\"v[\d.a-z]+\", <4 x float> %\"v\d+\", i32 0, i32 0, i32 0\)", text)
+    assert '"amdgpu-flat-work-group-size"="128,128"' in text
+    verify(text)
+
+
 def test_loop_lowers_to_a_guarded_bottom_tested_body():
     """Rotated form: guard, body phis fed by the entry and the body itself, the test at the
     latch, and the results as exit phis (the initial values when no iteration ran)."""
@@ -174,12 +196,13 @@ def test_unsupported_ops_fail_early_naming_op_dtype_and_target():
         lower(gemm_tile("gfx1250", f16, use_async=True), "gfx1151")
     with pytest.raises(LoweringError, match="on gfx1250: MMA form 'mfma'"):
         lower(gemm_tile("mfma", f16), "gfx1250")
+    with pytest.raises(LoweringError, match="on gfx942: MMA form 'mfma_k32' does not exist"):
+        lower(gemm_tile("mfma_k32", f16), "gfx942")
 
 
 def test_every_op_verifies_on_each_target():
-    for form in WMMA_FORMS + ("mfma",):
-        target = FORM_TARGET.get(form, "gfx942")
-        verify(lower(every_op(form, async_copy=form == "gfx1250"), target))
+    for form in WMMA_FORMS + MFMA_FORMS:
+        verify(lower(every_op(form, async_copy=form == "gfx1250"), FORM_TARGET[form]))
 
 
 # -- codegen (subprocess) -----------------------------------------------------------------------
@@ -187,26 +210,25 @@ def test_every_op_verifies_on_each_target():
 def compiled():
     """Every sample kernel compiled once: {(name, target): (KernelDef, asm)}."""
     kernels = {}
-    for form in WMMA_FORMS:
+    for form in WMMA_FORMS + MFMA_FORMS:
         t = FORM_TARGET[form]
         kernels[("every_op", t)] = every_op(form, async_copy=form == "gfx1250")
         for dt in (f16, bf16):
             kernels[(f"gemm_{dt.scalar}", t)] = gemm_tile(form, dt)
         if form == "gfx1250":
             kernels[("gemm_async", t)] = gemm_tile(form, bf16, use_async=True)
-    kernels[("every_op", "gfx942")] = every_op("mfma", async_copy=False)
     keys = sorted(kernels)
     asms = compile_many([(t, lower(kernels[(n, t)], t)) for n, t in keys])
     return {k: (kernels[k], a) for k, a in zip(keys, asms, strict=True)}
 
 
 def test_every_op_compiles_on_each_target(compiled):
-    for target in ("gfx1250", "gfx1201", "gfx1151", "gfx942"):
+    for target in ("gfx1250", "gfx1201", "gfx1151", "gfx942", "gfx950"):
         kd, asm = compiled[("every_op", target)]
         md = metadata(asm)
         assert md[".name"] == kd.name
         assert md[".max_flat_workgroup_size"] == kd.block_size
-        mm = "v_mfma" if target == "gfx942" else "v_wmma"
+        mm = "v_mfma" if target in ("gfx942", "gfx950") else "v_wmma"
         assert asm.count(mm) == 2, target
         assert ".amdhsa_code_object_version 5" in asm
 
@@ -222,6 +244,18 @@ def test_wmma_gemm_tiles_compile_to_wmma(compiled):
         for dt in ("f16", "bf16"):
             _, asm = compiled[(f"gemm_{dt}", FORM_TARGET[form])]
             assert re.search(rf"v_wmma_f32_16x16x{32 if form == 'gfx1250' else 16}_{dt} ", asm)
+
+
+def test_mfma_gemm_tiles_compile_to_mfma_with_agprs(compiled):
+    """gfx942: v_mfma_f32_16x16x16_{f16,bf16}; gfx950: the 16x16x32 form. Wave64, and LLVM
+    keeps the accumulators where it likes (AGPRs here): the metadata counts them."""
+    for form, shape in (("mfma", "16x16x16"), ("mfma_k32", "16x16x32")):
+        for dt in ("f16", "bf16"):
+            _, asm = compiled[(f"gemm_{dt}", FORM_TARGET[form])]
+            assert re.search(rf"v_mfma_f32_{shape}_{dt} ", asm), (form, dt)
+            md = metadata(asm)
+            assert md[".wavefront_size"] == 64
+            assert ".agpr_count" in md
 
 
 def test_gfx1250_atomics_async_and_barrier_instructions(compiled):

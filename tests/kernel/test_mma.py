@@ -64,6 +64,18 @@ def test_mfma_16x16x16_groups_of_four():
     assert mma.layout("mfma").a_map(63, 0)[0] == 15
 
 
+def test_mfma_16x16x32_eight_contiguous_k_per_lane():
+    """mma-lane-maps.md §4c rows: lane 16 -> k 8..15, lane 32 -> 16..23, lane 63 -> 24..31."""
+    assert ks("mfma_k32", 0) == list(range(8))
+    assert ks("mfma_k32", 16) == list(range(8, 16))
+    assert ks("mfma_k32", 32) == list(range(16, 24))
+    assert ks("mfma_k32", 63) == list(range(24, 32))
+    assert mma.layout("mfma_k32").a_map(47, 0)[0] == 15
+    assert rows("mfma_k32", 33) == rows("mfma", 33) == [8, 9, 10, 11]
+    assert mma.k_runs(mma.layout("mfma_k32")) == [(0, 0, 8)]
+    assert mma.lds_k_order(mma.layout("mfma_k32")) == tuple(range(32))
+
+
 def test_k_runs():
     assert mma.k_runs(mma.layout("gfx1250")) == [(0, 0, 8), (8, 16, 8)]
     assert mma.k_runs(mma.layout("gfx12")) == [(0, 0, 4), (4, 8, 4)]
@@ -82,13 +94,16 @@ def test_intrinsic_names_spell_the_layout_operands(key):
     intrinsics are not overloaded (NVVM's: tests/kernel/test_mma_nvidia.py)."""
     form, elem = key
     intr, lay = mma.intrinsic(form, elem), mma.layout(form)
-    assert intr.name.startswith(f"llvm.amdgcn.{'mfma' if form == 'mfma' else 'wmma'}.f32.")
+    is_mfma = form.startswith("mfma")
+    assert intr.name.startswith(f"llvm.amdgcn.{'mfma' if is_mfma else 'wmma'}.f32.")
     assert f"{lay.m}x{lay.n}x{lay.k}" in intr.name
-    if form == "mfma":
+    if is_mfma:
         assert not re.search(r"\.v\d+", intr.name)
+        assert intr.style == "mfma" and lay.wave_size == 64
     else:
         assert intr.name.endswith(f".v{lay.c_elems}f32.v{lay.ab_elems}{intr.operand}")
-    assert intr.operand == (elem if form == "gfx1250" or elem == "f16" else "i16")
+    real_bf16 = form in ("gfx1250", "mfma_k32")
+    assert intr.operand == (elem if real_bf16 or elem == "f16" else "i16")
 
 
 def test_every_layout_form_has_both_intrinsics_and_every_atom_a_layout():

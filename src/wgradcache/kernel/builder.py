@@ -51,6 +51,7 @@ Memory (``pred``: an i1 per lane; False => no access at all, a load yields 0)::
     load(p, vec=1, *, pred=None, align=None) -> elem | <vec x elem>
     store(p, value, *, pred=None, align=None)         # value.dtype.base == p.elem
     atomic_add(p, value, *, pred=None)    # global; f32, <2 x f16>, <2 x bf16>; no result
+    bounded_load(p, byte_off, num_bytes, vec=1, *, align=None)   # no branch: zero past range
     async_copy(src, dst, nbytes, *, pred=None)        # gfx1250: global -> LDS, 4|8|16 bytes
     async_wait(n=0)                       # until <= n async copies of this wave in flight
     barrier()                             # workgroup barrier (LDS release/acquire)
@@ -68,6 +69,7 @@ Control::
     loop.results                           # carried values after the loop
     kb.loop(start, stop, step, inits, body) -> tuple   # body(index, *carried) -> tuple
     with kb.if_(pred): ...                 # per-lane predicate, no results
+    with kb.if_(pred, uniform=32): ...     # pred equal over each wave: a scalar branch
     kb.if_else(pred, then_fn, else_fn) -> tuple        # each fn() returns the yielded values
 
     kb.finish() -> KernelDef               # runs verify.verify
@@ -594,6 +596,26 @@ class KernelBuilder:
             raise BuildError(f"alignment {a} is not a power of two")
         return a
 
+    def bounded_load(self, p: Value, byte_off: Operand, num_bytes: Value, vec: int = 1, *,
+                     align: int | None = None) -> Value:
+        """Load ``vec`` elements at byte ``byte_off`` of the kernel argument ``p`` with the
+        range check in the access: the bytes when ``byte_off + size <= num_bytes``
+        (unsigned), zeros when ``byte_off >= num_bytes`` (an offset of 0x80000000 is always
+        past a buffer that ``serves`` admits). ``p`` and ``num_bytes`` are kernel arguments
+        (wave-uniform: on AMD they become one buffer resource in SGPRs)."""
+        if not (p.dtype.is_ptr and p.dtype.addrspace == GLOBAL and p.op is Ops.ARG):
+            raise BuildError(f"bounded_load base must be a global pointer argument, got {p!r}")
+        if not (isinstance(num_bytes, Value) and num_bytes.op is Ops.ARG
+                and num_bytes.dtype == i32):
+            raise BuildError("bounded_load num_bytes must be an i32 kernel argument")
+        byte_off = self._value(byte_off, i32)
+        if byte_off.dtype != i32:
+            raise BuildError(f"bounded_load offset must be i32, got {byte_off.dtype!r}")
+        dt = p.dtype.elem.vec(vec) if vec > 1 else p.dtype.elem
+        if dt.nbytes not in _BOUNDED_BYTES:
+            raise BuildError(f"bounded_load of {dt.nbytes} bytes (one of {_BOUNDED_BYTES})")
+        return self._emit(Ops.BOUNDED_LOAD, dt, (p, byte_off, num_bytes), self._align(align, dt))
+
     def atomic_add(self, p: Value, value: Value, *, pred: Value | None = None) -> None:
         """``*p += value`` atomically (agent scope, monotonic, no return).
 
@@ -691,15 +713,22 @@ class KernelBuilder:
         return pred
 
     @contextmanager
-    def if_(self, pred: Value):
-        """Lanes where ``pred`` (i1) is true run the body; no values leave it."""
+    def if_(self, pred: Value, uniform: int = 0):
+        """Lanes where ``pred`` (i1) is true run the body; no values leave it.
+
+        ``uniform`` (the wave size) promises ``pred`` is equal over each aligned group of
+        that many lanes: the lowering branches on one lane's value (no exec-mask branch)
+        and the emulator checks the promise."""
         pred = self._if_pred(pred)
+        if uniform < 0 or uniform & (uniform - 1):
+            raise BuildError(f"if_ uniform={uniform}: 0 or a power of two lane count")
         self._blocks.append([])
         try:
             yield
         finally:
             then = self._blocks.pop()
-        self._emit(Ops.IF, void, (pred,), IfRegion(self._id(), tuple(then), (), (), ()))
+        self._emit(Ops.IF, void, (pred,), IfRegion(self._id(), tuple(then), (), (), (),
+                                                   int(uniform)))
 
     def if_else(self, pred: Value, then_fn: Callable[[], Sequence[Value] | Value | None],
                 else_fn: Callable[[], Sequence[Value] | Value | None] | None = None
@@ -744,6 +773,9 @@ def _as_tuple(out) -> tuple[Value, ...]:
         return (out,)
     return tuple(out)
 
+
+# bytes per lane of a bounded load: what one buffer load moves (b8 .. b128)
+_BOUNDED_BYTES = (1, 2, 4, 8, 12, 16)
 
 _COMMUTATIVE = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
 

@@ -16,7 +16,10 @@ through a ``uint8`` view, so results land in the caller's array.
 
 Checks (each raises ``EmulationError`` naming the op, the buffer, its size and the index):
 
-* out-of-bounds or misaligned global/LDS access (a predicated-off access is no access);
+* out-of-bounds or misaligned global/LDS access (a predicated-off access is no access); a
+  bounded load (``_bounded_load``) reads zeros past its num_bytes, as a buffer load does,
+  and is an error only when an access crosses it;
+* a wave-uniform ``if`` whose predicate differs within a wave;
 * LDS races since the last barrier, in both directions: a read of a byte another lane of
   the workgroup wrote, a write to a byte another lane read or wrote;
 * async copies (gfx1250): the data lands at the ``async_wait`` that retires it; any access
@@ -599,6 +602,53 @@ def _gather(m: _Machine, v: Value, p: _Ptr, w, lane, dt: DType) -> np.ndarray:
     return raw.view(_np(dt))
 
 
+def _bounded_load(m: _Machine, v: Value, mask):
+    """A load whose range check is the access's own, as a raw buffer load (stride 0) does it.
+
+    Per active lane, with the byte offset and num_bytes read as unsigned 32-bit integers and
+    compared in exact (unwrapped) arithmetic:
+
+    * ``off + size <= num_bytes``: the bytes are read (bounds and alignment checked against
+      the real buffer, so a num_bytes larger than the buffer is caught);
+    * ``off >= num_bytes``: zeros, nothing is accessed, the offset need not be aligned;
+    * in between (the access crosses num_bytes): an error; what the hardware returns then
+      differs between chips and is not a rule a kernel may rely on.
+
+    Sources for the rule: the Triton Gluon docs of ``amd.rdna4.buffer.make_buffer_descriptor``
+    and ``amd.cdna5...`` ("an access is in bounds only if soffset + offset + size <=
+    num_records"; accesses crossing it are checked in 4-byte pieces, chip-dependent);
+    the MLIR AMDGPU dialect's ``amdgpu.raw_buffer_load`` ("When a load is out of bounds, the
+    instruction returns zero. Partially-out of bounds have chipset-dependent behavior");
+    LLVM IntrinsicsAMDGPU.td, ``raw.ptr.buffer.load``: the voffset is "included in bounds
+    checking", the soffset (0 here) excluded. The generator plants 0x80000000 for an
+    invalid element (Triton's ``fillCommonArgs`` and CK's offset trick do the same): past
+    every buffer ``serves`` admits (< 2^31 bytes), whatever the access size.
+    """
+    p, off, num = (m.val(s) for s in v.src)
+    dt = v.dtype
+    size = dt.nbytes
+    w, lane = m.lanes(mask, None)
+    out = np.zeros((m.G, m.L, dt.count), _np(dt))
+    if len(w):
+        offs = np.broadcast_to(off, (m.G, m.L))[w, lane].astype(np.int64) & 0xFFFFFFFF
+        n = np.broadcast_to(num, (m.G, m.L))[w, lane].astype(np.int64) & 0xFFFFFFFF
+        inside = offs + size <= n
+        cross = ~inside & (offs < n)
+        if cross.any():
+            j = int(np.argmax(cross))
+            m.fail(v, f"a {size}-byte access at byte offset {int(offs[j]):#x} crosses "
+                      f"num_bytes {int(n[j])} (partly out of range: chip-dependent), "
+                      f"workgroup {m.wg_name(int(w[j]))}, lane {int(lane[j])}",
+                   buffer=p.name, index=int(offs[j]))
+        if inside.any():
+            wi, li = w[inside], lane[inside]
+            full = np.zeros((m.G, m.L), np.int64)
+            full[wi, li] = offs[inside]
+            q = _Ptr(p.kind, p.name, np.broadcast_to(p.off, (m.G, m.L)) + full)
+            out[wi, li] = _gather(m, v, q, wi, li, dt)
+    m.env[v.id] = out if dt.is_vector else out[..., 0]
+
+
 def _store(m: _Machine, v: Value, mask):
     p, x = m.val(v.src[0]), m.val(v.src[1])
     dt = v.src[1].dtype
@@ -784,6 +834,15 @@ def _for(m: _Machine, v: Value, mask):
 def _if(m: _Machine, v: Value, mask):
     r = v.arg
     pred = np.broadcast_to(m.val(v.src[0]), mask.shape)
+    if r.uniform:  # the lowering branches on one active lane's value: hold the promise
+        grp = (pred & mask).reshape(m.G, -1, r.uniform)
+        act = mask.reshape(m.G, -1, r.uniform)
+        split = grp.any(axis=-1) & (grp != act).any(axis=-1)
+        if split.any():
+            g, wv = (int(x[0]) for x in np.nonzero(split))
+            m.fail(v, f"wave-uniform if: the predicate differs within lanes "
+                      f"{wv * r.uniform}-{(wv + 1) * r.uniform - 1} of workgroup "
+                      f"{m.wg_name(g)}")
     then_mask, else_mask = mask & pred, mask & ~pred
     then_y = else_y = ()
     if then_mask.any():
@@ -811,6 +870,7 @@ _HANDLERS = {
     Ops.VSHUFFLE: _vshuffle,
     Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, Ops.ATOMIC_ADD: _atomic_add,
     Ops.ASYNC_COPY: _async_copy, Ops.ASYNC_WAIT: _async_wait, Ops.BARRIER: _barrier,
+    Ops.BOUNDED_LOAD: _bounded_load,
     Ops.MMA: _matrix, Ops.FOR: _for, Ops.IF: _if,
     Ops.LOOP_RESULT: _result, Ops.IF_RESULT: _result,
 }

@@ -209,9 +209,15 @@ class Ops(enum.Enum):
     ASYNC_COPY = enum.auto()  # src=(gptr, lds_ptr[, pred]), arg=bytes (4|8|16)
     ASYNC_WAIT = enum.auto()  # arg=n: wait until <= n async copies of this wave are in flight
     BARRIER = enum.auto()  # workgroup barrier with LDS release/acquire
+    # src=(gptr, byte_off, num_bytes), arg=align; gptr and num_bytes kernel arguments (ARG),
+    # byte_off i32. Per lane, as a buffer resource reads (kernel/emulate.py cites the
+    # rule): bytes [off, off + size) when off + size <= num_bytes, unsigned; zeros when
+    # off >= num_bytes; an access across num_bytes is an error (chip-dependent). No branch:
+    # an invalid element gets an offset past the range instead of a predicate.
+    BOUNDED_LOAD = enum.auto()
 
     # ** 11 -- matrix **
-    MMA = enum.auto()  # src=(a, b, c), arg=form ("gfx1250"|"gfx12"|"gfx11"|"mfma")
+    MMA = enum.auto()  # src=(a, b, c), arg=form ("gfx1250"|"gfx12"|"gfx11"|"mfma"|"mfma_k32")
 
     # ** 12 -- structured control **
     FOR = enum.auto()  # src=(start, stop, step, *inits), arg=ForRegion
@@ -237,6 +243,8 @@ class GroupOp:
     Vector = frozenset({Ops.VBUILD, Ops.VEXTRACT, Ops.VINSERT, Ops.VSHUFFLE})
     Memory = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY})
     Sync = frozenset({Ops.ASYNC_WAIT, Ops.BARRIER})
+    # loads whose range check is the hardware's (AMD: a buffer resource); not predicated
+    Bounded = frozenset({Ops.BOUNDED_LOAD})
     # ops that take an optional trailing i1 predicate (false: no access, a load yields 0)
     Predicated = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY})
     # ops with an effect: never dropped, never moved
@@ -328,6 +336,9 @@ class IfRegion:
     """Per-lane ``if``: lanes whose predicate is false skip ``then`` and run ``else_``.
 
     ``then_yields[i]`` / ``else_yields[i]`` become IF_RESULT slot i (a select per lane).
+    ``uniform``: 0, or a lane count (the wave size) over whose aligned groups the predicate
+    is promised equal: the lowering then branches on one lane's value (a scalar branch, no
+    exec-mask manipulation) and the emulator checks the promise.
     """
 
     id: int
@@ -335,6 +346,7 @@ class IfRegion:
     else_: tuple[Value, ...]
     then_yields: tuple[Value, ...]
     else_yields: tuple[Value, ...]
+    uniform: int = 0
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,13 @@ Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
   fences make LDS stores visible across waves, as HIP's ``__syncthreads``);
 * predicated memory ops become a branch (a load merges 0 with a phi), so a predicated-off
   lane issues nothing;
+* a bounded load is ``llvm.amdgcn.raw.ptr.buffer.load`` through one buffer resource per
+  (pointer argument, size argument), made in the entry block with
+  ``llvm.amdgcn.make.buffer.rsrc`` (stride 0, num_records = the size, word 3 from
+  ``Target.buffer_rsrc_word3``): the range check is the hardware's, so no branch; the
+  value is loaded as i8/i16/i32/<N x i32> and bitcast to the IR type;
+* a wave-uniform ``if`` (``IfRegion.uniform``) branches on ``llvm.amdgcn.readfirstlane`` of
+  the predicate: a scalar branch, no exec-mask save/restore;
 * the module flag ``!{i32 1, !"amdhsa_code_object_version", i32 500}`` of
   ``model.targets.CODE_OBJECT_VERSION`` (5), the version the codegen options accept.
 
@@ -52,7 +59,7 @@ from functools import cache
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import _f32_to_bf16_bits
-from wgradcache.kernel.ir import DType, GroupOp, KernelDef, Ops, Value, f32
+from wgradcache.kernel.ir import DType, GroupOp, KernelDef, Ops, Value, f32, walk
 from wgradcache.model.targets import CODE_OBJECT_VERSION, code_object_version_flag, get_target
 
 __all__ = ["LoweringError", "lower", "DATA_LAYOUT", "TRIPLE"]
@@ -202,6 +209,10 @@ _CASTS = {Ops.SITOFP: "sitofp", Ops.UITOFP: "uitofp", Ops.FPTOSI: "fptosi",
 _ASYNC_COPY = {4: "llvm.amdgcn.global.load.async.to.lds.b32",
                8: "llvm.amdgcn.global.load.async.to.lds.b64",
                16: "llvm.amdgcn.global.load.async.to.lds.b128"}
+# a bounded load's LLVM type per byte count (buffer_load_u8 .. _b128) and its mangling
+_BUFFER_TYPES = {1: ("i8", "i8"), 2: ("i16", "i16"), 4: ("i32", "i32"),
+                 8: ("<2 x i32>", "v2i32"), 12: ("<3 x i32>", "v3i32"),
+                 16: ("<4 x i32>", "v4i32")}
 _NOFINE = ", !amdgpu.no.fine.grained.memory !0"  # !0 is always the empty node
 _MODULE_FLAGS = ["!llvm.module.flags = !{ !1 }", "!0 = !{  }",
                  '!1 = !{ i32 1, !"amdhsa_code_object_version", '
@@ -312,6 +323,7 @@ class _Lowering:
             self.lds[alloc.name] = ("ptr addrspace(3)", ref)
         self.position(self.new_block("entry"))
         self.hw_ids()
+        self.buffer_resources()
         self.block(kd.body)
         self.void("ret void")
 
@@ -326,6 +338,26 @@ class _Lowering:
             else:
                 name = f"llvm.amdgcn.workgroup.id.{'xyz'[s.arg]}"
             self.values[s.id] = self.call(self.intrinsic(name, "i32", []), [], f"v{s.id}")
+
+    def buffer_resources(self):
+        """One buffer resource per (pointer, size) argument pair of the bounded loads, in the
+        entry block (arguments dominate everything; the resource lives in SGPRs)."""
+        self.rsrc: dict[tuple[int, int], LValue] = {}
+        for v in walk(self.kd.body):
+            if v.op is not Ops.BOUNDED_LOAD:
+                continue
+            key = (v.src[0].id, v.src[2].id)
+            if key in self.rsrc:
+                continue
+            word3 = self.target.buffer_rsrc_word3
+            if not word3:
+                self.fail(v, "no buffer resource on this target (Target.buffer_rsrc_word3)")
+            name = f"rsrc.{key[0]}.{key[1]}"
+            n = self.cast("zext", self.val(v.src[2]), "i64", name + ".n")
+            f = self.intrinsic("llvm.amdgcn.make.buffer.rsrc.p8.p1", "ptr addrspace(8)",
+                               ["ptr addrspace(1)", "i16", "i64", "i32"])
+            self.rsrc[key] = self.call(f, [self.val(v.src[0]), ("i16", "0"), n,
+                                           ("i32", str(word3))], name)
 
     # -- emission --------------------------------------------------------------------------
     def new_block(self, name: str) -> _Block:
@@ -526,6 +558,16 @@ class _Lowering:
         # offset 0 (applies to both addresses), cpol 0 (default cache policy)
         return self.predicated(v, 2, lambda: self.call(f, [p, d, ("i32", "0"), ("i32", "0")]))
 
+    def bounded_load(self, v: Value, name: str) -> LValue:
+        rsrc = self.rsrc[(v.src[0].id, v.src[2].id)]
+        ty, mangle = _BUFFER_TYPES[v.dtype.nbytes]
+        f = self.intrinsic(f"llvm.amdgcn.raw.ptr.buffer.load.{mangle}", ty,
+                           ["ptr addrspace(8)", "i32", "i32", "i32"])
+        # voffset (in the range check), soffset 0, aux 0 (default cache policy)
+        raw = self.call(f, [rsrc, self.val(v.src[1]), ("i32", "0"), ("i32", "0")],
+                        name + ".raw")
+        return self.cast("bitcast", raw, ltype(v.dtype), name)
+
     def need_async(self, v: Value):
         if not self.target.async_lds_copy:
             self.fail(v, "no async global->LDS copies on this target (gfx1250 only)")
@@ -595,6 +637,11 @@ class _Lowering:
     def if_region(self, v: Value, name: str) -> list[LValue]:
         r = v.arg
         pred = self.val(v.src[0])
+        if r.uniform:  # one lane's predicate: a scalar branch (the emulator checks it)
+            z = self.cast("zext", pred, "i32", f"if{r.id}.z")
+            f = self.intrinsic("llvm.amdgcn.readfirstlane.i32", "i32", ["i32"])
+            u = self.call(f, [z], f"if{r.id}.u")
+            pred = self.emit(f"if{r.id}.c", "i1", f"icmp ne i32 {u[1]}, 0")
         _, other = self.branch(pred, f"if{r.id}.then", f"if{r.id}.else")
         self.block(r.then)
         ty = [self.val(y) for y in r.then_yields]
@@ -623,6 +670,7 @@ _RULES: dict[Ops, Callable] = {
     Ops.SELECT: _Lowering.select, Ops.PTR_CAST: _Lowering.ptr_cast, Ops.GEP: _Lowering.gep,
     Ops.ASYNC_WAIT: _Lowering.async_wait, Ops.BARRIER: _Lowering.barrier, Ops.MMA: _Lowering.mma,
     Ops.FOR: _Lowering.for_loop, Ops.IF: _Lowering.if_region,
+    Ops.BOUNDED_LOAD: _Lowering.bounded_load,
     Ops.LOOP_RESULT: _Lowering.result, Ops.IF_RESULT: _Lowering.result,
 }
 _Lowering.rules = _RULES  # a subclass for another target replaces the rules it overrides

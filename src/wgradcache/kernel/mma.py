@@ -181,14 +181,34 @@ LAYOUTS: dict[str, MmaLayout] = {
         k_offsets=tuple(range(16)),
         c_row_group_stride=1, c_row_offsets=tuple(2 * r for r in range(8)),
         source="mma-lane-maps.md §3: AMD calculator InstCalcGfx11, IREE WMMAR3, Modular"),
-    # CDNA3 v_mfma_f32_16x16x16_f16 / 16x16x16bf16_1k (wave64): k = 4*(l//16) + i,
-    # C/D row = 4*(l//16) + r (calculator InstCalcGfx9, IREE mfmaLhs16xK, Triton, CK).
-    # mma-lane-maps.md §4a.
+    # CDNA3/CDNA4 (gfx942, gfx950) v_mfma_f32_16x16x16_f16 / 16x16x16bf16_1k (wave64):
+    # A row = l%16, k = 4*(l//16) + i; C/D row = 4*(l//16) + r, col = l%16.
+    # Source 1: AMD matrix instruction calculator InstCalcGfx9 (mma-lane-maps.md §4a: lane =
+    # (k//4)*16 + row, element = k%4; 4-row output groups). Source 2: CK,
+    # ROCm/composable_kernel include/ck_tile/ops/gemm/warp/warp_gemm_attribute_mfma_impl.hpp
+    # @015d9f72, WarpGemmAttributeMfmaImplF16F16F32M16N16K16: kAMLane 16, kABKLane 4,
+    # kABKPerLane 4 (k = 4*(l//16) + i), kCMLane 4, kCNLane 16, kCM1PerLane 4
+    # (row = 4*(l//16) + r). IREE mfmaLhs16xK / Triton agree (§4).
     "mfma": MmaLayout(
         "mfma", 16, 16, 16, 64, k_group_stride=4,
         k_offsets=tuple(range(4)),
         c_row_group_stride=4, c_row_offsets=tuple(range(4)),
-        source="mma-lane-maps.md §4a: AMD calculator InstCalcGfx9, IREE, Triton, CK"),
+        source="mma-lane-maps.md §4a: AMD calculator InstCalcGfx9; CK "
+               "warp_gemm_attribute_mfma_impl.hpp M16N16K16"),
+    # CDNA4 (gfx950 only) v_mfma_f32_16x16x32_{f16,bf16} (wave64): A row = l%16,
+    # k = 8*(l//16) + i (8 contiguous k per lane); C/D as the 16x16x16 form.
+    # Source 1: CK, ROCm/composable_kernel include/ck_tile/ops/gemm/warp/
+    # warp_gemm_attribute_mfma_impl.hpp @015d9f72, WarpGemmAttributeMfmaImplF16F16F32M16N16K32
+    # and ...Bf16Bf16F32M16N16K32: kAMLane 16, kABKLane 4, kABKPerLane 8, kCMLane 4,
+    # kCM1PerLane 4. Source 2: IREE mfmaLhs16xK(32) and rocKE _mfma_a_16x16x32 ("hardware-
+    # verified to 1e-3; the flat-concat alternative validates only to 1e-2"), mma-lane-maps.md
+    # §4c. The AMD calculator has no CDNA4 table.
+    "mfma_k32": MmaLayout(
+        "mfma_k32", 16, 16, 32, 64, k_group_stride=8,
+        k_offsets=tuple(range(8)),
+        c_row_group_stride=4, c_row_offsets=tuple(range(4)),
+        source="mma-lane-maps.md §4c: CK warp_gemm_attribute_mfma_impl.hpp M16N16K32; IREE "
+               "mfmaLhs16xK(32), rocKE (hardware-verified)"),
     # NVIDIA mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 (sm_80+), two
     # of them side by side as one 16x16x16 atom. PTX ISA (8.x numbering) §9.7.14.5.8
     # "Matrix Fragments for mma.m16n8k16 with floating point type": groupID = lane >> 2,
@@ -230,7 +250,8 @@ class MmaIntrinsic:
 
     name: str  # full, mangled
     operand: str  # A/B element type it takes: "i16" where bf16 travels as integer bits
-    style: str  # argument list: "mods" (gfx1250), "plain" (gfx11/gfx12 WMMA), "mfma", "nvvm"
+    style: str  # argument list: "mods" (gfx1250), "plain" (gfx11/gfx12 WMMA), "mfma" (both
+    # MFMA forms: A, B, C, cbsz = abid = blgp = 0, the plain layouts of the lane maps)
     # "nvvm" only: the atom is ``len(b_regs)`` instructions; A registers are pairs of IR
     # slots (the same for every instruction), B registers per instruction, C/D slots per
     # instruction (its scalar float operands and results, in order).
@@ -257,8 +278,9 @@ _NV_A = ((0, 1), (4, 5), (2, 3), (6, 7))
 _NV_B = (((0, 1), (2, 3)), ((4, 5), (6, 7)))
 _NV_C = ((0, 1, 2, 3), (4, 5, 6, 7))
 
-# (form, A/B element) -> intrinsic. gfx11/gfx12 WMMA and MFMA take bf16 as integer vectors
-# (llvm_anyint_ty): the lowering bitcasts; gfx1250 takes real bfloat vectors.
+# (form, A/B element) -> intrinsic. gfx11/gfx12 WMMA and the 16x16x16 MFMA take bf16 as
+# integer vectors (llvm_anyint_ty): the lowering bitcasts; gfx1250 and gfx950's 16x16x32
+# MFMA take real bfloat vectors.
 INTRINSICS: dict[tuple[str, str], MmaIntrinsic] = {
     ("gfx1250", "f16"): MmaIntrinsic("llvm.amdgcn.wmma.f32.16x16x32.f16.v8f32.v16f16",
                                      "f16", "mods"),
@@ -274,6 +296,10 @@ INTRINSICS: dict[tuple[str, str], MmaIntrinsic] = {
                                     "i16", "plain"),
     ("mfma", "f16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x16f16", "f16", "mfma"),
     ("mfma", "bf16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x16bf16.1k", "i16", "mfma"),
+    # gfx950 (AMDGPUMFMAIntrinsics950): bf16 as real bfloat vectors; llc-22 -mcpu=gfx950
+    # selects both, gfx942 cannot select them (llvm22-amdgpu-facts.md §1)
+    ("mfma_k32", "f16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x32.f16", "f16", "mfma"),
+    ("mfma_k32", "bf16"): MmaIntrinsic("llvm.amdgcn.mfma.f32.16x16x32.bf16", "bf16", "mfma"),
     # NVVM's names spell (D, C) types for f16 operands, the A/B type for bf16 (LLVM
     # IntrinsicsNVVM.td MMA_NAME; probe: llc-22 -mcpu=sm_90 selects
     # mma.sync.aligned.m16n8k16.row.col.f32.{f16.f16,bf16.bf16}.f32). Arguments: a0-a3,

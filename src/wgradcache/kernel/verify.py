@@ -179,6 +179,23 @@ class _Verifier:
         if v.src[0].dtype != i1 or \
                 [y.dtype for y in r.then_yields] != [y.dtype for y in r.else_yields]:
             self.fail(v, "bad predicate or yields")
+        u = r.uniform
+        if not isinstance(u, int) or u < 0 or u & (u - 1):
+            self.fail(v, f"uniform={u!r}: 0 or a power of two lane count")
+
+    def check_bounded_load(self, v: Value):
+        """Base and num_bytes are kernel arguments (wave-uniform: one buffer resource per
+        pair on AMD), the offset an i32; the width one buffer load moves."""
+        if len(v.src) != 3:
+            self.fail(v, f"{len(v.src)} operands (base, byte offset, num_bytes)")
+        p, off, n = v.src
+        if not (p.op is Ops.ARG and p.dtype.is_ptr and p.dtype.addrspace == GLOBAL):
+            self.fail(v, f"base {p!r} is not a global pointer argument")
+        if off.dtype != i32 or n.dtype != i32 or n.op is not Ops.ARG:
+            self.fail(v, f"offset {off.dtype!r} / num_bytes {n!r}: i32, num_bytes an argument")
+        if v.dtype.base != p.dtype.elem or v.dtype.nbytes not in (1, 2, 4, 8, 12, 16) or \
+                _bad_align(v.arg):
+            self.fail(v, f"bounded load of {v.dtype!r} through {p.dtype!r}, align {v.arg}")
 
     def check_result(self, v: Value):
         (node,) = v.src
@@ -286,6 +303,7 @@ _CHECKS = {
     **{op: "check_sync" for op in GroupOp.Sync},
     Ops.SELECT: "check_select", Ops.FMA: "check_fma", Ops.GEP: "check_gep",
     Ops.MMA: "check_mma", Ops.FOR: "check_for", Ops.IF: "check_if",
+    Ops.BOUNDED_LOAD: "check_bounded_load",
     Ops.LOOP_RESULT: "check_result", Ops.IF_RESULT: "check_result",
 }
 

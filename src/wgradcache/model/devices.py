@@ -28,8 +28,15 @@ DEVICE_SIZES: dict[str, DeviceSize] = {
     "gfx1201": DeviceSize(64, 1, "no source in reference/: RX 9070 XT product figure"),
     "gfx1151": DeviceSize(40, 1, "rocKE split-K table lists 64 (facts §3); Strix Halo has 40. "
                                  "We use 40, unsourced in reference/"),
-    "gfx950": DeviceSize(256, 8, "rocKE split-K table (facts §3)"),
-    "gfx942": DeviceSize(304, 8, "rocKE split-K table (facts §3)"),
+    # MI355X: 8 XCDs of 32 active CUs (AMD at ISSCC 2026, reported by news.lavx.hu
+    # "ISSCC 2026: AMD's MI355X doubles throughput with fewer compute units": "32 compute
+    # units versus 38 in MI300X"; eight CDNA 4 compute dies: boston-uk blog 2025-08-14).
+    "gfx950": DeviceSize(256, 8, "rocKE split-K table (facts §3); MI355X 8 XCD x 32 CU "
+                                 "(ISSCC 2026 report)"),
+    # MI300X: 8 XCDs of 38 CUs = 304 (yobitel.com/knowledge-base/amd-mi300x: "Eight XCD
+    # compute dies (304 Compute Units total)"; the same ISSCC report: 38 per XCD).
+    "gfx942": DeviceSize(304, 8, "rocKE split-K table (facts §3); MI300X 8 XCD x 38 CU "
+                                 "(public spec pages)"),
     # H200 SXM: 132 SMs (cudaGetDeviceProperties as PyTorch read it on the device machine,
     # .library/device/KINDS.md; the H100 SXM datasheet's 132 too). "XCDs": one die.
     "sm_90": DeviceSize(132, 1, "H200: 132 multiprocessors (device properties)"),

@@ -46,7 +46,8 @@ class MmaAtom:
 
     ``form`` names the operand form the lowering and the lane maps key on:
     ``gfx1250`` (16x16x32, 16 elements per lane, no duplication), ``gfx12`` (16x16x16, 8 per
-    lane), ``gfx11`` (16x16x16, 16 per lane, lanes 16-31 duplicate 0-15), ``mfma`` (wave64),
+    lane), ``gfx11`` (16x16x16, 16 per lane, lanes 16-31 duplicate 0-15), ``mfma`` (wave64
+    16x16x16, 4 per lane), ``mfma_k32`` (wave64 16x16x32, 8 per lane; gfx950 only),
     ``m16n8k16`` (NVIDIA: a 16x16x16 atom made of two ``mma.sync.m16n8k16`` instructions,
     8 A/B elements and 8 accumulators per lane).
     Its LLVM intrinsic per A/B dtype is ``kernel.mma.intrinsic(form, ...)``.
@@ -78,6 +79,9 @@ class Target:
     has_kernels: bool  # the generators emit kernels for it today
     max_block_size: int = 1024
     e_mach: int = 0  # EF_AMDGPU_MACH of the code object (probe, llvm22 facts §5); sm for CUDA
+    # dword 3 of a raw buffer resource (V#) for ``llvm.amdgcn.make.buffer.rsrc``: format
+    # bits 12-18 nonzero, OOB_SELECT (28-29) = 3, the raw offset check; 0 = no buffer loads
+    buffer_rsrc_word3: int = 0
     vendor: str = "amd"  # "amd" (AMDGPU backend, ld.lld, .hsaco) or "nvidia" (NVPTX, ptxas)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
@@ -115,6 +119,28 @@ _COMMON_SOURCES = {
     "async_lds_copy": f"{_PROBE} §3 (global.load.async.to.lds selects on gfx1250 only)",
     "packed_atomics_native": f"{_PROBE} §2 (atomicrmw fadd <2 x half>, monotonic, agent)",
     "e_mach": f"{_PROBE} §5 (e_flags & 0xff)",
+    "buffer_rsrc_word3": "CK ck_tile/core/config.hpp CK_TILE_BUFFER_RESOURCE_3RD_DWORD "
+                         "(gfx11/gfx12 0x31004000, gfx9 0x00020000); field layout: Triton "
+                         "third_party/amd BufferOpsEmitter.cpp createResourceDescriptor; "
+                         "probe: llc-22 selects buffer_load_b16..b128, no branch",
+}
+
+# What the MFMA targets share. async_lds_copy is False on purpose: gfx942/gfx950's
+# global->LDS copies (global_load_lds_dword[x4], buffer_load ... lds) write at M0 plus
+# lane id x size, a wave-uniform, lane-contiguous destination, not the per-lane LDS address
+# of gfx1250's global_load_async_to_lds that the async K loop and its emulator model are
+# written for (llvm22-amdgpu-facts.md §3, §5; rocke-aot-wgrad-facts.md §7). Its K-outer
+# tile rows of tile_mn + 8 elements are not lane-contiguous per wave, and there is no
+# zero-fill route for a failing chunk inside one wave-wide copy. An async MFMA loop needs
+# its own IR op and tile layout; until then the walk gives these targets the sync loop only.
+_MFMA_SOURCES = {
+    "wave_size": f"{_PROBE} §5 (.wavefront_size 64 on gfx942 / gfx950)",
+    "async_lds_copy": "no: global_load_lds writes M0 + lane*size (wave-uniform base), "
+                      "not the per-lane LDS address the async loop needs (see above)",
+    "float_atomics_validated": f"{_PROBE} §2: native global_atomic_add_f32 / pk_add_f16 / "
+                               "pk_add_bf16 at agent scope monotonic, no fences; upstream "
+                               "two-stage split-K was built for gfx950 (facts §5)",
+    "code_object_version": "CODE_OBJECT_VERSION (5), checked on gfx942 (facts §5)",
 }
 
 TARGETS: dict[str, Target] = {
@@ -126,6 +152,10 @@ TARGETS: dict[str, Target] = {
             lds_bytes=327680, async_lds_copy=True, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=True, e_mach=0x49,
+            # LLVM 22 repacks the resource for gfx1250's 45-bit num_records (probe: the
+            # count lands at bit 57 up, word 3 becomes 0); no public source gives gfx1250's
+            # word 3: CK's gfx12 value, unverified on hardware
+            buffer_rsrc_word3=0x31004000,
             sources={**_COMMON_SOURCES,
                      "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)"},
         ),
@@ -134,7 +164,7 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 16, "gfx12"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=False, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=True, e_mach=0x4E,
+            has_kernels=True, e_mach=0x4E, buffer_rsrc_word3=0x31004000,
             sources={**_COMMON_SOURCES,
                      "float_atomics_validated": "not validated upstream (PR #14832 gates gfx1250)"},
         ),
@@ -145,21 +175,30 @@ TARGETS: dict[str, Target] = {
             # <2 x half>/<2 x bfloat> atomics become a CAS loop whatever metadata (§2).
             packed_atomics_native=False,
             float_atomics_validated=False, f32_atomic_needs_no_fine_grained=True,
-            has_kernels=True, e_mach=0x4A, sources=dict(_COMMON_SOURCES),
+            has_kernels=True, e_mach=0x4A, buffer_rsrc_word3=0x31004000,
+            sources=dict(_COMMON_SOURCES),
         ),
         Target(
             name="gfx950", family="mfma", wave_size=64,
-            atoms=_atoms(16, 16, 16, "mfma"),
+            # the widest-K atom of each dtype (upstream's cache rule, facts §3/§7): two
+            # 16x16x16 steps are one 16x16x32 here
+            atoms=_atoms(16, 16, 32, "mfma_k32"),
             lds_bytes=163840, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=False, e_mach=0x4F, sources=dict(_COMMON_SOURCES),
+            has_kernels=True, e_mach=0x4F, buffer_rsrc_word3=0x00020000,
+            sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
+                     "atoms": f"{_PROBE} §1: mfma.f32.16x16x32.{{f16,bf16}} select on gfx950 "
+                              "only; lane maps kernel/mma.py 'mfma_k32'"},
         ),
         Target(
             name="gfx942", family="mfma", wave_size=64,
             atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=False, e_mach=0x4C, sources=dict(_COMMON_SOURCES),
+            has_kernels=True, e_mach=0x4C, buffer_rsrc_word3=0x00020000,
+            sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
+                     "atoms": f"{_PROBE} §1: mfma.f32.16x16x16f16 / 16x16x16bf16.1k; the "
+                              "16x16x32 forms do not select; lane maps kernel/mma.py 'mfma'"},
         ),
         # NVIDIA Hopper (H100 / H200), the silicon this project can run on. Facts:
         #  * atoms: PTX ISA 9.7.14.5.8 "Matrix Fragments for mma.m16n8k16 with floating

@@ -7,9 +7,13 @@ k_wg -> (n_img, ho, wo) and n_wg -> (y, x, c) reads X[n_img, ho·s − p + y·d,
 group·cpg + c]: stride-1 along c, vectors of ``vec_b`` | cpg never cross a (y, x) tap.
 
 Every out-of-range element (reduction tail, padding, stride/dilation holes, partial M/N
-tiles) is a predicated-off access: no memory is touched and the lane gets zero. Offsets of
-valid elements fit 31 bits (``serves`` bounds every buffer), so i32 arithmetic is exact there;
-for invalid ones it may wrap, harmlessly, since nothing is accessed.
+tiles) reads zero without a branch. The sync loop's loads are bounded loads (a buffer
+resource on AMD, DESIGN §4): an invalid vector gets the byte offset 0x80000000, past every
+buffer ``serves`` admits, and the hardware's range check returns zeros; no exec-mask branch
+per vector. The async copies have no range check: their predicate is explicit
+(``async_chunk_predicate``). Offsets of valid elements fit 31 bits (``serves`` bounds every
+buffer), so i32 arithmetic is exact there; for invalid ones it may wrap, harmlessly, since
+the offset is replaced (sync) or nothing is accessed (async).
 
 Slots: a tile of ``rows × cols`` elements is cut into vectors of ``width`` along the row;
 vector ``idx = slot·block + tid`` covers row idx // (cols/width). Adjacent threads take
@@ -31,10 +35,11 @@ from dataclasses import dataclass
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
-from wgradcache.kernel.ir import Value, i8
+from wgradcache.kernel.ir import Value, i8, i32
 from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
 __all__ = ["Slot", "tile_slots", "kc_tile_slots", "transpose_depth", "OperandLoad",
+           "INVALID_OFFSET",
            "a_operand", "b_operand", "load_sync", "store_sync", "issue_async",
            "async_chunk_predicate", "copy_or_zero_fill"]
 
@@ -48,6 +53,7 @@ class Slot:
     col: Value
     lds_off: Value
     ok: Value | None
+    ok_uniform: bool = False  # ``ok`` is equal over each wave (the boundary is wave-aligned)
 
 
 def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
@@ -109,7 +115,11 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
             head = kb.select(kb.icmp("eq", r, i * depth), h, head)
         k0 = kb.add(kb.sub(p0, r), head) if heads != list(range(0, lay.k, depth)) else p0
         lds_off = kb.add(kb.mul(col, row_k), p0)
-        out += [Slot(kb.add(k0, off) if off else k0, col, lds_off, ok) for off in offsets]
+        # idx = s·block + tid: with total and block multiples of the wave, idx < total
+        # holds for a whole wave or for none of it
+        uniform = total % lay.wave_size == 0 and block % lay.wave_size == 0
+        out += [Slot(kb.add(k0, off) if off else k0, col, lds_off, ok, uniform)
+                for off in offsets]
     return out
 
 
@@ -208,12 +218,23 @@ def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
 
 # ---- sync: global -> registers -> LDS ------------------------------------------------------
 
+INVALID_OFFSET = 0x80000000  # past every buffer serves admits (< 2^31 bytes), any access size
+
+
 def load_sync(op: OperandLoad, kt: Value) -> list[Value]:
-    """The operand's vectors of K tile ``kt`` in registers (zeros where invalid)."""
+    """The operand's vectors of K tile ``kt`` in registers (zeros where invalid): bounded
+    loads, an invalid vector at byte offset ``INVALID_OFFSET`` (no branch)."""
     kb = op.ctx.kb
     align = op.width * op.ctx.eb
-    return [kb.load(kb.gep(op.buf, off), op.width, pred=valid, align=align)
-            for valid, off in op.at(kt)]
+    shift = op.ctx.eb.bit_length() - 1
+    past = kb.const(INVALID_OFFSET, i32)
+    out = []
+    for valid, off in op.at(kt):
+        byte_off = kb.shl(off, shift)
+        if valid is not None:
+            byte_off = kb.select(valid, byte_off, past)
+        out.append(kb.bounded_load(op.buf, byte_off, op.nbytes, op.width, align=align))
+    return out
 
 
 def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:
@@ -230,7 +251,8 @@ def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:
     for g in range(0, len(op.slots), d):
         head, vecs = op.slots[g], regs[g:g + d]
         # a ragged group: one region around its ``width`` stores, not a branch per store
-        with kb.if_(head.ok) if head.ok is not None else nullcontext():
+        uniform = op.ctx.lay.wave_size if head.ok_uniform else 0
+        with kb.if_(head.ok, uniform=uniform) if head.ok is not None else nullcontext():
             base = kb.add(head.lds_off, op.lds_base)
             for i in range(op.width):
                 col = [kb.extract(v, i) if op.width > 1 else v for v in vecs]
