@@ -81,3 +81,46 @@ def test_no_sm90_device_among_the_gpus(sm90_cache, monkeypatch):
     assert r.exit_code == 1
     assert [f["reason"] for f in doc["failures"]] == [
         "--device cuda: no device: 1 CUDA device(s), none is sm_90"]
+
+
+def test_no_reproduce_on_a_machine_with_another_toolchain(sm90_cache, fake_cuda, monkeypatch):
+    """The device machine has no libLLVM-22 (another codegen, another digest): reproduce
+    cannot pass there; --no-reproduce keeps the IR check and runs numerics on the device."""
+    import wgradcache.pipeline.workers as workers
+
+    real = workers.codegen_context
+
+    def other(target=None):
+        options, toolchain, _ = real(target)
+        return options, {**toolchain, "codegen": "llvmlite"}, "0" * 64
+    monkeypatch.setattr(workers, "codegen_context", other)
+    r = _verify(sm90_cache, "--device", "cuda")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 1 and {f["level"] for f in doc["failures"]} == {"reproduce"}
+    assert fake_cuda.launches == []
+    r = _verify(sm90_cache, "--device", "cuda", "--no-reproduce")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0, doc["failures"]
+    assert len({ln.symbol for ln in fake_cuda.launches}) == 10 + 2  # entries + stage 2
+
+
+def test_no_reproduce_still_catches_a_blob_of_other_ir(sm90_cache, fake_cuda, tmp_path):
+    """An entry re-pointed at another entry's (valid, whole) blob: structure catches the
+    symbol; an entry whose recorded toolchain was edited makes its IR hash elsewhere."""
+    import shutil
+
+    c = tmp_path / "c"
+    shutil.copytree(sm90_cache["cache"], c)
+    cache = TargetCache(c, "sm_90")
+    ik, e = next((ik, e) for ik, e in cache.iter_entries())
+    doc = record_json(e)
+    doc["toolchain"] = {**doc["toolchain"], "linker_version": "ptxas: another"}
+    cache.entry_path(ik).write_text(json.dumps(doc, sort_keys=True))
+    r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", str(c),
+                                  "--geometries", str(sm90_cache["geometries"]), "--json",
+                                  "--level", "numerics", "--device", "cuda", "--no-reproduce"])
+    out = json.loads(r.stdout)
+    assert r.exit_code == 1
+    assert [(f["label"], f["reason"]) for f in out["failures"]] == [
+        (e.label, "the stored binary is not this IR: re-emitted IR hashes to another "
+                  "content key")]

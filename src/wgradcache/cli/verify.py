@@ -44,6 +44,9 @@ from wgradcache.cli.console import (
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
 @click.option("--device", type=click.Choice(["auto", "emulator", "hip", "cuda"]), default="auto",
               show_default=True, help="where numerics run")
+@click.option("--reproduce/--no-reproduce", default=True, show_default=True,
+              help="numerics: compile every job again first (--no-reproduce on a device "
+                   "machine without the build's toolchain: the IR check only)")
 @click.option("--junit", type=click.Path(dir_okay=False), default=None,
               help="write JUnit XML here")
 @geometries_option

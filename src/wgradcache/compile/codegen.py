@@ -245,15 +245,16 @@ def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None,
 
 def _compile_nvidia(ir_text: str, target: str, options: CodegenOptions,
                     listing: str) -> CompiledObject:
-    """NVPTX: codegen to PTX text (LLVM's "assembly" for this target), then ``ptxas -v``
-    to the sm cubin. ``asm`` is the PTX (the listing ``isa`` counts, kind "ptx"); ptxas's
-    report (registers, spills, stack, shared memory) goes into the info's spill counts.
+    """NVPTX: codegen to PTX text (LLVM's "assembly" for this target), then ``ptxas`` to
+    the sm cubin. The listing is nvdisasm's SASS of the cubin (kind "disassembly", what
+    ``verify`` derives from a stored blob too); ``listing="assembly"`` gives the PTX
+    instead (kind "ptx", ``wgradcache compile``'s ``.s``).
 
     ptxas reads a file, so the PTX and the cubin pass through a private temporary folder.
     """
     import tempfile
 
-    from wgradcache.compile.cubin import parse_ptxas_report
+    from wgradcache.compile.cubin import disassemble_cubin
     from wgradcache.compile.discovery import find_ptxas
 
     if listing not in LISTINGS:
@@ -272,7 +273,7 @@ def _compile_nvidia(ir_text: str, target: str, options: CodegenOptions,
         src, dst = Path(d) / "k.ptx", Path(d) / "k.cubin"
         src.write_text(ptx)
         try:
-            out = subprocess.run([str(ptxas), f"-arch={target}", "-O3", "-v", "-o", str(dst),
+            out = subprocess.run([str(ptxas), f"-arch={target}", "-O3", "-o", str(dst),
                                   str(src)], capture_output=True, text=True,
                                  timeout=_TOOL_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -283,15 +284,24 @@ def _compile_nvidia(ir_text: str, target: str, options: CodegenOptions,
         cubin = dst.read_bytes()
     t["link"] = time.perf_counter() - t2
     t3 = time.perf_counter()
-    report = parse_ptxas_report(out.stdout + out.stderr)
     try:
-        info = read_code_object(cubin, report)
+        info = read_code_object(cubin)
     except ValueError as e:
         raise CodegenError(f"ptxas wrote an unusable cubin: {e}") from None
     t["read"] = time.perf_counter() - t3
+    t4 = time.perf_counter()
+    if listing == "none":
+        asm, kind = "", "none"
+    elif listing == "assembly":
+        asm, kind = ptx, "ptx"
+    else:
+        try:
+            asm, kind = disassemble_cubin(cubin), "disassembly"
+        except ValueError as e:
+            raise CodegenError(str(e)) from None
+    t["listing"] = time.perf_counter() - t4
     t["total"] = time.perf_counter() - t0
-    kind = "none" if listing == "none" else "ptx"
-    return CompiledObject(cubin, "" if kind == "none" else ptx, kind, info, t)
+    return CompiledObject(cubin, asm, kind, info, t)
 
 
 def _lister(listing: str) -> str:

@@ -111,9 +111,9 @@ def _dynamic_symbols(elf: ELFFile) -> set[str]:
     return {s.name for s in sec.iter_symbols() if s.name}
 
 
-def read_code_object(hsaco: bytes, report: dict | None = None) -> CodeObjectInfo:
+def read_code_object(hsaco: bytes) -> CodeObjectInfo:
     """Parse a linked code object holding exactly one kernel (an NVIDIA cubin goes to
-    ``cubin.read_cubin``: the same record from its ELF; ``report``: ptxas's figures).
+    ``cubin.read_cubin``: the same record from its ELF).
 
     Raises ValueError for non-ELF or non-AMDGPU input, a missing metadata note, or a kernel
     count other than one (LLVM drops a kernel silently in some configurations, facts §1:
@@ -122,7 +122,7 @@ def read_code_object(hsaco: bytes, report: dict | None = None) -> CodeObjectInfo
     from wgradcache.compile.cubin import is_cubin, read_cubin
 
     if isinstance(hsaco, (bytes, bytearray, memoryview)) and is_cubin(hsaco):
-        fields = read_cubin(hsaco, report)
+        fields = read_cubin(hsaco)
         return CodeObjectInfo(**{**fields, "args": tuple(KernelArg(*a) for a in fields["args"])})
     elf = _elf(hsaco)
     try:

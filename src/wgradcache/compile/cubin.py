@@ -19,8 +19,9 @@ The same record as an AMDGPU code object (``codeobject.CodeObjectInfo``), from t
   block on sm_8x/sm_90 (CUDA C++ Programming Guide, "Shared Memory" per compute capability;
   the cubin marks it with the ``.nv.reservedSmem`` symbols).
 
-Spills are not in the ELF: ptxas's ``-v`` report gives them (``N bytes spill stores``);
-``parse_ptxas_report`` reads it, and the build records it beside the cubin's own figures.
+Spills are not in the ELF's records: the stack frame is (FRAME_SIZE), and the SASS's
+STL/LDL are the spill stores and loads (``sass_stats`` of nvdisasm's listing, which the
+build records and ``verify --level structure`` derives again from the stored cubin).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from collections import Counter
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-__all__ = ["EM_CUDA", "RESERVED_SMEM", "is_cubin", "read_cubin", "parse_ptxas_report",
-           "ptx_stats", "nv_info"]
+__all__ = ["EM_CUDA", "RESERVED_SMEM", "is_cubin", "read_cubin",
+           "ptx_stats", "nv_info", "is_sass", "sass_stats", "disassemble_cubin"]
 
 EM_CUDA = 190
 RESERVED_SMEM = 1024
@@ -84,11 +85,12 @@ def _u32s(b: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(b) // 4}I", b[:len(b) // 4 * 4])
 
 
-def read_cubin(data: bytes, report: dict | None = None) -> dict:
+def read_cubin(data: bytes) -> dict:
     """The fields of a ``codeobject.CodeObjectInfo`` (``args`` as (name, offset, size,
-    value kind) tuples) of a cubin holding exactly one kernel; ``report``: ptxas's ``-v``
-    figures (``parse_ptxas_report``) for the spills the ELF does not hold. ValueError for
-    anything that is not such a cubin. (``codeobject.read_code_object`` makes the record.)"""
+    value kind) tuples) of a cubin holding exactly one kernel, from its ELF alone. The ELF
+    holds no spill count: spill stores and loads are the SASS's STL/LDL (``sass_stats``),
+    and the stack frame is ``private_segment_fixed_size``. ValueError for anything that is
+    not such a cubin. (``codeobject.read_code_object`` makes the record.)"""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"cubin must be bytes, got {type(data).__name__}")
     data = bytes(data)
@@ -142,37 +144,16 @@ def read_cubin(data: bytes, report: dict | None = None) -> dict:
     if reserved and smem:
         smem = max(0, smem - RESERVED_SMEM)
     sm = (flags >> 8) & 0xFF if abiv >= 8 else flags & 0xFF
-    rep = report or {}
     return dict(
         e_flags=flags, mach=sm, target=f"nvptx64-nvidia-cuda--sm_{sm}",
         code_object_version=0, symbol=name, has_symbol=True,
         has_descriptor=info_k is not None,
         args=tuple((f"param{o}", off, size, "by_value") for o, off, size in args),
         vgpr_count=regs, agpr_count=0, sgpr_count=0,
-        vgpr_spill_count=int(rep.get("spill_stores", 0)),
-        sgpr_spill_count=int(rep.get("spill_loads", 0)),
+        vgpr_spill_count=0, sgpr_spill_count=0,
         group_segment_fixed_size=smem, private_segment_fixed_size=frame,
         wavefront_size=32, max_flat_workgroup_size=max_threads,
         kernarg_segment_size=params, text_bytes=text.data_size if text is not None else 0)
-
-
-_REPORT = {
-    "registers": re.compile(r"Used (\d+) registers"),
-    "smem": re.compile(r"(\d+) bytes smem"),
-    "stack_frame": re.compile(r"(\d+) bytes stack frame"),
-    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
-    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
-    "barriers": re.compile(r"used (\d+) barriers"),
-}
-
-
-def parse_ptxas_report(text: str) -> dict[str, int]:
-    """The figures of ptxas's ``-v`` report for one kernel (absent ones are 0)."""
-    out = {}
-    for key, rx in _REPORT.items():
-        m = rx.search(text)
-        out[key] = int(m.group(1)) if m else 0
-    return out
 
 
 # ---- PTX listing statistics (the keys of compile.isa.isa_stats that apply) ------------------
@@ -273,5 +254,122 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         "main_loop_ds_loads": tally(lambda m: m.startswith("ld.shared"), body),
         "main_loop_ds_stores": tally(lambda m: m.startswith("st.shared"), body),
         "main_loop_global_loads": tally(lambda m: m.startswith("ld.global"), body),
+    })
+    return s
+
+
+# ---- SASS (nvdisasm) statistics: what structure derives from a stored cubin -----------------
+
+_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Za-z0-9_.]*)"
+                        r"([^;]*);")
+_SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_SASS_BRA = re.compile(r"(\.L_x_\d+)\b")
+
+
+def is_sass(text: str) -> bool:
+    """An nvdisasm listing (``.target sm_NN`` and ``/*0000*/`` addresses)."""
+    head = text[:4000]
+    return "/*0000*/" in head and re.search(r"\.target\s+sm_\d+", head) is not None
+
+
+def disassemble_cubin(data: bytes) -> str:
+    """nvdisasm's listing of a cubin (ValueError when nvdisasm refuses it; ToolchainError
+    from discovery when there is none)."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from wgradcache.compile.discovery import find_nvdisasm
+
+    tool = find_nvdisasm()
+    with tempfile.TemporaryDirectory(prefix="wgradcache-nvdisasm-") as d:
+        f = Path(d) / "k.cubin"
+        f.write_bytes(bytes(data))
+        out = subprocess.run([str(tool), "-c", str(f)], capture_output=True, text=True,
+                             timeout=120)
+    if out.returncode != 0:
+        raise ValueError(f"nvdisasm refused the cubin: {(out.stderr or out.stdout).strip()}")
+    return out.stdout
+
+
+def sass_stats(sass: str) -> dict[str, int]:
+    """Instruction counts of an nvdisasm listing under the keys ``verify`` reads (as
+    ``ptx_stats``): HMMA, LDGSTS and its barriers, BAR, global atomics by kind (RED/ATOMG),
+    fences (MEMBAR/FENCE), CAS loops, shared/global/local accesses (STL/LDL: spills), and
+    the main loop's (the backward branch with the most HMMAs)."""
+    names: list[str] = []
+    ops: list[str] = []
+    labels: dict[str, int] = {}
+    for line in sass.splitlines():
+        lab = _SASS_LABEL.match(line)
+        if lab:
+            labels[lab.group(1)] = len(names)
+            continue
+        m = _SASS_LINE.match(line)
+        if m:
+            names.append(m.group(1))
+            ops.append(m.group(2))
+    loops = []
+    for i, (nm, op) in enumerate(zip(names, ops, strict=True)):
+        b = _SASS_BRA.search(op) if nm.startswith("BRA") else None
+        if b and b.group(1) in labels and labels[b.group(1)] <= i:
+            loops.append((labels[b.group(1)], i))
+    n = Counter(names)
+
+    def tally(pred, counter=n) -> int:
+        return sum(v for k, v in counter.items() if pred(k))
+
+    def is_mma(m: str) -> bool:
+        return m.startswith(("HMMA", "HGMMA"))
+
+    def is_atomic(m: str) -> bool:
+        return m.startswith(("RED", "ATOMG"))
+
+    def is_cas(m: str) -> bool:
+        return m.startswith("ATOMG") and "CAS" in m
+
+    def is_bar(m: str) -> bool:
+        return m.startswith("BAR")
+
+    def is_async(m: str) -> bool:
+        return m.startswith("LDGSTS")
+
+    cas = [lp for lp in loops if any(is_cas(names[j]) for j in range(lp[0], lp[1] + 1))]
+    others = [lp for lp in loops if lp not in cas]
+    s = {
+        "instructions": len(names),
+        "mma": tally(is_mma),
+        "async_copies": tally(is_async),
+        "async_waits": tally(lambda m: m.startswith(("LDGDEPBAR", "DEPBAR"))),
+        "barriers": tally(is_bar),
+        "global_atomics": tally(is_atomic),
+        "global_atomic_add_f32": tally(lambda m: is_atomic(m) and ".ADD.F32" in m),
+        "global_atomic_pk_add_f16": tally(lambda m: is_atomic(m) and ".F16x2" in m),
+        "global_atomic_pk_add_bf16": tally(lambda m: is_atomic(m) and ".BF16x2" in m),
+        "global_atomic_cmpswap": tally(is_cas),
+        "device_cache_ops": tally(lambda m: m.startswith(("MEMBAR", "FENCE", "CCTL"))),
+        "cas_loops": len(cas),
+        "ds_loads": tally(lambda m: m.startswith("LDS")),
+        "ds_stores": tally(lambda m: m.startswith("STS")),
+        "global_loads": tally(lambda m: m.startswith("LDG") and not is_async(m)),
+        "global_stores": tally(lambda m: m.startswith("STG")),
+        "scratch_ops": tally(lambda m: m.startswith(("LDL", "STL"))),
+        "spill_stores": tally(lambda m: m.startswith("STL")),
+        "spill_loads": tally(lambda m: m.startswith("LDL")),
+        "loops": len(loops),
+    }
+    main = max(others, key=lambda lp: (sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)),
+                                       lp[1] - lp[0]), default=None)
+    body = Counter(names[main[0]:main[1] + 1]) if main else Counter()
+    s.update({
+        "main_loop_instructions": sum(body.values()),
+        "main_loop_mma": tally(is_mma, body),
+        "main_loop_barriers": tally(is_bar, body),
+        "main_loop_async_copies": tally(is_async, body),
+        "main_loop_ds_loads": tally(lambda m: m.startswith("LDS"), body),
+        "main_loop_ds_stores": tally(lambda m: m.startswith("STS"), body),
+        "main_loop_global_loads": tally(lambda m: m.startswith("LDG") and not is_async(m),
+                                        body),
+        "main_loop_scratch_ops": tally(lambda m: m.startswith(("LDL", "STL")), body),
     })
     return s

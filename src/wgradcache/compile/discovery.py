@@ -28,6 +28,7 @@ __all__ = [
     "ptxas_version",
     "PTXAS_ENV",
     "find_cuobjdump",
+    "find_nvdisasm",
     "find_tool",
     "llvm_library_candidates",
     "sha256_file",
@@ -157,6 +158,17 @@ def find_ptxas() -> Path:
     if found is None:
         raise ToolchainError(f"no ptxas found (CUDA_HOME, PATH, /usr/local/cuda*/bin, the "
                              f"nvidia-cuda-nvcc wheel): {_PTXAS_HINT}")
+    return found
+
+
+def find_nvdisasm() -> Path:
+    """nvdisasm: the sm_90 listing a build records and structure derives from a stored
+    cubin (``cubin.sass_stats``); ToolchainError with the install hint when missing."""
+    found = _cuda_tool("nvdisasm")
+    if found is None:
+        raise ToolchainError("no nvdisasm found (CUDA_HOME, PATH, /usr/local/cuda*/bin, the "
+                             "nvidia-cuda-nvdisasm wheel): install it with `pip install "
+                             "nvidia-cuda-nvdisasm` (the test extra has it) or a CUDA toolkit")
     return found
 
 

@@ -232,7 +232,8 @@ def _tally(counts: Counter[str], pred) -> int:
 
 
 def _is_ptx(asm: str) -> bool:
-    """An NVPTX listing (sm_90 kernels keep their PTX: ``compile/cubin.ptx_stats``)."""
+    """An NVPTX listing (``compile/cubin.ptx_stats``; an nvdisasm one goes to
+    ``sass_stats``)."""
     head = asm[:2000]
     return ".target sm_" in head and ".address_size" in head
 
@@ -247,6 +248,11 @@ def isa_stats(asm: str) -> dict[str, int]:
         from wgradcache.compile.cubin import ptx_stats
 
         return ptx_stats(asm)
+    if "/*0000*/" in asm[:4000]:
+        from wgradcache.compile.cubin import is_sass, sass_stats
+
+        if is_sass(asm):
+            return sass_stats(asm)
     code, labels = parse_listing(asm)
     loops = find_loops(code, labels)
     cas = [lp for lp in loops if _is_cas_loop(lp, code)]

@@ -30,7 +30,15 @@ from __future__ import annotations
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.ir import Ops, Value
-from wgradcache.kernel.lower_llvm import _RULES, LValue, _hw_uses, _Lowering, ltype
+from wgradcache.kernel.lower_llvm import (
+    _RULES,
+    LValue,
+    _align,
+    _const,
+    _hw_uses,
+    _Lowering,
+    ltype,
+)
 
 __all__ = ["NV_TRIPLE", "NV_DATA_LAYOUT", "lower_nvptx"]
 
@@ -81,6 +89,30 @@ class _NvLowering(_Lowering):
             s = seen[key]
             name = _SREG["tid"] if s.op is Ops.THREAD_ID else _SREG[s.arg]
             self.values[s.id] = self.call(self.intrinsic(name, "i32", []), [], f"v{s.id}")
+
+    def buffer_resources(self):
+        """No buffer resources on NVIDIA: a bounded load is a range check and a load."""
+        self.rsrc = {}
+
+    def bounded_load(self, v: Value, name: str) -> LValue:
+        """The IR's BOUNDED_LOAD without a buffer resource: ``off < num_bytes`` (unsigned)
+        guards a plain load at base + off, zeros elsewhere. The IR's rule makes an access
+        that crosses num_bytes an error, so on every valid access ``off < num_bytes`` is
+        ``off + size <= num_bytes``; the planted 0x80000000 of an invalid element fails
+        the unsigned compare. The branch is around one load: ptxas predicates it."""
+        (pt, p), off, num = (self.val(s) for s in v.src)
+        ty = ltype(v.dtype)
+        ok = self.emit(f"{name}.ok", "i1", f"icmp ult i32 {off[1]}, {num[1]}")
+        before = self.cur
+        _, done = self.branch(ok, f"{name}.do", f"{name}.done")
+        wide = self.cast("zext", off, "i64", f"{name}.off")
+        at = self.emit(f"{name}.at", pt, f"getelementptr i8, {pt} {p}, i64 {wide[1]}")
+        got = self.emit(f"{name}.ld", ty, f"load {ty}, {pt} {at[1]}{_align(v.arg)}")
+        then_block = self.cur
+        self.br(done)
+        self.position(done)
+        return self.emit(name, ty, self.phi(ty, [(got, then_block),
+                                                 ((ty, _const(v.dtype, None)), before)]))
 
     def barrier(self, v: Value, name: str) -> None:
         self.call(self.intrinsic(_BARRIER, "void", ["i32"]), [("i32", "0")])
@@ -142,5 +174,6 @@ class _NvLowering(_Lowering):
 
 
 _NvLowering.rules = {**_RULES, Ops.BARRIER: _NvLowering.barrier, Ops.MMA: _NvLowering.mma,
+                     Ops.BOUNDED_LOAD: _NvLowering.bounded_load,
                      **dict.fromkeys((Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY),
                                      _NvLowering.memory)}

@@ -59,7 +59,7 @@ def reproduce_all(target: str, jobs: list[tuple], jobs_n: int = 0,
         run_chunked,
     )
 
-    options, toolchain, tdigest = codegen_context()
+    options, toolchain, tdigest = codegen_context(target)
     out: dict[str, str] = {}
     on_done = on_done or (lambda k, r: None)
     expect: dict[str, tuple[str, bytes]] = {}

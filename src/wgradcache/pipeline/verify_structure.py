@@ -104,11 +104,18 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     return out
 
 
-def disassembler_missing() -> str:
-    """Why no stored binary can be disassembled here, or "" when one can."""
+def disassembler_missing(target: str | None = None) -> str:
+    """Why no stored binary of ``target`` can be disassembled here, or "" when one can
+    (sm_90: nvdisasm; the AMD targets: libLLVM's disassembler or llvm-objdump)."""
     from wgradcache.compile.disasm import disassembler_available
-    from wgradcache.compile.discovery import find_disassembler
+    from wgradcache.compile.discovery import ToolchainError, find_disassembler, find_nvdisasm
 
+    if target is not None and get_target(target).is_nvidia:
+        try:
+            find_nvdisasm()
+        except ToolchainError as e:
+            return f"the SASS statistics of the stored cubins cannot be derived: {e}"
+        return ""
     if disassembler_available() or find_disassembler() is not None:
         return ""
     return ("no libLLVM >= 22 nor llvm-objdump >= 22 here: the ISA statistics of the stored "
@@ -125,6 +132,10 @@ def binary_facts(data: bytes, target: str):
     from wgradcache.compile.isa import isa_stats
 
     co = read_code_object(data)
+    if get_target(target).is_nvidia:
+        from wgradcache.compile.cubin import disassemble_cubin
+
+        return co, isa_stats(disassemble_cubin(data))
     asm, _ = list_binary(data, target, CodegenOptions().features)
     return co, isa_stats(asm)
 
@@ -161,12 +172,12 @@ def record_differences(symbol: str, code_object: dict, isa: dict, co, stats: dic
     return diffs
 
 
-def _abi_problems(co, args, block: int) -> list[str]:
-    from wgradcache.wgrad.abi import kernarg_layout
+def _abi_problems(co, args, block: int, target: str) -> list[str]:
+    from wgradcache.wgrad.abi import binary_layout
 
     out = []
     have = tuple((a.name, a.offset, a.size) for a in co.explicit_args)
-    want = kernarg_layout(args)
+    want = binary_layout(args, target)
     if have != want:
         first = next((f"{w} vs {h}" for w, h in zip(want, have, strict=False) if w != h),
                      "count")
@@ -228,7 +239,7 @@ def entry_problems(spec: KernelSpec, entry, data: bytes,
         return [f"not a code object: {e}"]
     problems = _common_problems(co, spec.target)
     problems += _symbol_problems(spec, co.symbol, walked_symbol)
-    problems += _abi_problems(co, WGRAD_ARGS, spec.block_size)
+    problems += _abi_problems(co, WGRAD_ARGS, spec.block_size, spec.target)
     if co.group_segment_fixed_size != lds_bytes(spec):
         problems.append(f"LDS {co.group_segment_fixed_size} B, generator allocates "
                         f"{lds_bytes(spec)} B")
@@ -249,5 +260,5 @@ def stage2_problems(entry, data: bytes, target: str) -> list[str]:
     want = stage2_symbol(entry.dw_dtype, entry.ws_replicas)
     if co.symbol != want:
         problems.append(f"kernel symbol {_shown(co.symbol)} is not this kernel's ({want})")
-    problems += _abi_problems(co, STAGE2_ARGS, STAGE2_BLOCK)
+    problems += _abi_problems(co, STAGE2_ARGS, STAGE2_BLOCK, target)
     return problems + record_differences(entry.symbol, entry.code_object, entry.isa, co, stats)

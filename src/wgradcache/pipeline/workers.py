@@ -158,7 +158,7 @@ def _stored_ir(job: KernelSpec | tuple[str, str, int], symbol: str, options: dic
         k = emit_ir(job, check=False)
         ir, emitted, target = k.ir_text, k.symbol, job.target
     else:
-        from wgradcache.kernel.lower_llvm import lower
+        from wgradcache.kernel.lower import lower
         from wgradcache.wgrad.stage2 import build_stage2
 
         target, dw, r = job
@@ -175,7 +175,8 @@ def reproduce_task(key: str, job: KernelSpec | tuple[str, str, int], symbol: str
     raises, and an LLVM exit kills only this worker (``reproduce_alone`` retries it)."""
     from wgradcache.compile.codegen import CodegenOptions, compile_ir
 
-    mismatch = _toolchain_mismatch(toolchain)
+    mismatch = _toolchain_mismatch(toolchain, job.target if isinstance(job, KernelSpec)
+                                   else job[0])
     if mismatch:
         return {"ik": key, "error": mismatch}
     try:

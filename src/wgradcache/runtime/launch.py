@@ -40,6 +40,7 @@ from wgradcache.wgrad.abi import (
     STAGE2_BLOCK,
     WGRAD_ARGS,
     AbiArg,
+    binary_layout,
     buffer_bytes,
     kernarg_layout,
     pack,
@@ -93,9 +94,9 @@ def check_code_object(code: CodeObject, args: tuple[AbiArg, ...], block: int) ->
     if co.symbol != code.symbol:
         raise ValueError(f"code object's kernel is {co.symbol}, not {code.symbol}")
     have = tuple((a.name, a.offset, a.size) for a in co.explicit_args)
-    want = kernarg_layout(args)
-    if co.target.startswith("nvptx"):  # a cubin names no parameter: ordinal i is ABI arg i
-        want = tuple((f"param{i}", off, size) for i, (_, off, size) in enumerate(want))
+    # a cubin names no parameter (ordinal i is ABI argument i): abi.binary_layout
+    want = (binary_layout(args, co.target.split("--")[-1]) if co.target.startswith("nvptx")
+            else kernarg_layout(args))
     if have != want:
         diff = [f"{w} vs {h}" for w, h in zip(want, have, strict=False) if w != h]
         raise ValueError(f"{code.symbol}: explicit kernel arguments differ from the ABI "

@@ -24,7 +24,7 @@ from wgradcache.model.spec import KernelSpec, elem_bytes
 
 __all__ = [
     "AbiArg", "WGRAD_ARGS", "STAGE2_ARGS", "STAGE2_BLOCK", "MAX_BUFFER_BYTES",
-    "arg_names", "kernarg_layout", "kernarg_size", "pack", "check_values",
+    "arg_names", "kernarg_layout", "binary_layout", "kernarg_size", "pack", "check_values",
     "buffer_bytes", "magic_u31", "wgrad_values", "stage2_values", "pointer_dtypes", "ir_args",
     "declare",
 ]
@@ -126,6 +126,17 @@ def kernarg_layout(args: tuple[AbiArg, ...]) -> tuple[tuple[str, int, int], ...]
         out.append((a.name, off, a.size))
         off += a.size
     return tuple(out)
+
+
+def binary_layout(args: tuple[AbiArg, ...], target: str) -> tuple[tuple[str, int, int], ...]:
+    """``kernarg_layout`` as a code object of ``target`` names it: a cubin's parameters
+    carry no names (``param<i>`` by ordinal), an AMD code object's metadata has the ABI's."""
+    from wgradcache.model.targets import get_target
+
+    layout = kernarg_layout(args)
+    if get_target(target).is_nvidia:
+        return tuple((f"param{i}", off, size) for i, (_, off, size) in enumerate(layout))
+    return layout
 
 
 def kernarg_size(args: tuple[AbiArg, ...]) -> int:
