@@ -1,13 +1,19 @@
 #!/bin/sh
 # Everything the bare sm_90 device machine runs, from the repo root (the lead's `run` tool):
 #   1. the carried wheels (.whl/: pyelftools, which the CUDA image lacks) into /tmp/site;
-#   2. verify --device cuda --level numerics on the prebuilt sm_90 cache carried in the tree
-#      ($DEVCACHE, default devcache/cache; a sample of it: $VERIFY_SAMPLE, default 0.2);
+#   2. verify --device cuda --level numerics --no-reproduce (the device machine has not the
+#      build's libLLVM-22) on the prebuilt sm_90 cache carried in the tree: devcache/cache,
+#      or devcache/sm90-cache.tar.xz unpacked into /tmp ($DEVCACHE overrides; numerics on a
+#      sample of it: $VERIFY_SAMPLE, default 0.2);
 #   3. benchmarks/device_speed.py (ResNet-50 batch 32, fp16 and bf16, vs cuDNN).
 # Writes into $OUT (default ./device-out): env.txt, verify.txt, verify.json, speed.txt,
 # speed.json. Exit status: verify's, else the benchmark's.
 set -u
 OUT=${OUT:-$PWD/device-out}
+if [ -z "${DEVCACHE:-}" ] && [ -f devcache/sm90-cache.tar.xz ]; then
+  mkdir -p /tmp/devcache && tar -xJf devcache/sm90-cache.tar.xz -C /tmp/devcache || exit 3
+  DEVCACHE=/tmp/devcache/cache
+fi
 DEVCACHE=${DEVCACHE:-devcache/cache}
 VERIFY_SAMPLE=${VERIFY_SAMPLE:-0.2}
 mkdir -p "$OUT"
@@ -22,7 +28,7 @@ export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
     "numpy", numpy.__version__)';
   python3 -m wgradcache toolchain 2>&1 | tail -20; } > "$OUT/env.txt" 2>&1
 python3 -m wgradcache verify --from-cache --cache-dir "$DEVCACHE" --target sm_90 \
-  --level numerics --device cuda --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" \
+  --level numerics --device cuda --no-reproduce --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" \
   2> "$OUT/verify.txt"
 rc=$?
 echo "verify exit $rc" >> "$OUT/verify.txt"

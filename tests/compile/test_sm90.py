@@ -179,3 +179,12 @@ def test_verify_device_cuda_without_a_gpu_is_one_line(tmp_path, monkeypatch):
                                   str(geo), "--level", "numerics", "--device", "auto"])
     assert r.exit_code == 0, r.output
     assert "cuda: no sm_90 device (cuda-bindings unavailable" in r.output
+
+
+def test_a_warp_uniform_if_is_a_plain_branch():
+    """Eight warps over a 64x32 tile leave the loaders' last slot wave-aligned ragged: the
+    IR's uniform ``if`` lowers to a plain branch on NVPTX (readfirstlane is AMD's)."""
+    ir = emit_ir(from_label("sm_90-fp16-t64x32x32-w4x2-v8x8-sync-default-atomic")).ir_text
+    assert "readfirstlane" not in ir
+    obj = compile_ir(ir, "sm_90")
+    assert read_code_object(obj.hsaco).max_flat_workgroup_size == 256

@@ -634,14 +634,18 @@ class _Lowering:
         return [self.emit(f"v{c.id}.out", ty, self.phi(ty, [(init, pre), (y, latch)]))
                 for c, (ty, _), init, y in zip(r.carried, carried, inits, yields, strict=True)]
 
+    def uniform_predicate(self, pred: LValue, r) -> LValue:
+        """One lane's predicate: a scalar branch (the emulator checks it is uniform)."""
+        z = self.cast("zext", pred, "i32", f"if{r.id}.z")
+        f = self.intrinsic("llvm.amdgcn.readfirstlane.i32", "i32", ["i32"])
+        u = self.call(f, [z], f"if{r.id}.u")
+        return self.emit(f"if{r.id}.c", "i1", f"icmp ne i32 {u[1]}, 0")
+
     def if_region(self, v: Value, name: str) -> list[LValue]:
         r = v.arg
         pred = self.val(v.src[0])
-        if r.uniform:  # one lane's predicate: a scalar branch (the emulator checks it)
-            z = self.cast("zext", pred, "i32", f"if{r.id}.z")
-            f = self.intrinsic("llvm.amdgcn.readfirstlane.i32", "i32", ["i32"])
-            u = self.call(f, [z], f"if{r.id}.u")
-            pred = self.emit(f"if{r.id}.c", "i1", f"icmp ne i32 {u[1]}, 0")
+        if r.uniform:
+            pred = self.uniform_predicate(pred, r)
         _, other = self.branch(pred, f"if{r.id}.then", f"if{r.id}.else")
         self.block(r.then)
         ty = [self.val(y) for y in r.then_yields]

@@ -13,6 +13,7 @@ target's own pieces differ, each overridden here:
   ``addrspace(3)`` global per allocation, as on AMDGPU (ptxas caps static shared memory at
   48 KB: ``targets.py``);
 * ids: ``llvm.nvvm.read.ptx.sreg.{tid.x, ctaid.x|y|z}``;
+* a wave-uniform ``if``: a plain branch (a warp that agrees does not diverge);
 * barrier: ``llvm.nvvm.barrier.cta.sync.aligned.all(0)`` (``bar.sync 0``), which itself
   orders the CTA's shared and global accesses (PTX ISA 9.7.13.1 "bar"): no fences;
 * atomics: f32 ``atomicrmw fadd ... syncscope("device") monotonic`` (``red``/``atom.add.f32``);
@@ -113,6 +114,11 @@ class _NvLowering(_Lowering):
         self.position(done)
         return self.emit(name, ty, self.phi(ty, [(got, then_block),
                                                  ((ty, _const(v.dtype, None)), before)]))
+
+    def uniform_predicate(self, pred: LValue, r) -> LValue:
+        """A warp-uniform ``if`` is a plain branch: a warp whose lanes agree does not
+        diverge (ptxas may mark it ``bra.uni``); no readfirstlane exists here."""
+        return pred
 
     def barrier(self, v: Value, name: str) -> None:
         self.call(self.intrinsic(_BARRIER, "void", ["i32"]), [("i32", "0")])
