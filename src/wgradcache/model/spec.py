@@ -191,7 +191,9 @@ def lds_bytes_for(dtype: str, k_loop: str, epilogue: str,
 
     The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + LDS_ROW_PAD
     elements (the pad keeps each row 16-byte aligned and spreads a wave's 128-bit fragment
-    reads over the banks). The async loop's copies land as memory holds them: K-outer tiles,
+    reads over the banks), two stages (the pipelined loop writes tile t+1 while tile t is
+    read: one barrier per K tile; at most 40 KiB on the 64 KiB targets, whose tile_k is 32).
+    The async loop's copies land as memory holds them: K-outer tiles,
     tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages. The cshuffle staging (f32
     tile_m x tile_n) reuses the operand buffers after the K loop's last barrier, so the
     allocation is the larger of the two.
@@ -199,7 +201,7 @@ def lds_bytes_for(dtype: str, k_loop: str, epilogue: str,
     if k_loop == "async":
         operands = 2 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
     else:
-        operands = (tile_m + tile_n) * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype)
+        operands = 2 * (tile_m + tile_n) * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype)
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
 

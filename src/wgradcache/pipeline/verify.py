@@ -205,15 +205,18 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
           "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
     need(isa.get("mma", 0) > 0, "no MMA instruction")
+    # Both K loops take one barrier per K step (the sync loop over two LDS stages); LLVM
+    # drops s_barrier when the block is one wave (flat-work-group-size <= wave).
+    want = 1 if spec.block_size > get_target(spec.target).wave_size else 0
+    got = isa.get("main_loop_barriers", 0)
+    need(got == want, f"{spec.k_loop} loop takes {got} barriers per K step, not {want}")
     if spec.k_loop == "async":
         need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
         need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
-        # LLVM drops s_barrier when the block is one wave (flat-work-group-size <= wave).
-        want = 1 if spec.block_size > get_target(spec.target).wave_size else 0
-        got = isa.get("main_loop_barriers", 0)
-        need(got == want, f"async loop takes {got} barriers per K step, not {want}")
     else:
         need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
+        need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
+             == 0, "sync loop branches on the exec mask (predicated loads or stores)")
     if spec.reduction == "atomic":
         if spec.dw_dtype == "fp32":
             need(f32 > 0, "fp32 split-K without global_atomic_add_f32")
