@@ -152,7 +152,8 @@ def test_load_plan_reads_the_shipped_plan_and_names_each_bad_field(tmp_path):
     from wgradcache.pipeline.refresh import PlanError, load_plan
 
     plan = load_plan("jobs/nightly.yaml")
-    assert plan.targets and plan.verify_level in ("integrity", "structure", "numerics")
+    assert plan.targets and plan.verify_level in ("integrity", "structure", "reproduce",
+                                                   "numerics")
     p = tmp_path / "plan.yaml"
     for text, reason in [
         ("targets: [gfx1250]\nextra: 1\n", "2: extra: unknown key; valid: targets, dtypes, "
@@ -161,7 +162,8 @@ def test_load_plan_reads_the_shipped_plan_and_names_each_bad_field(tmp_path):
         ("targets: gfx1250\n", "1: targets: expected a list, got a string 'gfx1250'"),
         ("targets: [gfx1250]\ndtypes: [fp8]\n", "2: dtypes[0]: unknown 'fp8'; valid: "),
         ("targets: [gfx1250]\nverify: {level: all}\n", "2: verify.level: unknown 'all'; valid: "
-                                                      "integrity, structure, numerics"),
+                                                      "integrity, structure, reproduce, "
+                                                      "numerics"),
         ("targets: [gfx1250]\nverify: {sample: 2}\n", "2: verify.sample: must be in (0, 1], "
                                                      "got 2"),
         ("targets: [gfx1250]\nmax_size: 3KM\n", "2: max_size: size '3KM': unknown unit 'km'"),

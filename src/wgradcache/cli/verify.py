@@ -28,11 +28,17 @@ from wgradcache.cli.console import (
               help="verify what is stored (the only source today)")
 @click.option("--target", "targets", multiple=True, metavar="T", type=TargetParam(),
               help="target (repeatable)")
-@click.option("--level", type=click.Choice(["integrity", "structure", "numerics"]),
+# pipeline.verify.LEVELS, spelled here so `wgradcache --help` imports no cache code (a test
+# keeps the two equal)
+@click.option("--level", type=click.Choice(["integrity", "structure", "reproduce", "numerics"]),
               default="structure", show_default=True,
-              help="each level includes the ones before it")
+              help="each level includes the ones before it: integrity (files, sizes, "
+                   "sha256), structure (the stored binary disassembled and checked against "
+                   "its spec and entry), reproduce (each job compiled again must give its "
+                   "stored blob byte for byte), numerics (the reproduced IR run against "
+                   "float64)")
 @click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0,
-              show_default=True, help="fraction of entries to run numerics on")
+              show_default=True, help="fraction of entries to reproduce and run numerics on")
 @click.option("--seed", type=int, default=0, show_default=True, help="sample and input seed")
 @click.option("--problem", "problems", multiple=True, metavar="P", type=ProblemParam(),
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
@@ -44,7 +50,8 @@ from wgradcache.cli.console import (
 @cache_dir_option
 @json_option
 def verify(from_cache, junit, as_json, **options) -> None:
-    """Prove the cache whole (integrity), sound (structure) and correct (numerics).
+    """Prove the cache whole (integrity), sound (structure), reproducible (reproduce) and
+    correct (numerics).
 
     Exit 0 when every check passed, 1 on any failure, 2 for bad input.
     """

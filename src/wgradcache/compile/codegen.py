@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
-from wgradcache.compile.disasm import disassemble, disassembler_available
+from wgradcache.compile.disasm import OBJDUMP_ARGS, disassemble, disassembler_available
 from wgradcache.compile.discovery import ToolchainError, find_disassembler, find_llc
 from wgradcache.compile.libllvm import LLVMIRError, system_llvm
 from wgradcache.compile.lldlink import (
@@ -289,8 +289,7 @@ def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
     if linker.kind == "subprocess":
         argv.append(subprocess_argv(linker.path))
     if lister == "objdump":
-        argv.append([str(_objdump()), "-d", "--symbolize-operands", "--no-show-raw-insn",
-                     "/dev/stdin"])
+        argv.append([str(_objdump()), *OBJDUMP_ARGS])
     ir = with_code_object_version(ir_text, options.code_object_version)
 
     backend = codegen_backend()

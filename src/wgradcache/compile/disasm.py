@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import ctypes
 import io
+import subprocess
 
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from wgradcache.compile.discovery import ToolchainError, find_disassembler
 from wgradcache.compile.libllvm import LLVMLibrary, system_llvm
 from wgradcache.compile.native import NativeHelper, native_library
 
-__all__ = ["disassembler_available", "disassemble"]
+__all__ = ["OBJDUMP_ARGS", "disassembler_available", "disassemble", "list_binary"]
 
 _OUT_SIZE = 1024
 _BRANCHES = ("s_branch ", "s_cbranch_")
+# llvm-objdump's arguments for a listing ``isa.parse_listing`` reads (the binary on stdin)
+OBJDUMP_ARGS = ("-d", "--symbolize-operands", "--no-show-raw-insn", "/dev/stdin")
+_OBJDUMP_TIMEOUT = 120
 
 
 def disassembler_available() -> bool:
@@ -48,9 +53,13 @@ def _branch_target(pc: int, size: int, operands: str) -> int | None:
 
 
 def _functions(elf: ELFFile) -> list[tuple[str, int, int]]:
-    """(name, offset in .text, size) of every FUNC symbol, whether object or linked."""
+    """(name, offset in .text, size) of every FUNC symbol, whether object or linked.
+
+    ValueError for a function that does not lie inside ``.text``: the decoder reads the
+    range it is given, so a stored code object whose symbol table points past its code
+    (a hostile or corrupt blob) must never reach it."""
     text = elf.get_section_by_name(".text")
-    base = text["sh_addr"]
+    base, end = text["sh_addr"], text.data_size
     out = {}
     for name in (".symtab", ".dynsym"):
         sec = elf.get_section_by_name(name)
@@ -58,7 +67,11 @@ def _functions(elf: ELFFile) -> list[tuple[str, int, int]]:
             continue
         for s in sec.iter_symbols():
             if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] > 0:
-                out[s.name] = (s["st_value"] - base, s["st_size"])
+                off, size = s["st_value"] - base, s["st_size"]
+                if off < 0 or off + size > end:
+                    raise ValueError(f"function {s.name[:60]!r} at .text+{off} ({size} bytes) "
+                                     f"is outside .text ({end} bytes)")
+                out[s.name] = (off, size)
     return sorted(((n, off, size) for n, (off, size) in out.items()), key=lambda f: f[1])
 
 
@@ -95,6 +108,36 @@ def _decode_native(native: NativeHelper, dc: int, code: bytes, start: int,
 def disassemble(binary: bytes, cpu: str, features: str = "") -> str:
     """A listing of every function in ``binary`` (a relocatable object or a code object)."""
     return _disassemble(binary, cpu, features, native_library()[0])
+
+
+def list_binary(binary: bytes, cpu: str, features: str = "") -> tuple[str, str]:
+    """(listing, where from) of a linked code object, by the build's preference: the
+    in-process disassembler ("llvm"), else an ``llvm-objdump`` process ("objdump"). Both
+    give ``isa_stats`` the same figures as the listing the build recorded (tested). What
+    ``verify`` derives a stored binary's ISA statistics from: the build's last resort, a
+    second codegen of the IR, would list the IR, not the binary, so without either
+    disassembler this raises ToolchainError. ValueError for bytes that are not an ELF
+    with its functions inside ``.text``."""
+    if disassembler_available():
+        try:
+            return disassemble(binary, cpu, features), "llvm"
+        except (ValueError, RuntimeError):
+            raise
+        except Exception as e:  # pyelftools reports garbage in many types
+            raise ValueError(f"malformed code object: {type(e).__name__}: {e}") from None
+    objdump = find_disassembler()
+    if objdump is None:
+        raise ToolchainError("no libLLVM >= 22 nor llvm-objdump >= 22 to disassemble a "
+                             "stored code object (install `llvm-22`)")
+    try:
+        proc = subprocess.run([str(objdump), *OBJDUMP_ARGS], input=binary,
+                              capture_output=True, timeout=_OBJDUMP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"llvm-objdump timed out after {_OBJDUMP_TIMEOUT} s") from None
+    if proc.returncode != 0:
+        said = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise ValueError(f"llvm-objdump: {said[-1] if said else proc.returncode}")
+    return proc.stdout.decode(errors="replace"), "objdump"
 
 
 def _disassemble(binary: bytes, cpu: str, features: str, native: NativeHelper | None) -> str:

@@ -1,20 +1,34 @@
 """Prove a cache whole, sound and correct (DESIGN §7).
 
-Three levels, each including the ones before it:
+Four levels, each including the ones before it:
 
 * integrity: every entry is whole JSON, its blob exists with the recorded size and sha256,
-  no blob is orphaned, no entry is stale (its identity is no longer walked), and the entry
-  count is compared with ``count`` (complete or not, and how much is missing);
-* structure: each code object is an AMDGPU ELF of the target's mach with its symbol and
-  kernel descriptor, LDS equal to what the generator allocates and within the target, no
-  spills, no scratch, and the ISA statistics the variant requires;
-* numerics: the IR is emitted again and must hash to the stored blob's content key (so the
-  stored binary is this IR), then the kernel runs in the emulator (or on a device) against
-  the float64 reference. An unsplit kernel runs ``probe_problem`` (or each ``--problem`` it
-  serves) once. A split-K kernel (atomic, two-stage) runs ``split_probe``, a K long enough
-  that the policy splits it (or each ``--problem`` it serves), at the policy's degree and at
-  ``EXPLICIT_DEGREES`` and one past the K tiles (an empty last slice), each where ``serves``
-  admits the degree; the report names every (problem, degree) run per entry.
+  its fields agree with its identity (label, variant, dtype, block, emitted symbol), no
+  entry is stale (its identity is no longer walked), and the entry count is compared with
+  ``count`` (complete or not, and how much is missing). An orphan blob (no entry names it:
+  what a build killed between a blob's publish and its entry's leaves) is a failure too,
+  counted in the summary with the hint that ``gc --orphans`` removes it: a cache that
+  holds bytes nothing accounts for has not been proven whole, and gc makes it whole
+  without a rebuild;
+* structure (``verify_structure``): each stored code object is read and disassembled, and
+  its symbol, kernel arguments, LDS, registers and ISA statistics derived from the bytes
+  are compared with the spec's requirements and with what the entry records (a field that
+  differs fails, naming it); the entry's own ``isa`` and ``code_object`` are never trusted;
+* reproduce (``verify_reproduce``): each entry's job is emitted and compiled again, as
+  the build does, and must give the stored blob byte for byte (builds are deterministic);
+  stage-2 companions too. With ``--sample``, on the sample numerics runs on;
+* numerics: the kernel runs in the emulator (or on a device) against the float64
+  reference. What the emulator runs is the IR, and reproduce has proven that IR's compile
+  to be the stored blob, so it is the stored binary's behaviour that is checked. An
+  unsplit kernel runs ``probe_problem`` (or each ``--problem`` it serves) once. A split-K
+  kernel (atomic, two-stage) runs ``split_probe``, a K long enough that the policy splits
+  it (or each ``--problem`` it serves), at the policy's degree and at ``EXPLICIT_DEGREES``
+  and one past the K tiles (an empty last slice), each where ``serves`` admits the degree;
+  the report names every (problem, degree) run per entry.
+
+Reproduce is a level below numerics rather than an option: numerics without it would
+check an IR nobody proved to be the stored binary's. It costs one compile per sampled
+entry (~0.2 s), less than one emulated run.
 
 With ``--problem``, an entry that none of the problems serves is *not covered*: not a
 failure, not a pass. It is counted (``not_covered`` in the JSON, the summary line, a skipped
@@ -29,21 +43,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wgradcache.cache.entry import CorruptEntry, Entry
+from wgradcache.cache.entry import CorruptEntry, Entry, Stage2Entry
 from wgradcache.cache.store import TargetCache, sha256_bytes, stage2_name
-from wgradcache.model.spec import DTYPE_KEYS, KernelSpec, elem_bytes, lds_bytes
+from wgradcache.model.spec import DTYPE_KEYS, KernelSpec, elem_bytes
 from wgradcache.model.targets import get_target
+from wgradcache.pipeline.verify_structure import isa_problems
 
 __all__ = ["LEVELS", "EXPLICIT_DEGREES", "VerifyRequest", "VerifyReport", "Failure",
            "NumericsRun", "NumericsResult", "verify", "isa_problems", "probe_problem",
            "split_probe", "split_degrees", "write_junit"]
 
-LEVELS = ("integrity", "structure", "numerics")
+LEVELS = ("integrity", "structure", "reproduce", "numerics")
 # Split degrees every split-K entry runs besides the policy's (and one past its K tiles):
 # unsplit through a slice count that does not divide the K tiles.
 EXPLICIT_DEGREES = (1, 2, 3, 7)
-ATOMIC_FENCES = ("global_wb", "global_inv", "global_wbinv", "buffer_wbl2", "buffer_inv",
-                 "buffer_gl1_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
 
 
 @dataclass(frozen=True)
@@ -190,59 +203,38 @@ def split_degrees(spec: KernelSpec, problem) -> list[tuple[int, bool]]:
     return out
 
 
-def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
-    """What the variant's ISA must (not) contain; empty when it is as required.
+@dataclass
+class _Walk:
+    """The walk's specs by identity key, and (built on first use) by kernel symbol: what a
+    blob two identities share may be named after."""
 
-    ``isa`` is ``compile.isa.isa_stats`` of the kernel's assembly, as stored in its entry.
-    """
-    out: list[str] = []
+    specs: dict[str, KernelSpec]
+    _by_symbol: dict[str, KernelSpec] | None = None
 
-    def need(cond: bool, text: str) -> None:
-        if not cond:
-            out.append(text)
+    def by_symbol(self, symbol: str) -> KernelSpec | None:
+        if self._by_symbol is None:
+            from wgradcache.wgrad.kernel import kernel_symbol
 
-    f32 = isa.get("global_atomic_add_f32", 0)
-    pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
-          "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
-    need(isa.get("mma", 0) > 0, "no MMA instruction")
-    # Both K loops take one barrier per K step (the sync loop over two LDS stages); LLVM
-    # drops s_barrier when the block is one wave (flat-work-group-size <= wave).
-    want = 1 if spec.block_size > get_target(spec.target).wave_size else 0
-    got = isa.get("main_loop_barriers", 0)
-    need(got == want, f"{spec.k_loop} loop takes {got} barriers per K step, not {want}")
-    if spec.k_loop == "async":
-        need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
-        need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
-    else:
-        need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
-        need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
-             == 0, "sync loop branches on the exec mask (predicated loads or stores)")
-    if spec.reduction == "atomic":
-        if spec.dw_dtype == "fp32":
-            need(f32 > 0, "fp32 split-K without global_atomic_add_f32")
-        else:
-            need(pk[spec.dw_dtype] > 0,
-                 f"16-bit split-K without global_atomic_pk_add_{spec.dw_dtype.replace('fp', 'f')}")
-    elif spec.reduction == "two_stage":
-        need(f32 > 0, "two-stage stage 1 without f32 workspace atomics")
-    else:
-        need(isa.get("global_atomics", 0) == 0, "an unsplit kernel issues atomics")
-    if spec.reduction != "none":
-        # Device-scope cache maintenance marks a fenced (seq_cst) atomic; the workgroup
-        # fences of LDS barriers (gfx12 global_inv SCOPE_SE, gfx11 buffer_gl0_inv) do not.
-        fences = (isa["device_cache_ops"] if "device_cache_ops" in isa
-                  else sum(isa.get(k, 0) for k in ATOMIC_FENCES))  # entries before the key
-        need(fences == 0, f"split-K atomics with {fences} device-scope fence/cache "
-                          "instruction(s)")
-        need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
-    return out
+            self._by_symbol = {kernel_symbol(s): s for s in self.specs.values()}
+        return self._by_symbol.get(symbol)
 
 
-def _walk_identities(target: str, geometries_file: str | None) -> set[str]:
+@dataclass(frozen=True)
+class _Row:
+    """An entry (or a stage-2 companion, ``spec`` None) whose blob is its recorded bytes."""
+
+    key: str
+    label: str
+    entry: Entry | Stage2Entry
+    spec: KernelSpec | None
+    data: bytes
+
+
+def _walk(target: str, geometries_file: str | None) -> _Walk:
     from wgradcache.jobs import default_jobdata, walk
 
     data = default_jobdata(geometries_file)
-    return {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
+    return _Walk({s.identity_key(): s for s in walk(target, DTYPE_KEYS, None, data)})
 
 
 def _expected_count(target: str, entries: list[Entry], geometries_file: str | None) -> int:
@@ -255,118 +247,170 @@ def _expected_count(target: str, entries: list[Entry], geometries_file: str | No
     return sum(sum(v.values()) for v in count(target, dtypes, None, data).values())
 
 
-def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport) -> list[tuple]:
-    """Returns the whole, non-stale entries (key, entry, spec, blob bytes)."""
-    walked = _walk_identities(cache.target, req.geometries_file)
-    good: list[tuple] = []
-    referenced: set[str] = set()
+def _blob_bytes(cache: TargetCache, entry: Entry | Stage2Entry) -> tuple[bytes | None, str]:
+    """(the blob's bytes, "") when they are what the entry records, else (None, why)."""
+    name = f"blob {entry.blob[:16]}"
+    try:
+        data = cache.read_blob(entry.blob)
+    except FileNotFoundError:
+        return None, f"{name} is missing"
+    except CorruptEntry as e:  # a symlink, 8 GB, a FIFO
+        return None, str(e)
+    if len(data) != entry.blob_size or sha256_bytes(data) != entry.blob_sha256:
+        return None, f"{name} does not match the size/sha256 its entry records"
+    return data, ""
+
+
+def _identity_problem(ik: str, entry: Entry, walk: _Walk) -> tuple[KernelSpec | None, str]:
+    """(the entry's spec, "") or (None, why its identity cannot be trusted)."""
+    from wgradcache.wgrad.kernel import kernel_symbol
+
+    if ik not in walk.specs:
+        return None, ("stale: the current walk does not yield this identity "
+                      "(`wgradcache gc --stale` removes it)")
+    try:
+        spec = KernelSpec.from_dict(entry.identity)
+    except (KeyError, TypeError, ValueError) as e:
+        return None, f"bad identity: {e}"
+    if spec.identity_key() != ik:
+        return None, "identity does not hash to the entry's file name"
+    told = {"label": (entry.label, spec.label()), "variant": (entry.variant, spec.variant),
+            "dtype": (entry.dtype, spec.dtype_key),
+            "block_size": (entry.block_size, spec.block_size),
+            "emitted_symbol": (entry.emitted_symbol, kernel_symbol(spec))}
+    wrong = [name for name, (have, want) in told.items() if have != want]
+    if wrong:
+        return None, f"{', '.join(wrong)} not what its identity says"
+    return spec, ""
+
+
+def _check_entries(cache: TargetCache, walk: _Walk, rep: VerifyReport
+                   ) -> tuple[list[_Row], list[Entry], set[str]]:
+    """The whole, walked entries whose blob is their bytes; every whole entry; the blobs
+    they name."""
+    good: list[_Row] = []
     entries: list[Entry] = []
+    referenced: set[str] = set()
     for ik, entry in cache.iter_entries():
         rep.checked += 1
         if isinstance(entry, CorruptEntry):
             rep.failures.append(Failure(ik, "?", "integrity", str(entry)))
             continue
-        label = entry.label
-        blob = entry.blob
-        referenced.add(blob)
-        entries.append(entry)
-        try:
-            data = cache.read_blob(blob)
-        except (FileNotFoundError, CorruptEntry) as e:  # corrupt: a symlink, 8 GB, a FIFO
-            rep.failures.append(Failure(ik, label, "integrity", str(e) if isinstance(
-                e, CorruptEntry) else f"blob {blob[:16]} is missing"))
-            continue
-        if len(data) != entry.blob_size or sha256_bytes(data) != entry.blob_sha256:
-            rep.failures.append(Failure(ik, label, "integrity",
-                                        f"blob {blob[:16]} does not match the size/sha256 "
-                                        "its entry records"))
-            continue
-        if ik not in walked:
-            rep.failures.append(Failure(ik, label, "integrity",
-                                        "stale: the current walk does not yield this identity "
-                                        "(`wgradcache gc --stale` removes it)"))
-            continue
-        try:
-            spec = KernelSpec.from_dict(entry.identity)
-        except (KeyError, TypeError) as e:
-            rep.failures.append(Failure(ik, label, "integrity", f"bad identity: {e}"))
-            continue
-        if spec.identity_key() != ik:
-            rep.failures.append(Failure(ik, label, "integrity",
-                                        "identity does not hash to the entry's file name"))
-            continue
-        good.append((ik, entry, spec, data))
-        rep.passed_cases.append((ik, label, "integrity"))
-    two_stage = {(sp.dw_dtype, sp.ws_replicas) for _, _, sp, _ in good
-                 if sp.reduction == "two_stage"}
-    stage2 = cache.stage2_entries()
-    for dw, r in sorted(two_stage):
-        name = stage2_name(dw, r)
-        entry = stage2.get(name)
-        rep.checked += 1
-        if entry is None or isinstance(entry, CorruptEntry):
-            rep.failures.append(Failure(name, f"stage2 {name}", "integrity",
-                                        "two-stage entries without their stage-2 kernel"
-                                        if entry is None else str(entry)))
-            continue
         referenced.add(entry.blob)
-        try:
-            data = cache.read_blob(entry.blob)
-        except (FileNotFoundError, CorruptEntry):
-            data = b""
-        if len(data) != entry.blob_size or sha256_bytes(data) != entry.blob_sha256:
-            rep.failures.append(Failure(name, f"stage2 {name}", "integrity",
-                                        "stage-2 blob missing or not what its entry records"))
+        entries.append(entry)
+        data, why = _blob_bytes(cache, entry)
+        spec = None
+        if data is not None:
+            spec, why = _identity_problem(ik, entry, walk)
+        if spec is None:
+            rep.failures.append(Failure(ik, entry.label, "integrity", why))
+            continue
+        good.append(_Row(ik, entry.label, entry, spec, data))
+        rep.passed_cases.append((ik, entry.label, "integrity"))
+    return good, entries, referenced
+
+
+def _check_stage2(cache: TargetCache, good: list[_Row], rep: VerifyReport,
+                  referenced: set[str]) -> list[_Row]:
+    """The stage-2 companions the two-stage entries need, whole and with their bytes;
+    every companion's blob counts as referenced."""
+    stage2 = cache.stage2_entries()
     for entry in stage2.values():
         if not isinstance(entry, CorruptEntry):
             referenced.add(entry.blob)
-    for key in cache.blob_keys():
-        if key not in referenced:
-            rep.checked += 1
-            rep.failures.append(Failure(key, "", "integrity",
-                                        "orphan blob: no entry names it "
-                                        "(`wgradcache gc --orphans` removes it)"))
-    expected = _expected_count(cache.target, entries, req.geometries_file)
-    n = len(entries)
-    rep.targets[cache.target] = {"entries": n, "expected": expected,
-                                 "missing": max(0, expected - len(good)),
-                                 "complete": len(good) >= expected}
-    return good
-
-
-def _structure(cache: TargetCache, good: list[tuple], rep: VerifyReport) -> list[tuple]:
-    from wgradcache.compile.codeobject import read_code_object
-
-    target = get_target(cache.target)
-    ok_rows = []
-    for ik, entry, spec, data in good:
-        label = entry.label
-        problems: list[str] = []
-        try:
-            co = read_code_object(data)
-        except ValueError as e:
-            rep.failures.append(Failure(ik, label, "structure", f"not a code object: {e}"))
+    rows = []
+    for dw, r in sorted({(x.spec.dw_dtype, x.spec.ws_replicas) for x in good
+                         if x.spec.reduction == "two_stage"}):
+        name = stage2_name(dw, r)
+        entry, label = stage2.get(name), f"stage2 {name}"
+        rep.checked += 1
+        if entry is None or isinstance(entry, CorruptEntry):
+            rep.failures.append(Failure(name, label, "integrity",
+                                        "two-stage entries without their stage-2 kernel"
+                                        if entry is None else str(entry)))
             continue
-        if co.mach != target.e_mach:
-            problems.append(f"mach 0x{co.mach:x}, expected 0x{target.e_mach:x}")
-        if not co.symbol or not co.has_descriptor:
-            problems.append("kernel symbol or descriptor missing")
-        if co.group_segment_fixed_size != lds_bytes(spec):
-            problems.append(f"LDS {co.group_segment_fixed_size} B, generator allocates "
-                            f"{lds_bytes(spec)} B")
-        if co.group_segment_fixed_size > target.lds_bytes:
-            problems.append(f"LDS {co.group_segment_fixed_size} B exceeds the target's")
-        if co.vgpr_spill_count or co.sgpr_spill_count:
-            problems.append(f"spills: {co.vgpr_spill_count} VGPR, {co.sgpr_spill_count} SGPR")
-        if co.private_segment_fixed_size:
-            problems.append(f"scratch {co.private_segment_fixed_size} B")
-        problems += isa_problems(spec, entry.isa)
+        data, _ = _blob_bytes(cache, entry)
+        if data is None:
+            rep.failures.append(Failure(name, label, "integrity",
+                                        "stage-2 blob missing or not what its entry records"))
+            continue
+        rows.append(_Row(name, label, entry, None, data))
+        rep.passed_cases.append((name, label, "integrity"))
+    return rows
+
+
+def _check_orphans(cache: TargetCache, referenced: set[str], rep: VerifyReport) -> int:
+    """One failure per blob no entry names (left by a build killed between a blob and its
+    entry, or by an entry removed by hand); returns how many."""
+    orphans = [k for k in cache.blob_keys() if k not in referenced]
+    for key in orphans:
+        rep.checked += 1
+        rep.failures.append(Failure(key, "", "integrity",
+                                    "orphan blob: no entry names it "
+                                    "(`wgradcache gc --orphans` removes it)"))
+    return len(orphans)
+
+
+def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport, walk: _Walk
+               ) -> tuple[list[_Row], list[_Row]]:
+    """The entries and the stage-2 companions that passed, in that order."""
+    good, entries, referenced = _check_entries(cache, walk, rep)
+    stage2 = _check_stage2(cache, good, rep, referenced)
+    orphans = _check_orphans(cache, referenced, rep)
+    expected = _expected_count(cache.target, entries, req.geometries_file)
+    rep.targets[cache.target] = {"entries": len(entries), "expected": expected,
+                                 "missing": max(0, expected - len(good)),
+                                 "complete": len(good) >= expected, "orphans": orphans}
+    return good, stage2
+
+
+def _structure(cache: TargetCache, rows: list[_Row], walk: _Walk, rep: VerifyReport
+               ) -> list[_Row]:
+    """The rows whose stored binary is what its spec needs and its entry records."""
+    from wgradcache.pipeline.verify_structure import (
+        disassembler_missing,
+        entry_problems,
+        stage2_problems,
+    )
+
+    missing = disassembler_missing()
+    if missing:
+        rep.failures.append(Failure("-", cache.target, "structure", missing))
+        return []
+    ok_rows = []
+    for row in rows:
+        problems = (entry_problems(row.spec, row.entry, row.data, walk.by_symbol)
+                    if row.spec is not None
+                    else stage2_problems(row.entry, row.data, cache.target))
         if problems:
-            rep.failures.append(Failure(ik, label, "structure", "; ".join(problems)))
+            rep.failures.append(Failure(row.key, row.label, "structure", "; ".join(problems)))
         else:
-            rep.passed_cases.append((ik, label, "structure"))
-            ok_rows.append((ik, entry, spec, data))
+            rep.passed_cases.append((row.key, row.label, "structure"))
+            ok_rows.append(row)
     return ok_rows
+
+
+def _reproduce(cache: TargetCache, rows: list[_Row], rep: VerifyReport) -> list[_Row]:
+    """The rows whose job, compiled again, gives the stored blob."""
+    from wgradcache.pipeline.verify_reproduce import reproduce_all
+
+    jobs = []
+    for row in rows:
+        e = row.entry
+        job = row.spec if row.spec is not None else (cache.target, e.dw_dtype, e.ws_replicas)
+        opts = e.codegen_options if isinstance(e, Entry) else None
+        jobs.append((row.key, job, e.symbol, e.blob, row.data, e.toolchain_digest, opts))
+    reasons = reproduce_all(cache.target, jobs)
+    ok_rows = []
+    for row in rows:
+        why = reasons[row.key]
+        if why:
+            rep.failures.append(Failure(row.key, row.label, "reproduce", why))
+        else:
+            rep.passed_cases.append((row.key, row.label, "reproduce"))
+            ok_rows.append(row)
+    return ok_rows
+
 
 
 def _device(cache: TargetCache, req: VerifyRequest, rep: VerifyReport):
@@ -426,37 +470,27 @@ def _run_entry(launch: Callable, spec: KernelSpec, cases: list
     return runs, bad
 
 
-def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: VerifyReport,
+def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: VerifyReport,
               advance: Callable[[int], None]) -> None:
-    from wgradcache.cache.store import content_key
+    """Emulate (or launch) every entry row; reproduce has proven each one's IR compiles to
+    its stored blob, so the IR the emulator runs is the stored binary's."""
     from wgradcache.model.problem import ConvProblem
-    from wgradcache.pipeline.build import codegen_context
     from wgradcache.wgrad.capability import serves
-    from wgradcache.wgrad.emit import emit_ir
 
-    options, toolchain, _ = codegen_context()
     problems = [ConvProblem.parse(p) for p in req.problems]
     dev = _device(cache, req, rep)
     if dev is False:
         return
-    for ik, entry, spec, data in rows:
-        label = entry.label
-        k = emit_ir(spec)
-        if content_key(k.ir_text, k.symbol, spec.target, options, toolchain) != entry.blob:
-            rep.failures.append(Failure(ik, label, "numerics",
-                                        "the stored binary is not this IR: re-emitted IR "
-                                        "hashes to another content key"))
-            rep.numerics.append(NumericsResult(ik, label, "failed"))
-            advance(1)
-            continue
+    for row in rows:
+        ik, label, spec = row.key, row.label, row.spec
         probe = split_probe(spec) if spec.reduction != "none" else probe_problem(spec)
         cases = [p for p in problems if serves(spec, p)[0]] if problems else [probe]
         if not cases:
             rep.numerics.append(NumericsResult(ik, label, "not_covered"))
             advance(1)
             continue
-        runs, bad = _run_entry(_launcher(cache, dev, spec, entry, data, req.seed), spec,
-                               cases)
+        runs, bad = _run_entry(_launcher(cache, dev, spec, row.entry, row.data, req.seed),
+                               spec, cases)
         if bad:
             rep.failures.append(Failure(ik, label, "numerics", "; ".join(bad)))
         else:
@@ -466,13 +500,41 @@ def _numerics(cache: TargetCache, rows: list[tuple], req: VerifyRequest, rep: Ve
         advance(1)
 
 
+def _sampled(rows: list[_Row], req: VerifyRequest) -> list[_Row]:
+    """The entry rows reproduce and numerics run on (``--sample``), and every stage-2 row
+    (a handful per target)."""
+    if req.sample >= 1.0:
+        return rows
+    rng = random.Random(req.seed)
+    return [r for r in rows if r.spec is None or rng.random() < req.sample]
+
+
+def _verify_target(cache: TargetCache, req: VerifyRequest, rep: VerifyReport,
+                   advance: Callable[[int], None],
+                   on_total: Callable[[int], None] | None) -> None:
+    depth = LEVELS.index(req.level)
+    walk = _walk(cache.target, req.geometries_file)
+    entries, stage2 = _integrity(cache, req, rep, walk)
+    if depth < LEVELS.index("structure"):
+        return
+    rows = _structure(cache, entries + stage2, walk, rep)
+    if depth < LEVELS.index("reproduce"):
+        return
+    rows = _reproduce(cache, _sampled(rows, req), rep)
+    if depth < LEVELS.index("numerics"):
+        return
+    rows = [r for r in rows if r.spec is not None]
+    if on_total:
+        on_total(len(rows))
+    _numerics(cache, rows, req, rep, advance)
+
+
 def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
            on_total: Callable[[int], None] | None = None) -> VerifyReport:
     if req.level not in LEVELS:
         raise ValueError(f"unknown level {req.level!r}; valid: {', '.join(LEVELS)}")
     from wgradcache.cache.catalog import cache_targets
 
-    advance = advance or (lambda n: None)
     rep = VerifyReport()
     targets = req.targets or tuple(cache_targets(req.cache_dir))
     if not targets:
@@ -481,18 +543,8 @@ def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
         return rep
     for t in targets:
         get_target(t)
-        cache = TargetCache(req.cache_dir, t)
-        good = _integrity(cache, req, rep)
-        if req.level == "integrity":
-            continue
-        rows = _structure(cache, good, rep)
-        if req.level == "numerics":
-            if req.sample < 1.0:
-                rng = random.Random(req.seed)
-                rows = [r for r in rows if rng.random() < req.sample]
-            if on_total:
-                on_total(len(rows))
-            _numerics(cache, rows, req, rep, advance)
+        _verify_target(TargetCache(req.cache_dir, t), req, rep, advance or (lambda n: None),
+                       on_total)
     return rep
 
 

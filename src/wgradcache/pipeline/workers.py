@@ -34,7 +34,7 @@ from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import BuildRequest
 
 __all__ = ["codegen_context", "job_task", "job_alone", "metadata", "run_chunked",
-           "run_one_worker"]
+           "run_one_worker", "reproduce_task", "reproduce_alone"]
 
 # compile/isolate.py's words for a compile it killed at the job timeout: the machine was
 # busy or the job is slow, not wrong, so the next build tries again
@@ -142,6 +142,66 @@ def job_alone(spec: KernelSpec, options: dict, toolchain: dict, check: bool,
         return {**res, "hsaco": out.obj.hsaco, "meta": metadata(out.obj)}
     except Exception as e:
         return {**res, "error": f"{type(e).__name__}: {e}", "transient": False}
+
+
+def _stored_ir(job: KernelSpec | tuple[str, str, int], symbol: str, options: dict,
+               toolchain: dict) -> tuple[str, str, str]:
+    """(IR to compile, its content key, target) of a stored kernel: a walk job, or a stage-2
+    companion ``(target, dW dtype, R)``, emitted as the build emits it, with the kernel
+    named ``symbol``. Identities whose IR differs only in the kernel's name share one blob
+    (the content key blanks the name), compiled under the name of the first: so the bytes
+    to reproduce are those of the name the stored binary holds."""
+    if isinstance(job, KernelSpec):
+        from wgradcache.wgrad.emit import emit_ir
+
+        k = emit_ir(job, check=False)
+        ir, emitted, target = k.ir_text, k.symbol, job.target
+    else:
+        from wgradcache.kernel.lower_llvm import lower
+        from wgradcache.wgrad.stage2 import build_stage2
+
+        target, dw, r = job
+        kd = build_stage2(target, dw, r)
+        ir, emitted = lower(kd, target), kd.name
+    ckey = content_key(ir, emitted, target, options, toolchain)
+    return ir.replace(emitted, symbol), ckey, target
+
+
+def reproduce_task(key: str, job: KernelSpec | tuple[str, str, int], symbol: str,
+                   options: dict, toolchain: dict) -> dict:
+    """``verify --level reproduce`` in a worker: the build's compile of one stored kernel
+    again. Returns ``{"ik": key, "ckey", "hsaco"}`` or ``{"ik": key, "error"}``; never
+    raises, and an LLVM exit kills only this worker (``reproduce_alone`` retries it)."""
+    from wgradcache.compile.codegen import CodegenOptions, compile_ir
+
+    mismatch = _toolchain_mismatch(toolchain)
+    if mismatch:
+        return {"ik": key, "error": mismatch}
+    try:
+        ir, ckey, target = _stored_ir(job, symbol, options, toolchain)
+    except Exception as e:  # a generator bug
+        return {"ik": key, "error": f"emit: {type(e).__name__}: {e}"}
+    try:
+        return {"ik": key, "ckey": ckey,
+                "hsaco": compile_ir(ir, target, CodegenOptions(), listing="none").hsaco}
+    except Exception as e:
+        return {"ik": key, "ckey": ckey, "error": f"{type(e).__name__}: {e}"}
+
+
+def reproduce_alone(key: str, job: KernelSpec | tuple[str, str, int], symbol: str,
+                    options: dict, toolchain: dict, timeout: float) -> dict:
+    """``reproduce_task``'s retry: the compile in its own child process."""
+    from wgradcache.compile.codegen import CodegenOptions
+    from wgradcache.compile.isolate import compile_isolated
+
+    try:
+        ir, ckey, target = _stored_ir(job, symbol, options, toolchain)
+    except Exception as e:
+        return {"ik": key, "error": f"emit: {type(e).__name__}: {e}"}
+    out = compile_isolated(ir, target, CodegenOptions(), timeout=timeout, listing="none")
+    if not out.ok:
+        return {"ik": key, "ckey": ckey, "error": out.error}
+    return {"ik": key, "ckey": ckey, "hsaco": out.obj.hsaco}
 
 
 def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int,

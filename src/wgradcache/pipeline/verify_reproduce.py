@@ -1,0 +1,86 @@
+"""``verify``'s reproduce level: compile each stored kernel's job again and require the
+stored blob byte for byte.
+
+Builds are byte-deterministic (the same IR, target, codegen options and toolchain give the
+same code object: tested across the three codegen backends and both linkers), so the
+compile of an entry's IR that is not its stored blob is a finding: a blob swapped for
+other bytes (whatever its entry records), or a non-deterministic build. The job is emitted
+and compiled as the build does it (``workers.reproduce_task``: loky worker processes, a
+job LLVM kills retried alone in an isolated child), with the kernel named as the stored
+binary names it (a blob two identities share was compiled under the first one's name;
+structure has checked that name). Stage-2 companions are reproduced too.
+
+An entry built with another toolchain or other codegen options than this machine's
+cannot be reproduced here: that is a failure naming the difference (``wgradcache build``
+rebuilds it), never a pass. The IR's content key is compared first: an entry whose
+re-emitted IR hashes to another key is "not this IR" without a compile.
+
+Cost: one compile per entry, ~0.1-0.3 s of CPU (the build's), spread over the cores.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+__all__ = ["reproduce_all"]
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+def _judge(res: dict, ckey: str, stored: bytes) -> str:
+    if "error" in res:
+        return f"could not compile its IR again: {res['error']}"
+    if res["ckey"] != ckey:
+        return ("the stored binary is not this IR: re-emitted IR hashes to another "
+                "content key")
+    new = res["hsaco"]
+    if new != stored:
+        return (f"the compile of its IR is not the stored blob: {len(new)} bytes against "
+                f"{len(stored)} stored, first difference at byte "
+                f"{_first_difference(new, stored)}")
+    return ""
+
+
+def reproduce_all(target: str, jobs: list[tuple], jobs_n: int = 0,
+                  on_done: Callable[[str, str], None] | None = None) -> dict[str, str]:
+    """``jobs``: (key, job, symbol, ckey, stored bytes, toolchain digest, codegen options
+    or None) per stored kernel, ``job`` a ``KernelSpec`` or a stage-2 ``(target, dW dtype,
+    R)``. Returns key -> "" (reproduced) or the reason; ``on_done(key, reason)`` as each
+    settles."""
+    from wgradcache.pipeline.plan import BuildRequest
+    from wgradcache.pipeline.workers import (
+        codegen_context,
+        reproduce_alone,
+        reproduce_task,
+        run_chunked,
+    )
+
+    options, toolchain, tdigest = codegen_context()
+    out: dict[str, str] = {}
+    on_done = on_done or (lambda k, r: None)
+    expect: dict[str, tuple[str, bytes]] = {}
+    tasks = []
+    for key, job, symbol, ckey, stored, digest, opts in jobs:
+        if digest != tdigest or (opts is not None and opts != options):
+            out[key] = ("built with another toolchain or other codegen options than this "
+                        "machine's: its compile cannot be reproduced here (`wgradcache "
+                        "build` rebuilds it)")
+            on_done(key, out[key])
+            continue
+        expect[key] = (ckey, stored)
+        tasks.append((key, job, symbol, options, toolchain))
+
+    def take(res: dict) -> None:
+        key = res["ik"]
+        out[key] = _judge(res, *expect[key])
+        on_done(key, out[key])
+
+    req = BuildRequest(target=target, jobs=jobs_n)
+    run_chunked(reproduce_task, tasks, req, jobs_n or os.cpu_count() or 1, take,
+                key_of=lambda t: t[0],
+                retry=lambda t: reproduce_alone(*t, timeout=req.job_timeout))
+    return out

@@ -1,0 +1,240 @@
+"""``verify``'s structure level: what a stored code object is, derived from its bytes alone.
+
+An entry records its kernel's symbol, code-object metadata (registers, LDS, arguments) and
+ISA statistics, but a cache is input: a blob replaced by another kernel's bytes with the
+entry's size and sha256 fixed, or an entry re-pointed at another valid blob, passes every
+file check. So nothing here is read from the entry but to be compared. From the stored
+bytes: the ELF and its metadata note (``read_code_object``), and the ISA statistics of a
+disassembly of the stored binary (``disasm.list_binary``: the in-process disassembler the
+build lists with, else ``llvm-objdump``; ``isa_stats`` of either equals what the build
+recorded from the relocatable object, tested). Then:
+
+* the binary against the spec: the target's mach and wave size, the kernel symbol is the
+  spec's kernel name (or, for a blob two identities share, the name of a walked spec whose
+  IR differs from this one's only in that name), a kernel descriptor, the explicit kernel
+  arguments laid out as the ABI's, a flat workgroup size that admits the block, LDS equal
+  to what the generator allocates and within the target, no spills, no scratch, and the
+  ISA the variant requires (``isa_problems`` on the derived statistics);
+* the entry against the binary: its ``symbol``, every ``code_object`` field and every
+  ``isa`` figure it records must be the binary's (a figure the entry does not record, from
+  a version before the figure existed, is not compared; one it records must match).
+
+A stage-2 companion gets the same checks against its own kernel (name, ABI, no LDS budget
+of a tile). Without any disassembler the ISA statistics cannot be derived from the
+binaries: that is one failure per target, not a pass on the entries' word.
+
+Cost: ~6 ms per entry for the disassembly and ~2 ms for the ELF (a full gfx1250 cache of
+~3100 entries: ~25 s on one core), against ~0.2 s per entry for reproduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from wgradcache.model.spec import KernelSpec, lds_bytes
+from wgradcache.model.targets import get_target
+
+__all__ = ["ATOMIC_FENCES", "isa_problems", "binary_facts", "record_differences",
+           "entry_problems", "stage2_problems", "disassembler_missing"]
+
+ATOMIC_FENCES = ("global_wb", "global_inv", "global_wbinv", "buffer_wbl2", "buffer_inv",
+                 "buffer_gl1_inv", "buffer_wbinvl1", "buffer_wbinvl1_vol")
+_SHOWN_DIFFERENCES = 3  # record fields named per failure line; the rest are counted
+
+
+def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
+    """What the variant's ISA must (not) contain; empty when it is as required.
+
+    ``isa`` is ``compile.isa.isa_stats`` of the kernel's listing (structure passes the
+    statistics of the stored binary's disassembly, never the entry's record).
+    """
+    out: list[str] = []
+
+    def need(cond: bool, text: str) -> None:
+        if not cond:
+            out.append(text)
+
+    f32 = isa.get("global_atomic_add_f32", 0)
+    pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
+          "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
+    need(isa.get("mma", 0) > 0, "no MMA instruction")
+    # Both K loops take one barrier per K step (the sync loop over two LDS stages); LLVM
+    # drops s_barrier when the block is one wave (flat-work-group-size <= wave).
+    want = 1 if spec.block_size > get_target(spec.target).wave_size else 0
+    got = isa.get("main_loop_barriers", 0)
+    need(got == want, f"{spec.k_loop} loop takes {got} barriers per K step, not {want}")
+    if spec.k_loop == "async":
+        need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
+        need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
+    else:
+        need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
+        need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
+             == 0, "sync loop branches on the exec mask (predicated loads or stores)")
+    if spec.reduction == "atomic":
+        if spec.dw_dtype == "fp32":
+            need(f32 > 0, "fp32 split-K without global_atomic_add_f32")
+        else:
+            need(pk[spec.dw_dtype] > 0,
+                 f"16-bit split-K without global_atomic_pk_add_{spec.dw_dtype.replace('fp', 'f')}")
+    elif spec.reduction == "two_stage":
+        need(f32 > 0, "two-stage stage 1 without f32 workspace atomics")
+    else:
+        need(isa.get("global_atomics", 0) == 0, "an unsplit kernel issues atomics")
+    if spec.reduction != "none":
+        # Device-scope cache maintenance marks a fenced (seq_cst) atomic; the workgroup
+        # fences of LDS barriers (gfx12 global_inv SCOPE_SE, gfx11 buffer_gl0_inv) do not.
+        fences = (isa["device_cache_ops"] if "device_cache_ops" in isa
+                  else sum(isa.get(k, 0) for k in ATOMIC_FENCES))  # entries before the key
+        need(fences == 0, f"split-K atomics with {fences} device-scope fence/cache "
+                          "instruction(s)")
+        need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
+    return out
+
+
+def disassembler_missing() -> str:
+    """Why no stored binary can be disassembled here, or "" when one can."""
+    from wgradcache.compile.disasm import disassembler_available
+    from wgradcache.compile.discovery import find_disassembler
+
+    if disassembler_available() or find_disassembler() is not None:
+        return ""
+    return ("no libLLVM >= 22 nor llvm-objdump >= 22 here: the ISA statistics of the stored "
+            "binaries cannot be derived (install `llvm-22`)")
+
+
+def binary_facts(data: bytes, target: str):
+    """(``CodeObjectInfo``, ISA statistics) of a stored code object, from its bytes;
+    ValueError with the reason for bytes that are not a code object or do not
+    disassemble."""
+    from wgradcache.compile.codegen import CodegenOptions
+    from wgradcache.compile.codeobject import read_code_object
+    from wgradcache.compile.disasm import list_binary
+    from wgradcache.compile.isa import isa_stats
+
+    co = read_code_object(data)
+    asm, _ = list_binary(data, target, CodegenOptions().features)
+    return co, isa_stats(asm)
+
+
+def _shown(v: object) -> str:
+    text = repr(v) if isinstance(v, str) else str(v)
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def record_differences(symbol: str, code_object: dict, isa: dict, co, stats: dict
+                       ) -> list[str]:
+    """``field: entry records X, the binary Y`` for each recorded field that is not what
+    the binary holds, the first ``_SHOWN_DIFFERENCES`` named and the rest counted."""
+    diffs = []
+    if symbol != co.symbol:
+        diffs.append(f"symbol: entry records {_shown(symbol)}, the binary {_shown(co.symbol)}")
+    derived = co.to_dict()
+    for name in sorted(derived):
+        if code_object.get(name) != derived[name]:
+            if name == "args":
+                diffs.append("code_object.args: entry records other kernel arguments than "
+                             "the binary's")
+            else:
+                diffs.append(f"code_object.{name}: entry records "
+                             f"{_shown(code_object.get(name))}, the binary "
+                             f"{_shown(derived[name])}")
+    for name in sorted(isa):
+        if stats.get(name) != isa[name]:
+            got = stats[name] if name in stats else "has none"
+            diffs.append(f"isa.{name}: entry records {isa[name]}, the binary {got}")
+    if len(diffs) > _SHOWN_DIFFERENCES:
+        rest = len(diffs) - _SHOWN_DIFFERENCES
+        diffs = [*diffs[:_SHOWN_DIFFERENCES], f"{rest} more recorded field(s) differ"]
+    return diffs
+
+
+def _abi_problems(co, args, block: int) -> list[str]:
+    from wgradcache.wgrad.abi import kernarg_layout
+
+    out = []
+    have = tuple((a.name, a.offset, a.size) for a in co.explicit_args)
+    want = kernarg_layout(args)
+    if have != want:
+        first = next((f"{w} vs {h}" for w, h in zip(want, have, strict=False) if w != h),
+                     "count")
+        out.append(f"kernel arguments are not the ABI's ({len(have)} explicit, the ABI has "
+                   f"{len(want)}; first difference: {_shown(first)})")
+    if co.max_flat_workgroup_size < block:
+        out.append(f"max flat workgroup size {co.max_flat_workgroup_size} < block {block}")
+    return out
+
+
+def _common_problems(co, target: str) -> list[str]:
+    t = get_target(target)
+    out = []
+    if co.mach != t.e_mach:
+        out.append(f"mach 0x{co.mach:x}, expected 0x{t.e_mach:x}")
+    if co.wavefront_size != t.wave_size:
+        out.append(f"wavefront size {co.wavefront_size}, the target's is {t.wave_size}")
+    if not co.has_symbol or not co.has_descriptor:
+        out.append("kernel symbol or descriptor missing")
+    if co.group_segment_fixed_size > t.lds_bytes:
+        out.append(f"LDS {co.group_segment_fixed_size} B exceeds the target's")
+    if co.vgpr_spill_count or co.sgpr_spill_count:
+        out.append(f"spills: {co.vgpr_spill_count} VGPR, {co.sgpr_spill_count} SGPR")
+    if co.private_segment_fixed_size:
+        out.append(f"scratch {co.private_segment_fixed_size} B")
+    return out
+
+
+def _symbol_problems(spec: KernelSpec, found: str,
+                     walked_symbol: Callable[[str], KernelSpec | None]) -> list[str]:
+    """The binary's kernel name must be this spec's; a blob shared with another identity
+    holds that identity's name, accepted only when the two IRs differ in nothing else."""
+    from wgradcache.cache.store import blank_symbol
+    from wgradcache.wgrad.emit import emit_ir
+    from wgradcache.wgrad.kernel import kernel_symbol
+
+    want = kernel_symbol(spec)
+    if found == want:
+        return []
+    other = walked_symbol(found)
+    if other is None:
+        return [f"kernel symbol {_shown(found)} is not this kernel's ({want})"]
+    mine, theirs = emit_ir(spec, check=False), emit_ir(other, check=False)
+    if blank_symbol(mine.ir_text, mine.symbol) != blank_symbol(theirs.ir_text, theirs.symbol):
+        return [f"kernel symbol {found} is {other.label()}'s, a kernel whose IR is not this "
+                "one's"]
+    return []
+
+
+def entry_problems(spec: KernelSpec, entry, data: bytes,
+                   walked_symbol: Callable[[str], KernelSpec | None]) -> list[str]:
+    """Every structure finding of one entry and its stored bytes (empty: it passed).
+    ``walked_symbol``: the walked spec whose kernel has a name, or None."""
+    from wgradcache.wgrad.abi import WGRAD_ARGS
+
+    try:
+        co, stats = binary_facts(data, spec.target)
+    except ValueError as e:
+        return [f"not a code object: {e}"]
+    problems = _common_problems(co, spec.target)
+    problems += _symbol_problems(spec, co.symbol, walked_symbol)
+    problems += _abi_problems(co, WGRAD_ARGS, spec.block_size)
+    if co.group_segment_fixed_size != lds_bytes(spec):
+        problems.append(f"LDS {co.group_segment_fixed_size} B, generator allocates "
+                        f"{lds_bytes(spec)} B")
+    problems += record_differences(entry.symbol, entry.code_object, entry.isa, co, stats)
+    return problems + isa_problems(spec, stats)
+
+
+def stage2_problems(entry, data: bytes, target: str) -> list[str]:
+    """``entry_problems`` of a stage-2 companion: its own kernel name and ABI."""
+    from wgradcache.wgrad.abi import STAGE2_ARGS, STAGE2_BLOCK
+    from wgradcache.wgrad.stage2 import stage2_symbol
+
+    try:
+        co, stats = binary_facts(data, target)
+    except ValueError as e:
+        return [f"not a code object: {e}"]
+    problems = _common_problems(co, target)
+    want = stage2_symbol(entry.dw_dtype, entry.ws_replicas)
+    if co.symbol != want:
+        problems.append(f"kernel symbol {_shown(co.symbol)} is not this kernel's ({want})")
+    problems += _abi_problems(co, STAGE2_ARGS, STAGE2_BLOCK)
+    return problems + record_differences(entry.symbol, entry.code_object, entry.isa, co, stats)
