@@ -86,7 +86,7 @@ def test_lds_budget_is_the_targets():
     assert lds_bytes(a) == 2 * 64 * 272 * 2 and validate(a, limits=DEFAULT_LIMITS) == (True, "")
     huge = dataclasses.replace(big, tile_k=128, epilogue="default")
     assert validate(huge, limits=Limits(max_k_steps=8)) == (
-        False, "LDS 139264 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
+        False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
     assert validate(huge, limits=DEFAULT_LIMITS)[1] == (
         "tile_k 128 is 8 k-steps of the 16x16x16 atom, over the budget 2")
 
@@ -105,9 +105,9 @@ def test_limits_are_required_and_none_checks_the_rules_alone():
     lds = dataclasses.replace(BASE, target="gfx1201", tile_m=128, tile_n=128, tile_k=128,
                               warp_m=2, warp_n=4)
     assert validate(lds, limits=None) == (
-        False, "LDS 139264 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
+        False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
     assert geometry_fits(get_target("gfx1201"), "fp16", lds.geometry, None) == (
-        False, "LDS 139264 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
+        False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
 
 
 def test_model_imports_no_job_data():

@@ -69,7 +69,7 @@ def test_one_barrier_per_k_tile_and_loads_before_the_mmas():
 
 def _single_stage(spec):
     ctx = open_wgrad_kernel(spec, kernel_symbol(spec))
-    default_epilogue(ctx, sync_k_loop(ctx, stages=1))
+    default_epilogue(ctx, sync_k_loop(ctx, planted_race=True))
     return ctx.kb.finish()
 
 
@@ -85,3 +85,24 @@ def test_single_stage_race_is_reported(monkeypatch):
     assert not r.passed and r.out is None
     assert "LDS race" in r.hazards and "writes byte" in r.hazards, r.hazards
     assert "read by" in r.hazards, r.hazards
+
+
+def test_every_walked_sync_kernel_gets_two_stages():
+    from wgradcache.model.spec import sync_stages
+    for t in ("gfx1250", "gfx1201", "gfx1151", "gfx942", "gfx950"):
+        tgt = get_target(t)
+        shapes = {(s.dtype, *s.geometry[:3]) for s in walk(t) if s.k_loop == "sync"}
+        assert shapes and {sync_stages(tgt, d, m, n, k) for d, m, n, k in shapes} == {2}, t
+
+
+def test_one_stage_where_two_do_not_fit():
+    """128x128x64 on gfx1201 (outside the ladder's k-step budget): two stages would take
+    72 KiB of its 64 KiB, so one stage, a second barrier, same numerics, no race."""
+    from wgradcache.model.spec import KernelSpec, lds_bytes, sync_stages
+
+    spec = KernelSpec("gfx1201", "fp16", "fp16", 128, 128, 64, 2, 4, vec_a=8, vec_b=8)
+    assert sync_stages(get_target("gfx1201"), "fp16", 128, 128, 64) == 1
+    assert lds_bytes(spec) == 256 * 72 * 2
+    kd = build_kernel(spec)
+    assert [v.op for v in ir_walk(_loop(kd).arg.body)].count(Ops.BARRIER) == 2
+    check(run_emulated(spec, PIPE), "fp16")

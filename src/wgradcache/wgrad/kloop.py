@@ -25,6 +25,8 @@ Fragment reads, per loop:
 from __future__ import annotations
 
 from wgradcache.kernel.ir import Value, f32, i32
+from wgradcache.model.spec import sync_stages
+from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
 
@@ -91,7 +93,7 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     return accs
 
 
-def sync_k_loop(ctx: WgradContext, stages: int = 2) -> list[Value]:
+def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     """The pipelined sync loop: two LDS stages, one barrier per K tile.
 
     Before the loop the thread loads tile k_begin into registers. Iteration t stores those
@@ -109,11 +111,15 @@ def sync_k_loop(ctx: WgradContext, stages: int = 2) -> list[Value]:
     registers: at most 2 x 20 KiB on gfx1201/gfx1151 (tile_k 32: max_k_steps 2 of the
     16x16x16 atom) of their 64 KiB, 72 KiB of gfx1250's 320 KiB (128x128x64 fp16), so the
     geometries.yaml ladder keeps every geometry it kept with one stage (``lds_fits``).
+    Where two stages do not fit (gfx942's 256-wide tiles, ``spec.sync_stages``) the loop
+    keeps one and a second barrier after the MMAs; the prefetch stays.
 
-    ``stages=1`` keeps one stage with the same single barrier: the unsafe form, whose race
-    (tile t+1 stored while other waves still read tile t) the emulator reports; tests only.
+    ``planted_race``: one stage and the single barrier, the unsafe form whose race (tile
+    t+1 stored while other waves still read tile t) the emulator reports; tests only.
     """
     kb, sp = ctx.kb, ctx.spec
+    stages = 1 if planted_race else sync_stages(get_target(sp.target), sp.dtype, sp.tile_m,
+                                                 sp.tile_n, sp.tile_k)
     lds = ctx.lds_ab()
     a_op, b_op = a_operand(ctx, sp.vec_a), b_operand(ctx, sp.vec_b)
     a_lane, b_lane = _lane_bases(ctx)
@@ -132,6 +138,8 @@ def sync_k_loop(ctx: WgradContext, stages: int = 2) -> list[Value]:
         k_next = kb.add(kt, sp.tile_k)
         na, nb = load_sync(a_op, k_next), load_sync(b_op, k_next)
         accs = mma_tile(ctx, kb.gep(stage, a_lane), kb.gep(stage, b_lane), accs)
+        if stages == 1 and not planted_race:
+            kb.barrier()  # one stage: every wave done reading before the next stores
         nxt = kb.sub(ctx.stage_elems, cur) if stages == 2 else cur
         loop.yield_(*accs, *na, *nb, nxt)
     return list(loop.results[:n_acc])
