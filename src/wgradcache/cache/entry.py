@@ -160,6 +160,35 @@ def _typed(v: object, t: type | tuple[type, ...]) -> bool:
     return type(v) is t if isinstance(t, type) else type(v) in t
 
 
+def _key_text(k: object) -> str:
+    """A key from the file as a reason quotes it: escaped (one line whatever it holds) and
+    clipped."""
+    return repr(str(k)[:40])
+
+
+def _missing_or_mistyped(v: dict, schema: dict[str, type]) -> str:
+    """The first of ``schema``'s fields that ``v`` lacks or holds with another type."""
+    for name, t in schema.items():
+        if name not in v:
+            return f"no field {name!r}"
+        if type(v[name]) is not t:
+            return f"{name}: {type(v[name]).__name__}, not {_tname(t)}"
+    return ""
+
+
+def _unexpected(v: dict, schema: dict[str, type], extra: bool) -> str:
+    """The first key of ``v`` outside ``schema`` that is refused (any, unless ``extra``;
+    one that holds no scalar, if ``extra``)."""
+    for k, x in v.items():
+        if k in schema:
+            continue
+        if not extra:
+            return f"unknown field {_key_text(k)}"
+        if type(x) not in _SCALARS:
+            return f"{_key_text(k)}: {type(x).__name__}, not a scalar"
+    return ""
+
+
 def _object_of(schema: dict[str, type], extra: bool = True) -> _Check:
     """A check of a JSON object holding ``schema``'s fields with their types; other keys
     must hold scalars (``extra``) or are refused. The types of all fields are compared as
@@ -170,21 +199,12 @@ def _object_of(schema: dict[str, type], extra: bool = True) -> _Check:
     def check(v: Any) -> tuple[bool, str]:
         if type(v) is not dict:
             return False, f"{type(v).__name__}, not an object"
+        why = ""
         if tuple(map(type, map(v.get, names))) != want:
-            for name, t in schema.items():
-                if name not in v:
-                    return False, f"no field {name!r}"
-                if type(v[name]) is not t:
-                    return False, f"{name}: {type(v[name]).__name__}, not {_tname(t)}"
-        if len(v) != len(names):
-            for k, x in v.items():
-                if k in schema:
-                    continue
-                if not extra:
-                    return False, f"unknown field {str(k)[:40]!r}"
-                if type(x) not in _SCALARS:
-                    return False, f"{str(k)[:40]}: {type(x).__name__}, not a scalar"
-        return True, ""
+            why = _missing_or_mistyped(v, schema)
+        if not why and len(v) != len(names):
+            why = _unexpected(v, schema, extra)
+        return not why, why
     return check
 
 
@@ -198,7 +218,7 @@ def _map_of(t: type | tuple[type, ...]) -> _Check:
         if set(map(type, v.values())) <= allowed:
             return True, ""
         k, x = next((k, x) for k, x in v.items() if type(x) not in allowed)
-        return False, f"{str(k)[:40]}: {type(x).__name__}, not {_tname(t)}"
+        return False, f"{_key_text(k)}: {type(x).__name__}, not {_tname(t)}"
     return check
 
 

@@ -76,7 +76,8 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     try:
         run_chunked(job_task, tasks, req, req.jobs or os.cpu_count() or 1, take,
                     key_of=lambda t: t[0].identity_key(),
-                    retry=lambda t: job_alone(*t, timeout=req.job_timeout))
+                    retry=lambda t: job_alone(*t, timeout=req.job_timeout),
+                    stop=lambda: bool(summary.stopped))
     except BaseException:
         stage2.cancel()
         raise

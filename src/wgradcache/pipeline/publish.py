@@ -11,14 +11,20 @@ killed at any moment never leaves a two-stage entry without its stage-2 record (
 14 SIGKILLs did, and ``select`` served them). A stage-2 kernel that fails fails its held jobs
 with its reason (``refuse``), transiently: the next build compiles that kernel again.
 
-Every job ends in exactly one count of the summary: a publish that fails (a full disk, a
-blob a concurrent gc removed) is a failure with its reason, transient, so the next build
-tries again, and the build goes on. So ``jobs == built + relinked + up_to_date + rejected
-+ failed`` always holds.
+Every job ends in exactly one count of the summary: a publish that fails (a blob a
+concurrent gc removed) is a failure with its reason, transient, so the next build tries
+again, and the build goes on. A write the cache refuses as a whole (``STOPPING``: a
+read-only or full file system, no permission, a layout refused) stops publishing at the
+first one: nothing more is written (not even failure records), the jobs still to come are
+not compiled, and each one it stopped counts as failed (``BuildSummary.stopped_jobs``,
+transient: no record, so the next build compiles them); the run reports that error once
+(``stopped``), not one line per job. So ``jobs == built + relinked + up_to_date +
+rejected + failed`` always holds.
 """
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +34,16 @@ from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import job_cost
 
-__all__ = ["BuildSummary", "BuildContext", "Publisher"]
+__all__ = ["BuildSummary", "BuildContext", "Publisher", "STOPPING", "stops_the_build"]
+
+# errnos of a write the cache refuses whatever is written: every later publish would fail
+STOPPING = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
+                      errno.ENOTDIR, errno.EIO})
+
+
+def stops_the_build(e: BaseException) -> bool:
+    """Whether a publish error means the cache cannot be written at all (``STOPPING``)."""
+    return isinstance(e, OSError) and e.errno in STOPPING
 
 
 @dataclass
@@ -48,17 +63,36 @@ class BuildSummary:
     # worker seconds summed over the jobs compiled here, by phase (emit, parse, codegen, link,
     # listing, read, isa_stats): recorded in stats.jsonl, where the time of a build went
     phases: dict[str, float] = field(default_factory=dict)
+    # the first write the cache refused (``STOPPING``), and how many jobs and stage-2
+    # kernels went unpublished because of it (counted in failed / stage2_failed too)
+    stopped: str = ""
+    stopped_jobs: int = 0
+    stopped_stage2: int = 0
+
+    def stopped_line(self) -> str:
+        """The run's one line for a stop, or "" when it did not stop."""
+        if not self.stopped:
+            return ""
+        s2 = (f" and {self.stopped_stage2} stage-2 kernel(s)" if self.stopped_stage2
+              else "")
+        return (f"{self.target}: the cache cannot be written ({self.stopped}): "
+                f"{self.stopped_jobs} job(s){s2} not published, nothing half-written; "
+                "the next build compiles them")
 
     @property
     def ok(self) -> bool:
         return self.failed == 0 and self.stage2_failed == 0
 
     def to_json(self) -> dict:
-        return {"target": self.target, "jobs": self.jobs, "built": self.built,
-                "relinked": self.relinked, "up_to_date": self.up_to_date,
-                "rejected": self.rejected, "failed": self.failed,
-                "stage2_failed": self.stage2_failed, "bytes": self.bytes,
-                "seconds": round(self.seconds, 3)}
+        doc = {"target": self.target, "jobs": self.jobs, "built": self.built,
+               "relinked": self.relinked, "up_to_date": self.up_to_date,
+               "rejected": self.rejected, "failed": self.failed,
+               "stage2_failed": self.stage2_failed, "bytes": self.bytes,
+               "seconds": round(self.seconds, 3)}
+        if self.stopped:
+            doc.update(stopped=self.stopped, stopped_jobs=self.stopped_jobs,
+                       stopped_stage2=self.stopped_stage2)
+        return doc
 
 
 @dataclass(frozen=True)
@@ -90,7 +124,9 @@ class Publisher:
         for phase, sec in res.get("t", {}).items():
             self.summary.phases[phase] = self.summary.phases.get(phase, 0.0) + sec
         name = stage2_name(spec.dw_dtype, spec.ws_replicas)
-        if "error" in res:
+        if self.summary.stopped and not (res.get("error") and not res.get("stopped")):
+            self._stopped_job()
+        elif "error" in res:
             self.fail(spec, res["error"], transient=res.get("transient", False))
         elif spec.reduction == "two_stage" and name in self._refused:
             self.fail(spec, self._refused[name], transient=True)
@@ -117,10 +153,26 @@ class Publisher:
         for spec, _ in self._held.pop(name, []):
             self.fail(spec, why, transient=True)
 
+    def halt(self, e: OSError) -> None:
+        """The cache refused a write (``stops_the_build``): publish nothing more."""
+        if not self.summary.stopped:
+            self.summary.stopped = f"{type(e).__name__}: {e}"
+
+    def _stopped_job(self) -> None:
+        self.summary.failed += 1
+        self.summary.stopped_jobs += 1
+
     def _publish_or_fail(self, spec: KernelSpec, res: dict) -> None:
+        if self.summary.stopped:
+            self._stopped_job()
+            return
         try:
             self._publish(spec, res)
         except OSError as e:
+            if stops_the_build(e):
+                self.halt(e)
+                self._stopped_job()
+                return
             self.fail(spec, f"publish: {type(e).__name__}: {e}", transient=True)
 
     def fail(self, spec: KernelSpec, reason: str, *, transient: bool) -> None:
@@ -131,11 +183,14 @@ class Publisher:
                                generator_digest=self.ctx.generator_digest,
                                toolchain_digest=self.ctx.toolchain_digest, when=time.time(),
                                transient=transient)
-        try:
-            with self.cache.lock():
-                self.cache.write_failure(record)
-        except OSError as e:  # still a failure of this run, only not remembered
-            reason = f"{reason} (failure record not written: {e})"
+        if self.summary.stopped:  # nothing more is written
+            reason = f"{reason} (failure record not written: the cache cannot be written)"
+        else:
+            try:
+                with self.cache.lock():
+                    self.cache.write_failure(record)
+            except OSError as e:  # still a failure of this run, only not remembered
+                reason = f"{reason} (failure record not written: {e})"
         self.summary.failures.append({"label": spec.label(), "reason": reason,
                                       "transient": transient})
 

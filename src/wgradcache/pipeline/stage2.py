@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from wgradcache.cache.entry import CorruptEntry, Stage2Entry
 from wgradcache.cache.store import TargetCache, content_key, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.publish import BuildContext, Publisher
+from wgradcache.pipeline.publish import BuildContext, Publisher, stops_the_build
 from wgradcache.pipeline.workers import metadata
 
 __all__ = ["Stage2Builds"]
@@ -60,10 +60,17 @@ class Stage2Builds:
                     and have.toolchain_digest == self.ctx.toolchain_digest
                     and self.cache.has_blob(have.blob)):
                 continue  # up to date without emitting, as the entries are
+            if self.publisher.summary.stopped:
+                self._stopped(name)
+                continue
             try:
                 self._start_one(name, dw, r, have)
             except Exception as e:  # a generator bug or a publish error: this kernel's
-                self._fail(name, f"{type(e).__name__}: {e}")
+                if stops_the_build(e):  # a relink the cache refused
+                    self.publisher.halt(e)
+                    self._stopped(name)
+                else:
+                    self._fail(name, f"{type(e).__name__}: {e}")
 
     def _start_one(self, name: str, dw: str, r: int, have: Stage2Entry | None) -> None:
         from wgradcache.compile.codegen import CodegenOptions
@@ -105,6 +112,9 @@ class Stage2Builds:
         if not out.ok:
             self._fail(s.name, out.error)
             return
+        if self.publisher.summary.stopped:  # the cache refused a write: none is tried
+            self._stopped(s.name)
+            return
         try:
             meta = metadata(out.obj)
             with self.cache.lock():
@@ -118,10 +128,20 @@ class Stage2Builds:
                     toolchain_digest=self.ctx.toolchain_digest))
                 self.cache.stamp_used(s.ckey)
         except Exception as e:  # a full disk, or a code object metadata cannot read
+            if stops_the_build(e):  # its held jobs are then counted as stopped too
+                self.publisher.halt(e)
+                self._stopped(s.name)
+                return
             self._fail(s.name, f"publish: {type(e).__name__}: {e}")
             return
         self.publisher.summary.bytes += ref.size
         self.publisher.release(s.name)
+
+    def _stopped(self, name: str) -> None:
+        summary = self.publisher.summary
+        summary.stage2_failed += 1
+        summary.stopped_stage2 += 1
+        self.publisher.release(name)  # its held jobs: stopped, each counted once
 
     def _fail(self, name: str, reason: str) -> None:
         summary = self.publisher.summary
