@@ -28,7 +28,7 @@ def test_walk_flag_gives_the_same_document():
     a = json.loads(_run("--json").output)
     b = json.loads(_run("--json", "--walk").output)
     assert a == b
-    assert set(a["targets"]) == {"gfx1250", "gfx1201", "gfx1151"}
+    assert set(a["targets"]) == {"gfx1250", "gfx1201", "gfx1151", "gfx950", "gfx942"}
 
 
 def test_list_prints_every_label_once():
@@ -76,7 +76,13 @@ def test_every_command_checks_a_target_the_same_way(command, tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-def test_build_names_a_target_without_kernels():
+def test_build_names_a_target_without_kernels(monkeypatch):
+    import dataclasses
+
+    from wgradcache.model import targets
+
+    monkeypatch.setitem(targets.TARGETS, "gfx942",
+                        dataclasses.replace(targets.TARGETS["gfx942"], has_kernels=False))
     r = CliRunner().invoke(main, ["build", "--target", "gfx942"])
     assert r.exit_code == 2
     assert r.output == "error: gfx942: no kernel generator for mfma targets yet\n"

@@ -158,3 +158,110 @@ def test_variant_isa_on_gfx1250(gfx1250_variants):
             assert isa["cas_loops"] == 0
         if spec.reduction == "two_stage":
             assert isa["global_atomic_add_f32"] > 0
+
+
+# ---- the MFMA targets (gfx942, gfx950: wave64) -------------------------------------------
+
+def _mfma_specs() -> list[KernelSpec]:
+    """Per target and variant the walk yields, two specs: fp16 on one geometry, bf16 on the
+    next of the spread (the wave64 ladder's 256-wide tiles among them), and an fp32 dW
+    atomic; all from the walk, so they are cache jobs."""
+    spread = [(64, 64, 32, 2, 2), (32, 32, 32, 1, 1), (256, 64, 32, 2, 2), (64, 256, 32, 2, 2),
+              (128, 128, 32, 2, 2), (32, 128, 32, 1, 4), (128, 32, 64, 2, 1)]
+    out = []
+    for target in ("gfx942", "gfx950"):
+        jobs = list(walk(target, ["fp16", "bf16", "bf16_f32"]))
+        variants = sorted({s.variant for s in jobs})
+        for i, v in enumerate(variants):
+            for j, key in enumerate(("fp16", "bf16", "bf16_f32")):
+                if key == "bf16_f32" and v != "sync.default.atomic":
+                    continue
+                pick = [s for s in jobs if s.variant == v and s.dtype_key == key
+                        and (s.vec_a, s.vec_b) in ((8, 8), (4, 4))]
+                geoms = {s.geometry for s in pick}
+                g = next(g for k in range(len(spread))
+                         if (g := spread[(i + j + k) % len(spread)]) in geoms)
+                out.append(next(s for s in pick if s.geometry == g))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mfma_cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mfma")
+    specs = _mfma_specs()
+    for target in ("gfx942", "gfx950"):
+        group = [s for s in specs if s.target == target]
+        summary = build(BuildRequest(target=target, cache_dir=str(root), jobs=2), specs=group)
+        assert summary.failed == 0, summary.failures
+    entries = {}
+    for target in ("gfx942", "gfx950"):
+        for ik, e in TargetCache(root, target).iter_entries():
+            entries[ik] = record_json(e)
+    return root, [(s, entries[s.identity_key()]) for s in specs]
+
+
+def test_mfma_code_objects_per_target_and_variant(mfma_cache):
+    _, rows = mfma_cache
+    seen = {(s.target, s.variant) for s, _ in rows}
+    assert seen == {(t, f"sync.{e}.{r}") for t in ("gfx942", "gfx950")
+                    for e, r in (("default", "none"), ("default", "atomic"),
+                                 ("default", "two_stage"), ("cshuffle", "none"),
+                                 ("cshuffle", "atomic"))}
+    assert any(s.tile_m == 256 or s.tile_n == 256 for s, _ in rows)
+    for spec, e in rows:
+        co, isa, t = e["code_object"], e["isa"], get_target(spec.target)
+        where = spec.label()
+        assert co["mach"] == t.e_mach and co["e_flags"] & 0xFF == t.e_mach, where
+        assert (co["wavefront_size"], co["max_flat_workgroup_size"]) == (64, spec.block_size)
+        assert co["group_segment_fixed_size"] == lds_bytes(spec), where
+        assert co["private_segment_fixed_size"] == 0, where
+        assert (co["vgpr_spill_count"], co["sgpr_spill_count"]) == (0, 0), where
+        assert isa["scratch_ops"] == 0, where
+        atom = t.atom(spec.dtype)
+        per_step = ((spec.tile_m // spec.warp_m // 16) * (spec.tile_n // spec.warp_n // 16)
+                    * (spec.tile_k // atom.k))
+        # v_mfma only, a whole number of K tiles of them, exactly one K tile per iteration
+        assert isa["mfma"] == isa["mma"] > 0 and isa["wmma"] == 0, where
+        assert isa["mma"] % per_step == 0 and isa["main_loop_mma"] == per_step, where
+        # accumulators where LLVM put them: AGPRs here (v_mfma ... a[..]); the count recorded
+        assert co["agpr_count"] > 0, where
+        assert isa["device_cache_ops"] == isa["cas_loops"] == isa["global_atomic_cmpswap"] == 0
+        for fence in ("buffer_wbl2", "buffer_inv", "global_wb", "global_inv"):
+            assert isa[fence] == 0, (where, fence)
+        if spec.reduction == "atomic" and spec.dw_dtype != "fp32":
+            assert isa["global_atomic_pk_add_" + spec.dw_dtype.replace("fp", "f")] > 0, where
+        if spec.reduction == "two_stage" or (spec.reduction, spec.dw_dtype) == ("atomic",
+                                                                                "fp32"):
+            assert isa["global_atomic_add_f32"] > 0, where
+        assert isa_problems(spec, isa) == [], where
+
+
+def test_mfma_fragments_are_read_whole(mfma_cache):
+    """K-contiguous LDS: per K tile each lane reads exactly its fragments' bytes (8 per
+    16x16x16 fragment on gfx942, 16 per 16x16x32 one on gfx950), never narrower than one
+    fragment, no 16-bit reads."""
+    _, rows = mfma_cache
+    for spec, e in rows:
+        isa = e["isa"]
+        lay = mma.layout(get_target(spec.target).atom(spec.dtype).form)
+        frag = lay.ab_elems * 2
+        am, an = spec.tile_m // spec.warp_m // 16, spec.tile_n // spec.warp_n // 16
+        want = (am + an) * frag * (spec.tile_k // lay.k)
+        where = spec.label()
+        assert isa["main_loop_ds_load_bytes"] == want, (where, isa["main_loop_ds_load_bytes"])
+        assert isa["main_loop_ds_loads"] * frag <= want and isa["main_loop_ds_loads_b16"] == 0
+
+
+def test_mfma_cache_passes_verify_structure(mfma_cache):
+    from wgradcache.pipeline.verify import VerifyRequest, verify
+
+    root, rows = mfma_cache
+    for target in ("gfx942", "gfx950"):
+        rep = verify(VerifyRequest(cache_dir=str(root), targets=(target,), level="structure"))
+        assert rep.failures == [], rep.failures
+        passed = [c for c in rep.passed_cases if c[2] == "structure"]
+        specs = [s for s, _ in rows if s.target == target]
+        assert {s.identity_key() for s in specs} <= {c[0] for c in passed}
+        # and each two-stage (dW dtype, replicas)'s stage-2 companion
+        stage2 = {(s.dw_dtype, s.ws_replicas) for s in specs if s.reduction == "two_stage"}
+        assert len(passed) == len(specs) + len(stage2) and stage2

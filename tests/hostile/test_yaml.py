@@ -284,8 +284,9 @@ def test_a_long_unknown_key_is_quoted_short(tmp_path):
 def test_a_key_with_a_newline_stays_on_one_line(tmp_path):
     p = tmp_path / "g.yaml"
     p.write_text('"a\\nb": 1\n')
-    assert _count(p) == f"error: {p}:1: 'a\\nb': unknown key; valid: schema, ladder, filters, " \
-                        "vec_pairs, async_chunk_pairs, ws_replicas, dtypes, cover\n"
+    assert _count(p) == f"error: {p}:1: 'a\\nb': unknown key; valid: schema, ladder, " \
+                        "ladder_wave64, filters, vec_pairs, async_chunk_pairs, ws_replicas, " \
+                        "dtypes, cover\n"
 
 
 def test_python_tags_are_only_text(tmp_path):

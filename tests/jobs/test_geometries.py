@@ -20,10 +20,46 @@ def _write(tmp_path: Path, text: str) -> Path:
     return p
 
 
-def test_shipped_file_loads_with_19_cover_entries_each_with_a_reason():
+def test_shipped_file_loads_with_19_shared_and_4_wave64_cover_entries_each_with_a_reason():
     d = load()
-    assert len(d.cover) == 19
+    assert len(d.cover) == 23
     assert all(c.reason for c in d.cover)
+    wave64 = [c for c in d.cover if set(c.targets) <= {"gfx942", "gfx950"}]
+    assert len(wave64) == 4
+    assert len(d.cover_for("gfx1250")) == 19
+
+
+def test_wave64_targets_walk_their_own_ladder():
+    d = load()
+    assert d.ladder_for("gfx942") == d.ladder_for("gfx950") == dict(d.wave_ladders)[64]
+    assert d.ladder_for("gfx1250") == d.ladder_for("gfx1151") == d.ladder
+    assert 256 in d.ladder_for("gfx942")["tile_m"] and 256 not in d.ladder["tile_m"]
+    assert len(d.ladder_geometries("gfx950")) == 4 * 4 * 2 * 3 * 3
+    assert len(d.ladder_geometries()) == len(d.ladder_geometries("gfx1201")) == 3 * 3 * 2 * 3 * 3
+
+
+def test_cover_entry_on_the_wave64_ladder_only_serves_wave64_targets(tmp_path):
+    entry = ("[256, 64, 32, 2, 2]\n    reason: wide kpg (256+, bottleneck reductions) on four "
+             "64-lane waves\n")
+    text = SHIPPED.replace(entry + "    targets: [gfx942, gfx950]\n", entry)
+    assert text != SHIPPED
+    d = load(_write(tmp_path, text))
+    c = next(c for c in d.cover if c.geometry == (256, 64, 32, 2, 2))
+    assert c.targets == ("gfx950", "gfx942")  # no wave32 ladder has 256
+    bad = SHIPPED.replace(entry + "    targets: [gfx942, gfx950]\n",
+                          entry + "    targets: [gfx1250]\n")
+    assert bad != SHIPPED
+    with pytest.raises(GeometryFileError, match=r"not on gfx1250's ladder \(tile_m 256 is not "
+                                                r"on the ladder\)"):
+        load(_write(tmp_path, bad))
+
+
+def test_wave64_ladder_errors_name_their_section(tmp_path):
+    bad = SHIPPED.replace("ladder_wave64:\n  tile_m: [32, 64, 128, 256]",
+                          "ladder_wave64:\n  tile_m: [32, 64, 128, 2048]")
+    assert bad != SHIPPED
+    with pytest.raises(GeometryFileError, match=r": ladder_wave64.tile_m\[3\]: "):
+        load(_write(tmp_path, bad))
 
 
 @pytest.mark.parametrize(
@@ -67,10 +103,10 @@ def test_shipped_file_loads_with_19_cover_entries_each_with_a_reason():
         ),
         (
             "  - geometry: [32, 32, 32, 1, 1]",
-            "  - geometry: [128, 128, 32, 2, 2]",
-            "geometry: [128, 128, 32, 2, 2]",
+            "  - geometry: [128, 128, 32, 1, 2]",
+            "geometry: [128, 128, 32, 1, 2]",
             "cover[0].geometry",
-            "128 accumulator registers",
+            "256 accumulator registers",
         ),
         (
             "    reason: depthwise and small grouped layers (kpg, cpg <= 32), one wave\n",

@@ -55,9 +55,30 @@ def test_async_and_two_stage_only_where_admitted():
     assert count("gfx1151", ["fp16_f32"])["fp16_f32"]["sync.default.atomic"] > 0
 
 
-def test_mfma_targets_have_no_jobs_yet():
-    assert count("gfx950", ["fp16"]) == {"fp16": {}}
-    assert list(walk("gfx942", ["fp16"])) == []
+def test_mfma_variants_are_what_the_catalog_admits():
+    """gfx942 / gfx950: sync loop only (no per-lane async copy), both epilogues, packed
+    16-bit and f32 atomic split-K, two-stage (float atomics validated); wave64 geometries."""
+    sync_variants = {f"sync.{e}.{r}" for e in ("default", "cshuffle")
+                     for r in ("none", "atomic", "two_stage")} - {"sync.cshuffle.two_stage"}
+    for t in ("gfx942", "gfx950"):
+        for d in DTYPE_KEYS:
+            assert set(count(t, [d])[d]) == sync_variants, (t, d)
+        for s in walk(t, ["fp16", "bf16_f32"]):
+            assert s.block_size == 64 * s.warp_m * s.warp_n <= 256
+    # gfx942's 16x16x16 atom makes tile_k 64 four k-steps (over the budget); gfx950's
+    # 16x16x32 keeps it
+    assert {s.tile_k for s in walk("gfx942", ["fp16"])} == {32}
+    assert {s.tile_k for s in walk("gfx950", ["fp16"])} == {32, 64}
+    assert any(s.tile_m == 256 for s in walk("gfx942", ["bf16"]))
+
+
+def test_mfma_counts_are_pinned():
+    c942, c950 = count("gfx942", ["fp16"])["fp16"], count("gfx950", ["fp16"])["fp16"]
+    assert c942["sync.default.none"] == c942["sync.default.atomic"] == 53 * 4
+    assert c942["sync.cshuffle.none"] == c942["sync.default.two_stage"] == 12 * 4
+    assert c942["sync.cshuffle.atomic"] == 12 * 2
+    assert c950["sync.default.none"] == c950["sync.default.atomic"] == 382
+    assert c950["sync.default.two_stage"] == 70
 
 
 def test_shipped_counts_are_pinned():
@@ -104,7 +125,9 @@ def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs,
     cover = tuple(CoverEntry(geoms[i % len(geoms)], "random", tuple(kernel_target_names()))
                   for i in sorted(set(cover_pick)))
     cover = tuple({c.geometry: c for c in cover}.values())
-    jd = dataclasses.replace(base, ladder=ladder, cover=cover, vec_pairs=tuple(vec_pairs),
+    # the random ladder is every wave size's (the wave64 targets walk it too)
+    jd = dataclasses.replace(base, ladder=ladder, wave_ladders=(), cover=cover,
+                             vec_pairs=tuple(vec_pairs),
                              limits=Limits(max_acc_per_lane=acc, max_block_size=256,
                                            min_block_size=32))
     target = data.draw(st.sampled_from(kernel_target_names()))

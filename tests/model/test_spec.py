@@ -65,7 +65,9 @@ def test_bad_label_is_a_clear_error():
     (dict(warp_m=4, warp_n=4, tile_m=128, tile_n=128), "block size 512"),
     (dict(vec_a=3), "vec_a 3 not one of"),
     (dict(dw_dtype="bf16"), "dW dtype 'bf16' must be fp16 or fp32"),
-    (dict(target="gfx950"), "no kernel generator for mfma"),
+    (dict(target="gfx950", k_loop="async", vec_a=0, vec_b=0, chunk_a=16, chunk_b=16),
+     "gfx950 has no async global->LDS copy"),
+    (dict(target="gfx942", tile_k=64), "4 k-steps of the 16x16x16 atom"),
     (dict(target="gfx1300"), "unknown target 'gfx1300'"),
 ])
 def test_rejects_come_with_their_reason(change, reason):

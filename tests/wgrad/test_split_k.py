@@ -169,3 +169,20 @@ def test_serves_rules():
     assert not ok and "dy is 8589934592 B" in why
     bad = KernelSpec("gfx1250", "fp16", "fp16", 64, 64, 32, 2, 2, 3, 8)
     assert serves(bad, ConvProblem.parse("1,16,8,8,16,3,3,1,1"))[1].startswith("invalid kernel")
+
+
+def test_xcd_snap_on_the_eight_xcd_mfma_targets():
+    """wg_K 10752 (21 slices of 512) over 3 N tiles: 21 on one-XCD gfx1250; a multiple of
+    8 / gcd(3, 8) = 8 on gfx942 / gfx950 (MI300X / MI355X: 8 XCDs)."""
+    from wgradcache.wgrad.split_k import xcd_snap
+
+    p = ConvProblem.parse("42,192,16,16,64,1,1")  # wg_M 64, wg_N 192, wg_K 42*256
+    assert plan_split_k(_spec("fp16", tn=64), p).degree == 21
+    for target in ("gfx942", "gfx950"):
+        spec = KernelSpec(target, "fp16", "fp16", 64, 64, 32, 2, 2, 8, 8, reduction="atomic")
+        plan = plan_split_k(spec, p)
+        assert (plan.degree, plan.slice_k, plan.grid) == (16, 672, (3, 1, 16))
+    # base 2: step 4; below a step rounds up, unless that passes a cap
+    assert [xcd_snap(d, 2, 8, 97) for d in (1, 3, 5, 21)] == [4, 4, 4, 20]
+    assert xcd_snap(3, 2, 8, 3) == 3 and xcd_snap(21, 8, 8, 97) == 21
+    assert xcd_snap(21, 3, 1, 97) == 21

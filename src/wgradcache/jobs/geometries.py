@@ -58,13 +58,21 @@ class JobData:
     optional_dtypes: tuple[str, ...]
     cover: tuple[CoverEntry, ...]
     target_limits: tuple[tuple[str, Limits], ...] = ()  # per-target overrides, applied
+    # per wave size, the ladder its targets walk instead of ``ladder`` (``ladder_wave64``)
+    wave_ladders: tuple[tuple[int, dict[str, tuple[int, ...]]], ...] = ()
 
     def limits_for(self, target: str) -> Limits:
         return dict(self.target_limits).get(target, self.limits)
 
-    def ladder_geometries(self) -> list[Geometry]:
-        """Every ladder combination, in a fixed order (before per-target filters)."""
-        return list(itertools.product(*(self.ladder[a] for a in _LADDER_AXES)))
+    def ladder_for(self, target: str) -> dict[str, tuple[int, ...]]:
+        """The ladder ``target`` walks: its wave size's own ladder, else the shared one."""
+        return dict(self.wave_ladders).get(get_target(target).wave_size, self.ladder)
+
+    def ladder_geometries(self, target: str | None = None) -> list[Geometry]:
+        """Every combination of ``target``'s ladder (the shared one when None), in a fixed
+        order (before per-target filters)."""
+        ladder = self.ladder if target is None else self.ladder_for(target)
+        return list(itertools.product(*(ladder[a] for a in _LADDER_AXES)))
 
     def cover_for(self, target: str) -> dict[Geometry, CoverEntry]:
         return {c.geometry: c for c in self.cover if target in c.targets}
@@ -104,8 +112,10 @@ MAX_COVER = 256
 _VEC_RANGE = (1, max(VEC_WIDTHS))  # the exact set is load_widths_ok's rule
 _CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 
-_TOP = ("schema", "ladder", "filters", "vec_pairs", "async_chunk_pairs", "ws_replicas",
-        "dtypes", "cover")
+_TOP = ("schema", "ladder", "ladder_wave64", "filters", "vec_pairs", "async_chunk_pairs",
+        "ws_replicas", "dtypes", "cover")
+# Optional ladders per wave size: the key and the wave size its targets have.
+_WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
 
 
@@ -125,17 +135,25 @@ def load(path: str | os.PathLike | None = None) -> JobData:
     if schema != 1:
         raise r.fail(top["schema"], "schema", f"unsupported schema {schema} (this tool reads 1)")
     ladder = _ladder(r, section("ladder"))
+    wave_ladders = tuple((wave, _ladder(r, top[key], key))
+                         for key, wave in _WAVE_LADDERS.items() if key in top)
     limits, target_limits = _filters(r, section("filters"))
     vec_pairs = _pairs(r, section("vec_pairs"), "vec_pairs", "sync", ladder)
     chunk_pairs = _pairs(r, section("async_chunk_pairs"), "async_chunk_pairs", "async", ladder)
     ws = r.int_(section("ws_replicas"), "ws_replicas", *WS_REPLICAS_RANGE)
     default_dtypes, optional_dtypes = _dtypes(r, section("dtypes"))
     per_target = dict(target_limits)
-    cover = _cover(r, section("cover"), ladder, lambda t: per_target.get(t, limits))
+    by_wave = dict(wave_ladders)
+
+    def ladder_of(t: str) -> dict[str, tuple[int, ...]]:
+        return by_wave.get(get_target(t).wave_size, ladder)
+
+    cover = _cover(r, section("cover"), (ladder, *by_wave.values()), ladder_of,
+                   lambda t: per_target.get(t, limits))
     return JobData(path=str(p), ladder=ladder, limits=limits, vec_pairs=vec_pairs,
                    async_chunk_pairs=chunk_pairs, ws_replicas=ws,
                    default_dtypes=default_dtypes, optional_dtypes=optional_dtypes,
-                   cover=cover, target_limits=target_limits)
+                   cover=cover, target_limits=target_limits, wave_ladders=wave_ladders)
 
 
 def _ints(r: NodeReader, node: yaml.Node, field: str, rng: tuple[int, int], *,
@@ -166,9 +184,10 @@ def _geometry(r: NodeReader, node: yaml.Node, field: str) -> Geometry:
                  for j, (ax, v) in enumerate(zip(_LADDER_AXES, items, strict=True)))
 
 
-def _ladder(r: NodeReader, node: yaml.Node) -> dict[str, tuple[int, ...]]:
-    lad = r.mapping(node, "ladder", allowed=_LADDER_AXES, what="axis")
-    return {a: _ints(r, r.require(lad, node, "ladder", a), f"ladder.{a}",
+def _ladder(r: NodeReader, node: yaml.Node, key: str = "ladder"
+            ) -> dict[str, tuple[int, ...]]:
+    lad = r.mapping(node, key, allowed=_LADDER_AXES, what="axis")
+    return {a: _ints(r, r.require(lad, node, key, a), f"{key}.{a}",
                      _axis_range(a))
             for a in _LADDER_AXES}
 
@@ -226,11 +245,15 @@ def _dtypes(r: NodeReader, node: yaml.Node) -> tuple[tuple[str, ...], tuple[str,
     return default, optional
 
 
-def _cover(r: NodeReader, node: yaml.Node, ladder: dict[str, tuple[int, ...]],
-           limits_for: Callable[[str], Limits]) -> tuple[CoverEntry, ...]:
+_Ladder = dict[str, tuple[int, ...]]
+
+
+def _cover(r: NodeReader, node: yaml.Node, ladders: tuple[_Ladder, ...],
+           ladder_of: Callable[[str], _Ladder], limits_for: Callable[[str], Limits]
+           ) -> tuple[CoverEntry, ...]:
     cover: list[CoverEntry] = []
     for i, item in enumerate(r.seq(node, "cover", max_len=MAX_COVER)):
-        entry = _cover_entry(r, item, f"cover[{i}]", ladder, limits_for)
+        entry = _cover_entry(r, item, f"cover[{i}]", ladders, ladder_of, limits_for)
         if any(c.geometry == entry.geometry for c in cover):
             raise r.fail(item, f"cover[{i}].geometry",
                          f"repeated cover geometry {list(entry.geometry)}")
@@ -238,19 +261,30 @@ def _cover(r: NodeReader, node: yaml.Node, ladder: dict[str, tuple[int, ...]],
     return tuple(cover)
 
 
-def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladder: dict[str, tuple[int, ...]],
-                 limits_for: Callable[[str], Limits]) -> CoverEntry:
+def _off_ladder(geom: Geometry, ladder: _Ladder) -> str:
+    """The first axis of ``geom`` not on ``ladder`` ("" when every one is)."""
+    for ax, v in zip(_LADDER_AXES, geom, strict=True):
+        if v not in ladder[ax]:
+            return f"{ax} {v} is not on the ladder"
+    return ""
+
+
+def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladders: tuple[_Ladder, ...],
+                 ladder_of: Callable[[str], _Ladder], limits_for: Callable[[str], Limits]
+                 ) -> CoverEntry:
     """One cover entry: a ladder geometry, its reason, the targets it serves (named, each of
-    which must keep it, or every target whose ladder keeps it)."""
+    which must keep it, or every target whose ladder keeps it). A geometry must be on some
+    ladder (the shared one or a wave size's), and a target keeps it only on its own."""
     m = r.mapping(item, field, allowed=("geometry", "reason", "targets"))
     g_node = r.require(m, item, field, "geometry")
     geom = _geometry(r, g_node, f"{field}.geometry")
     reason = r.str_(r.require(m, item, field, "reason"), f"{field}.reason")
-    for ax, v in zip(_LADDER_AXES, geom, strict=True):
-        if v not in ladder[ax]:
-            raise r.fail(g_node, f"{field}.geometry", f"{ax} {v} is not on the ladder")
+    if all(_off_ladder(geom, lad) for lad in ladders):
+        raise r.fail(g_node, f"{field}.geometry", _off_ladder(geom, ladders[0]))
 
     def misfit(t: str) -> str:
+        if why := _off_ladder(geom, ladder_of(t)):
+            return why
         for dtype in ("fp16", "bf16"):
             ok, why = geometry_fits(get_target(t), dtype, geom, limits_for(t))
             if not ok:

@@ -96,7 +96,7 @@ def _pairs(data: JobData, target: Target, dtype: str, geometry: Geometry, k_loop
 
 def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Geometry, bool]]:
     cover = data.cover_for(target.name)
-    for g in data.ladder_geometries():
+    for g in data.ladder_geometries(target.name):
         if geometry_fits(target, dtype, g, data.limits_for(target.name))[0]:
             yield g, g in cover
 

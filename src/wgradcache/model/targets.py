@@ -176,7 +176,7 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 32, "mfma_k32"),
             lds_bytes=163840, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=False, e_mach=0x4F, buffer_rsrc_word3=0x00020000,
+            has_kernels=True, e_mach=0x4F, buffer_rsrc_word3=0x00020000,
             sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
                      "atoms": f"{_PROBE} §1: mfma.f32.16x16x32.{{f16,bf16}} select on gfx950 "
                               "only; lane maps kernel/mma.py 'mfma_k32'"},
@@ -186,7 +186,7 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=False, e_mach=0x4C, buffer_rsrc_word3=0x00020000,
+            has_kernels=True, e_mach=0x4C, buffer_rsrc_word3=0x00020000,
             sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
                      "atoms": f"{_PROBE} §1: mfma.f32.16x16x16f16 / 16x16x16bf16.1k; the "
                               "16x16x32 forms do not select; lane maps kernel/mma.py 'mfma'"},

@@ -14,8 +14,11 @@ recorded from the relocatable object, tested). Then:
   IR differs from this one's only in that name), a kernel descriptor, the explicit kernel
   arguments laid out as the ABI's, a flat workgroup size that admits the block, LDS equal
   to what the generator allocates and within the target, no spills, no scratch, and the
-  ISA the variant requires (``isa_problems`` on the derived statistics);
-* the entry against the binary: its ``symbol``, every ``code_object`` field and every
+  ISA the variant requires on its target (``isa_problems`` on the derived statistics: the
+  family's matrix instruction only, a whole number of K tiles of them, native atomics
+  without fences or a compare-and-swap loop);
+* the entry against the binary (the AGPR count of the MFMA targets' accumulators among
+  them): its ``symbol``, every ``code_object`` field and every
   ``isa`` figure it records must be the binary's (a figure the entry does not record, from
   a version before the figure existed, is not compared; one it records must match).
 
@@ -57,7 +60,20 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     f32 = isa.get("global_atomic_add_f32", 0)
     pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
           "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
+    target = get_target(spec.target)
     need(isa.get("mma", 0) > 0, "no MMA instruction")
+    # the target family's matrix instruction and no other (v_mfma on gfx942 / gfx950)
+    own, other = ("mfma", "wmma") if target.family == "mfma" else ("wmma", "mfma")
+    if own in isa:
+        need(isa[own] == isa.get("mma", 0) and isa.get(other, 0) == 0,
+             f"{isa.get(own, 0)} v_{own} of {isa.get('mma', 0)} MMAs on a {own} target")
+    # every K tile issues the same atoms: atoms per wave x k-steps per tile_k
+    atom = target.atom(spec.dtype)
+    if atom is not None:
+        per_tile = ((spec.tile_m // spec.warp_m // atom.m)
+                    * (spec.tile_n // spec.warp_n // atom.n) * (spec.tile_k // atom.k))
+        need(per_tile > 0 and isa.get("mma", 0) % per_tile == 0,
+             f"{isa.get('mma', 0)} MMAs is not a whole number of K tiles of {per_tile}")
     if spec.k_loop == "async":
         need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
         need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")

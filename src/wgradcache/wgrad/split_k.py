@@ -8,6 +8,12 @@ The degree is a kernel argument, so this policy runs per launch and never change
   ``atomic_rounding_degree_cap`` (97 for fp16, 12 for bf16); float atomics (fp32 dW, the
   two-stage f32 workspace) use ``MAX_DEGREE`` (128). Upstream fitted the fill and slice
   terms on a degree sweep of gfx1250 split-K binaries (PR #14832).
+* XCD snap (targets of several XCDs, ``model.devices``: MI300X / MI355X have 8): CTAs go
+  to the XCDs round-robin, so the automatic degree becomes a multiple of
+  step = xcds / gcd(base grid, xcds) (rounded down; up to one step when below it), which
+  spreads every (tile, slice) column evenly over the XCDs' L2s; upstream's rule (rocKE
+  ``select_split_k_wgrad``, rocke-aot-wgrad-facts.md §4). Kept only within every cap;
+  a one-XCD target (gfx1250, gfx1201, gfx1151) has step 1.
 * Override (the resolver's override of the automatic degree): kept, but held to
   ``MAX_DEGREE`` on the packed atomic; when a free reduction is allowed it moves to the
   two-stage workspace above that instead.
@@ -22,12 +28,13 @@ from dataclasses import dataclass
 
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import DEFAULT_WS_REPLICAS, KernelSpec
+from wgradcache.model.targets import get_target
 from wgradcache.wgrad.capability import MAX_GRID_Z
 
 __all__ = [
     "ATOMIC_TOLERANCE", "MAX_DEGREE", "FILL_CTAS", "FILL_CTAS_GROUPED", "MIN_SLICE_K",
     "FRACTION_BITS", "atomic_rounding_degree_cap", "degree_cap", "slice_width",
-    "SplitPlan", "plan_split_k",
+    "SplitPlan", "plan_split_k", "xcd_snap",
 ]
 
 ATOMIC_TOLERANCE = 5e-2  # upstream's verification tolerance the cap is derived from
@@ -114,12 +121,23 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
         return _plan(spec, p, min(degree, z_cap), red, "override")
     base = _tiles(spec, p)[0] * _tiles(spec, p)[1] * p.groups
     fill = FILL_CTAS_GROUPED if p.groups > 1 else FILL_CTAS
-    degree = min(max(1, fill // base), max(1, p.wg_K // MIN_SLICE_K),
-                 degree_cap(spec.dw_dtype, red), k_tiles, z_cap)
+    cap = min(max(1, p.wg_K // MIN_SLICE_K), degree_cap(spec.dw_dtype, red), k_tiles, z_cap)
+    degree = xcd_snap(min(max(1, fill // base), cap), base, get_target(spec.target).xcd_count,
+                      cap)
     # no empty slices on an automatic split: the same slice width with fewer CTAs
     width = slice_width(p.wg_K, spec.tile_k, degree)
     degree = max(1, -(-p.wg_K // width))
     return _plan(spec, p, degree, red, "auto")
+
+
+def xcd_snap(degree: int, base: int, xcds: int, cap: int) -> int:
+    """``degree`` as a multiple of xcds / gcd(base, xcds) (module docstring), if that stays
+    within ``cap``; else ``degree`` unchanged."""
+    step = xcds // math.gcd(base, xcds)
+    if step <= 1:
+        return degree
+    snapped = step if degree < step else degree // step * step
+    return snapped if snapped <= cap else degree
 
 
 def _tiles(spec: KernelSpec, p: ConvProblem) -> tuple[int, int]:
