@@ -29,7 +29,7 @@ from operator import itemgetter
 from typing import Any, TypeVar, get_type_hints
 
 __all__ = ["CorruptEntry", "Entry", "Stage2Entry", "BlobMeta", "FailureRecord", "read_record",
-           "record_json", "record_bytes", "is_key", "check_key",
+           "record_json", "record_bytes", "is_key", "check_key", "UNKNOWN_SHA256",
            "CODE_OBJECT_FIELDS", "KERNEL_ARG_FIELDS"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -103,11 +103,17 @@ class Stage2Entry:
 @dataclass(frozen=True)
 class BlobMeta:
     """A blob's sidecar ``blobs/<content key>.json``: what a relink copies into a new entry
-    without reading the code object again."""
+    without reading the code object again, and the size and sha256 of the bytes it was
+    written for, so a relink of a blob no entry vouches for (an orphan a killed build left,
+    a blob whose entry is stale) proves the bytes first. A sidecar written before these
+    fields existed reads with ``UNKNOWN_SHA256``, which no blob hashes to: such a blob is
+    compiled again rather than relinked."""
 
     code_object: dict
     isa: dict
     listing: str
+    blob_size: int
+    blob_sha256: str
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,10 @@ class FailureRecord:
 
 # Records written before a field existed: a failure record without ``transient`` came from a
 # version that called every failure permanent, so it is retried once and recorded anew.
-_DEFAULTS: dict[type, dict[str, Any]] = {FailureRecord: {"transient": True}}
+UNKNOWN_SHA256 = "0" * 64
+_DEFAULTS: dict[type, dict[str, Any]] = {FailureRecord: {"transient": True},
+                                         BlobMeta: {"blob_size": 0,
+                                                    "blob_sha256": UNKNOWN_SHA256}}
 
 _MISSING = object()
 R = TypeVar("R", Entry, Stage2Entry, BlobMeta, FailureRecord)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from wgradcache.cli.app import (
+    PathParam,
     TargetParam,
     cache_dir_option,
     geometries_option,
@@ -161,7 +162,8 @@ def gc_(as_json, **options) -> None:
 
 @main.command()
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--into", "dest", required=True, help="the cache to merge into")
+@click.option("--into", "dest", required=True, type=PathParam("dir"),
+              help="the cache to merge into")
 @json_option
 def merge(sources, dest, as_json) -> None:
     """Union shard caches into one, checking them whole first; writes nothing on a finding.
@@ -191,10 +193,10 @@ def merge(sources, dest, as_json) -> None:
 
 
 @main.command()
-@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--plan", "plan_path", required=True, type=PathParam("file"),
               help="the plan, e.g. jobs/nightly.yaml")
 @click.option("--report-dir", default="report", show_default=True,
-              type=click.Path(file_okay=False), help="where report.json and report.md go")
+              type=PathParam("dir"), help="where report.json and report.md go")
 @shard_option
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None)
 @geometries_option

@@ -63,7 +63,9 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
         on_total(len(specs), sum(job_cost(s) for s in plan.pending))
     progress(plan.settled, 0.0)
 
-    publisher = Publisher(cache, ctx, summary, plan.pending, progress)
+    publisher = Publisher(cache, ctx, summary, plan.pending, progress,
+                          recompile=lambda s: job_alone(s, options, toolchain, validate_specs,
+                                                        frozenset(), timeout=req.job_timeout))
     stage2 = Stage2Builds(cache, ctx, req.job_timeout, publisher)
     stage2.start(specs)  # two-stage results wait in the publisher for their kernel
     relinkable = cache.relinkable() - plan.untrusted if plan.pending else frozenset()

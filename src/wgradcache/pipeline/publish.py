@@ -109,8 +109,10 @@ class Publisher:
     """Takes each worker result once, in the coordinator, and counts it once."""
 
     def __init__(self, cache: TargetCache, ctx: BuildContext, summary: BuildSummary,
-                 specs: list[KernelSpec], progress: Callable[[int, float], None]):
+                 specs: list[KernelSpec], progress: Callable[[int, float], None],
+                 recompile: Callable[[KernelSpec], dict] | None = None):
         self.cache, self.ctx, self.summary = cache, ctx, summary
+        self.recompile = recompile
         self.progress = progress
         self._specs = {s.identity_key(): s for s in specs}
         self._held: dict[str, list[tuple[KernelSpec, dict]]] = {}  # stage-2 name -> results
@@ -175,6 +177,22 @@ class Publisher:
                 return
             self.fail(spec, f"publish: {type(e).__name__}: {e}", transient=True)
 
+    def _compile_instead(self, spec: KernelSpec, res: dict) -> None:
+        """A relink whose blob its sidecar does not prove: compile the job here (an isolated
+        child, ``recompile``) and publish that, or fail it, transiently, without one."""
+        if self.recompile is None:
+            self.fail(spec, f"blob {res['ckey'][:16]} is not the bytes its sidecar records; "
+                            "the next build compiles it", transient=True)
+            return
+        again = self.recompile(spec)
+        if "error" in again:
+            self.fail(spec, again["error"], transient=again.get("transient", False))
+        elif "hsaco" not in again:  # relinkable again: the sidecar was just removed
+            self.fail(spec, f"blob {res['ckey'][:16]} is not the bytes its sidecar records; "
+                            "the next build compiles it", transient=True)
+        else:
+            self._publish_or_fail(spec, again)
+
     def fail(self, spec: KernelSpec, reason: str, *, transient: bool) -> None:
         """Count and record a failed job; transient ones are compiled by the next build."""
         ik = spec.identity_key()
@@ -198,9 +216,12 @@ class Publisher:
         """Blob (when compiled here), sidecar, then the entry. A relink whose blob or
         sidecar vanished since the plan listed it (a concurrent gc), or whose sidecar is
         not whole, is a transient failure, and the sidecar is dropped so the next build
-        compiles the job instead of trying that relink again."""
+        compiles the job instead of trying that relink again. A relink whose blob is not
+        the size and sha256 its sidecar records is compiled here instead
+        (``_compile_instead``) after dropping that sidecar."""
         ik, ckey = res["ik"], res["ckey"]
         cache = self.cache
+        unproven = False
         with cache.lock():
             if "hsaco" in res:
                 meta: BlobMeta = res["meta"]
@@ -212,10 +233,20 @@ class Publisher:
                     self.fail(spec, "blob or its sidecar gone while relinking (a concurrent "
                                     "gc?); the next build compiles it", transient=True)
                     return
-                ref = cache.blob_ref(ckey)  # the entry records what is on disk
-            cache.write_entry(self._entry(spec, ik, ref, res, meta))
-            cache.clear_failure(ik)
-            cache.stamp_used(ckey)
+                if not cache.check_blob(ckey, meta.blob_size, meta.blob_sha256)[0]:
+                    # an orphan nothing vouches for whose bytes are not its sidecar's, or a
+                    # sidecar from before sha256: never relinked; compiled here instead
+                    cache.forget_sidecar(ckey)
+                    unproven = True
+                else:
+                    ref = BlobRef(ckey, meta.blob_size, meta.blob_sha256)  # proven just now
+            if not unproven:
+                cache.write_entry(self._entry(spec, ik, ref, res, meta))
+                cache.clear_failure(ik)
+                cache.stamp_used(ckey)
+        if unproven:
+            self._compile_instead(spec, res)
+            return
         if "hsaco" in res:
             self.summary.built += 1
             self.summary.bytes += ref.size

@@ -58,7 +58,7 @@ class Stage2Builds:
                 have = None
             if (have is not None and have.generator_digest == self.ctx.generator_digest
                     and have.toolchain_digest == self.ctx.toolchain_digest
-                    and self.cache.has_blob(have.blob)):
+                    and self._proven(have)):
                 continue  # up to date without emitting, as the entries are
             if self.publisher.summary.stopped:
                 self._stopped(name)
@@ -72,6 +72,11 @@ class Stage2Builds:
                 else:
                     self._fail(name, f"{type(e).__name__}: {e}")
 
+    def _proven(self, have: Stage2Entry) -> bool:
+        """Its blob is the size and sha256 it records (``check_blob``, as for the entries'
+        blobs): a truncated or flipped stage-2 blob is compiled again, not kept."""
+        return self.cache.check_blob(have.blob, have.blob_size, have.blob_sha256)[0]
+
     def _start_one(self, name: str, dw: str, r: int, have: Stage2Entry | None) -> None:
         from wgradcache.compile.codegen import CodegenOptions
         from wgradcache.compile.isolate import IsolatedCompile
@@ -82,7 +87,7 @@ class Stage2Builds:
         kd = build_stage2(target, dw, r)
         ir = lower(kd, target)
         ckey = content_key(ir, kd.name, target, ctx.options, ctx.toolchain)
-        if have is not None and have.blob == ckey and self.cache.has_blob(ckey):
+        if have is not None and have.blob == ckey and self._proven(have):
             with self.cache.lock():  # same IR: relink to the new generator / toolchain
                 self.cache.write_stage2(replace(have, generator_digest=ctx.generator_digest,
                                                 toolchain_digest=ctx.toolchain_digest))

@@ -72,7 +72,8 @@ def metadata(obj) -> BlobMeta:
     from wgradcache.compile.isa import isa_stats
 
     return BlobMeta(code_object=obj.info.to_dict(), isa=isa_stats(obj.asm),
-                    listing=obj.listing)
+                    listing=obj.listing, blob_size=len(obj.hsaco),
+                    blob_sha256=sha256_bytes(obj.hsaco))
 
 
 def _toolchain_mismatch(toolchain: dict) -> str:
