@@ -162,8 +162,7 @@ def gc_(as_json, **options) -> None:
 
 @main.command()
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--into", "dest", required=True, type=PathParam("dir"),
-              help="the cache to merge into")
+@click.option("--into", "dest", required=True, help="the cache to merge into")
 @json_option
 def merge(sources, dest, as_json) -> None:
     """Union shard caches into one, checking them whole first; writes nothing on a finding.
