@@ -49,6 +49,16 @@ def test_show_prints_a_summary_for_people(small_cache):
     assert rows["vgpr"] == str(co["vgpr_count"]) and rows["mma"] == str(isa["mma"])
     assert rows["LDS bytes"] == str(co["group_segment_fixed_size"])
     assert rows["global atomics"] == str(isa["global_atomics"])
+    # the main loop of this one-wave 32x32x32 kernel: 2 + 2 atoms, two 128-bit reads each
+    assert (rows["main loop mma"], rows["main loop LDS reads"]) == ("4", "8")
+    assert (rows["main loop LDS read bytes"], rows["main loop LDS reads < 128 bit"]) == (
+        "128", "0")
+    assert rows["main loop exec-mask branches"] == "0"
+    assert rows["main loop barriers"] == "0"  # one wave: LLVM drops the s_barrier
+    for name, key in (("instructions", "instructions"), ("LDS stores", "ds_stores"),
+                      ("global loads", "global_loads"), ("VALU", "valu"), ("SALU", "salu"),
+                      ("waits", "waits")):
+        assert rows[f"main loop {name}"] == str(isa[f"main_loop_{key}"]), name
     assert "{" not in r.output  # not the raw JSON
 
 

@@ -52,6 +52,19 @@ _SHOWN = (
     ("global loads", ("isa", "global_loads")), ("global stores", ("isa", "global_stores")),
     ("async copies", ("isa", "async_copies")), ("barriers", ("isa", "barriers")),
     ("global atomics", ("isa", "global_atomics")), ("CAS loops", ("isa", "cas_loops")),
+    # the main loop: one iteration is one K tile (compile/isa.py main_loop)
+    ("main loop instructions", ("isa", "main_loop_instructions")),
+    ("main loop mma", ("isa", "main_loop_mma")),
+    ("main loop LDS reads", ("isa", "main_loop_ds_loads")),
+    ("main loop LDS read bytes", ("isa", "main_loop_ds_load_bytes")),
+    ("main loop LDS reads < 128 bit", ("isa", "main_loop_ds_loads_narrow")),
+    ("main loop LDS stores", ("isa", "main_loop_ds_stores")),
+    ("main loop global loads", ("isa", "main_loop_global_loads")),
+    ("main loop VALU", ("isa", "main_loop_valu")),
+    ("main loop SALU", ("isa", "main_loop_salu")),
+    ("main loop exec-mask branches", ("isa", "main_loop_exec_branches")),
+    ("main loop waits", ("isa", "main_loop_waits")),
+    ("main loop barriers", ("isa", "main_loop_barriers")),
 )
 
 

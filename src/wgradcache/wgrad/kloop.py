@@ -1,5 +1,5 @@
-"""The K loops: MMA atoms read from the K-outer LDS tiles, the sync loop and the async
-ping-pong (gfx1250).
+"""The K loops: MMA atoms read from LDS, the pipelined sync loop (two stages, every target)
+and the async ping-pong (gfx1250); one barrier per K tile in both.
 
 Each wave owns a (tile_m/warp_m) × (tile_n/warp_n) sub-tile of 16×16 atoms and keeps one
 ``<c_elems x f32>`` accumulator per atom, carried through the loop. Fragments are gathered
@@ -24,7 +24,9 @@ Fragment reads, per loop:
 
 from __future__ import annotations
 
-from wgradcache.kernel.ir import Value, f32
+from wgradcache.kernel.ir import Value, f32, i32
+from wgradcache.model.spec import sync_stages
+from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
 
@@ -91,23 +93,56 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     return accs
 
 
-def sync_k_loop(ctx: WgradContext) -> list[Value]:
-    """global -> registers -> LDS, barrier, MMA from LDS, barrier; per K tile of the slice."""
+def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
+    """The pipelined sync loop: two LDS stages, one barrier per K tile.
+
+    Before the loop the thread loads tile k_begin into registers. Iteration t stores those
+    registers (tile t) into stage t mod 2, waits at the one barrier, issues the global loads
+    of tile t+1 into registers (loop-carried), then runs tile t's MMAs from stage t mod 2:
+    the loads are in flight while the MMAs run. Tile t+1 goes into the other stage, so no
+    wave can overwrite what a slower wave still reads: to store into stage t mod 2 again
+    (iteration t+2) a wave must pass barrier t+1, which every wave reaches only after its
+    MMAs of tile t. Past k_end every load is out of range (bounded loads read zeros), so
+    the last iteration's prefetch needs no branch.
+
+    Why two LDS stages and not a register double buffer with one stage: one stage needs two
+    barriers per tile (the store of t+1 must wait until every wave has read t), and the
+    registers already hold one tile in flight either way. The second stage costs LDS, not
+    registers: at most 2 x 20 KiB on gfx1201/gfx1151 (tile_k 32: max_k_steps 2 of the
+    16x16x16 atom) of their 64 KiB, 72 KiB of gfx1250's 320 KiB (128x128x64 fp16), so the
+    geometries.yaml ladder keeps every geometry it kept with one stage (``lds_fits``).
+    Where two stages do not fit (gfx942's 256-wide tiles, ``spec.sync_stages``) the loop
+    keeps one and a second barrier after the MMAs; the prefetch stays.
+
+    ``planted_race``: one stage and the single barrier, the unsafe form whose race (tile
+    t+1 stored while other waves still read tile t) the emulator reports; tests only.
+    """
     kb, sp = ctx.kb, ctx.spec
+    stages = 1 if planted_race else sync_stages(get_target(sp.target), sp.dtype, sp.tile_m,
+                                                 sp.tile_n, sp.tile_k)
     lds = ctx.lds_ab()
     a_op, b_op = a_operand(ctx, sp.vec_a), b_operand(ctx, sp.vec_b)
     a_lane, b_lane = _lane_bases(ctx)
-    a_base, b_base = kb.gep(lds, a_lane), kb.gep(lds, b_lane)
-    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=zero_accumulators(ctx)) as loop:
-        kt = loop.index
-        ra, rb = load_sync(a_op, kt), load_sync(b_op, kt)
-        store_sync(a_op, ra, lds)
-        store_sync(b_op, rb, lds)
+    accs0 = zero_accumulators(ctx)
+    ra0, rb0 = load_sync(a_op, ctx.k_begin), load_sync(b_op, ctx.k_begin)
+    n_acc, n_a = len(accs0), len(ra0)
+    zero = kb.const(0, i32)
+    carried = [*accs0, *ra0, *rb0, zero]
+    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=carried) as loop:
+        kt, c = loop.index, list(loop.carried)
+        accs, ra, rb, cur = c[:n_acc], c[n_acc:n_acc + n_a], c[n_acc + n_a:-1], c[-1]
+        stage = kb.gep(lds, cur)
+        store_sync(a_op, ra, stage)
+        store_sync(b_op, rb, stage)
         kb.barrier()
-        accs = mma_tile(ctx, a_base, b_base, list(loop.carried))
-        kb.barrier()
-        loop.yield_(*accs)
-    return list(loop.results)
+        k_next = kb.add(kt, sp.tile_k)
+        na, nb = load_sync(a_op, k_next), load_sync(b_op, k_next)
+        accs = mma_tile(ctx, kb.gep(stage, a_lane), kb.gep(stage, b_lane), accs)
+        if stages == 1 and not planted_race:
+            kb.barrier()  # one stage: every wave done reading before the next stores
+        nxt = kb.sub(ctx.stage_elems, cur) if stages == 2 else cur
+        loop.yield_(*accs, *na, *nb, nxt)
+    return list(loop.results[:n_acc])
 
 
 def async_k_loop(ctx: WgradContext) -> list[Value]:
