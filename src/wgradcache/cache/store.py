@@ -495,6 +495,20 @@ class TargetCache:
             return False, f"{name} does not hash to the sha256 its entry records"
         return True, ""
 
+    def unusable(self, entry: Entry | Stage2Entry | CorruptEntry) -> str:
+        """Why a record as ``iter_entries`` / ``stage2_entries`` yield it cannot be served
+        or kept, as one line that names its file: its ``CorruptEntry``, or its blob failing
+        ``check_blob``; "" when it can. What gc removes and select skips."""
+        if isinstance(entry, CorruptEntry):
+            return str(entry)
+        ok, why = self.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)
+        if ok:
+            return ""
+        path = (self.entry_path(entry.identity_key) if isinstance(entry, Entry)
+                else self.stage2_path(entry.name))
+        # "blob <key> is 0 bytes, ..." or "<blob path>: corrupt: a FIFO, ..."
+        return f"{path}: corrupt: {why}" if why.startswith("blob ") else f"{path}: {why}"
+
     def write_blob(self, key: str, data: bytes, meta: BlobMeta | None = None) -> BlobRef:
         """The blob (unless the same bytes are there), then its sidecar when given (call
         under the writer lock). A blob written here whose sidecar cannot be written is

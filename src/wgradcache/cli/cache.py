@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from wgradcache.cli.app import (
+    PathParam,
     TargetParam,
     cache_dir_option,
     geometries_option,
@@ -212,10 +213,10 @@ def merge(sources, dest, as_json) -> None:
 
 
 @main.command()
-@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--plan", "plan_path", required=True, type=PathParam("file"),
               help="the plan, e.g. jobs/nightly.yaml")
 @click.option("--report-dir", default="report", show_default=True,
-              type=click.Path(file_okay=False), help="where report.json and report.md go")
+              type=PathParam("dir"), help="where report.json and report.md go")
 @shard_option
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None)
 @geometries_option
