@@ -62,6 +62,29 @@ def test_show_prints_a_summary_for_people(small_cache):
     assert "{" not in r.output  # not the raw JSON
 
 
+def _show_rows(output: str) -> dict[str, str]:
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_show_names_the_transposing_reads_and_their_sources(small_cache):
+    """The async kernel reads its K-outer fragments with ds_load_tr16_b128, whose lane map
+    has secondary sources only: show says so; the sync kernel has no such row."""
+    cd = ["--cache-dir", str(small_cache["cache"])]
+    label = "gfx1250-fp16-t32x32x32-w1x1-c16x16-async-default-none"
+    rows = _show_rows(_run("show", label, *cd).output)
+    assert rows["main loop transposing LDS reads"] == "8"  # (2 + 2 atoms) x 2 reads
+    assert rows["main loop LDS reads"] == "8" and rows["main loop LDS read bytes"] == "128"
+    assert rows["transposing read lane map"].startswith("secondary sources only")
+    sync = _show_rows(_run("show", LABEL, *cd).output)
+    assert sync["main loop transposing LDS reads"] == "0"
+    assert "transposing read lane map" not in sync
+
+
 def test_show_unknown_is_a_one_line_error(small_cache):
     r = _run("show", "gfx1250-fp16-t32x32x32-w1x1-v4x4-sync-default-none", "--cache-dir",
              str(small_cache["cache"]))

@@ -58,6 +58,7 @@ _SHOWN = (
     ("main loop LDS reads", ("isa", "main_loop_ds_loads")),
     ("main loop LDS read bytes", ("isa", "main_loop_ds_load_bytes")),
     ("main loop LDS reads < 128 bit", ("isa", "main_loop_ds_loads_narrow")),
+    ("main loop transposing LDS reads", ("isa", "main_loop_ds_loads_tr")),
     ("main loop LDS stores", ("isa", "main_loop_ds_stores")),
     ("main loop global loads", ("isa", "main_loop_global_loads")),
     ("main loop VALU", ("isa", "main_loop_valu")),
@@ -66,6 +67,11 @@ _SHOWN = (
     ("main loop waits", ("isa", "main_loop_waits")),
     ("main loop barriers", ("isa", "main_loop_barriers")),
 )
+
+
+# ds_load_tr16_b128's lane map has no primary public source (kernel/emulate._lds_load_tr)
+_TR_SOURCES = ("secondary sources only (Triton PR #7616 for the gfx12 sibling, a "
+               "third-party gfx1250 demo); unverified on hardware")
 
 
 def _field(entry: dict, path: tuple[str, ...]):
@@ -97,6 +103,8 @@ def show(key_or_label, cache_dir, as_json) -> None:
             ("blob bytes", e.get("blob_size")), ("block size", e.get("block_size"))]
     rows = head + [(name, _field(e, path)) for name, path in _SHOWN
                    if _field(e, path) is not None]
+    if _field(e, ("isa", "main_loop_ds_loads_tr")):
+        rows.append(("transposing read lane map", _TR_SOURCES))
     table(str(e.get("label")), ("field", "value"),
           [(k, "" if v is None else v) for k, v in rows], numeric_from=1)
 

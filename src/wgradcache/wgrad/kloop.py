@@ -18,8 +18,12 @@ Fragment reads, per loop:
   warp_m (B) times; rows are tile_k + 8 elements, an odd multiple of 16 bytes at tile_k
   32 and 64, so the 8 lanes of one 128-bit read phase hit 8 distinct 4-bank groups.
 * async (gfx1250): the copies land K-outer, as memory holds them, and a lane's k values are
-  a column: each fragment element is its own 16-bit LDS read (``ds_load_tr16_b128`` is the
-  route to 128 bits there; not done yet).
+  a column. ``ds_load_tr16_b128`` reads them at 128 bits: the 8 lanes of a group address 8
+  consecutive k rows at 8 consecutive m (16 bytes each) and each lane receives its m's 8 k
+  values, one run of the gfx1250 k-map (k = 16*(i//8) + 8*g + i%8): two reads per
+  fragment, as on the K-contiguous tile, with no transpose at LDS-write time (the async
+  copy cannot do one). The lane map of that instruction has secondary sources only
+  (``emulate._lds_load_tr``); targets without it read each element at 16 bits.
 """
 
 from __future__ import annotations
@@ -59,6 +63,25 @@ def _lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
     return a, kb.add(b, ctx.b_offset)
 
 
+def _uses_tr_loads(ctx: WgradContext) -> bool:
+    """K-outer fragments through ds_load_tr16_b128: gfx1250's atom (two 8-k runs per lane)
+    and a target that has the instruction."""
+    return (not ctx.k_contiguous and ctx.lay.form == "gfx1250" and ctx.eb == 2
+            and get_target(ctx.spec.target).lds_load_tr16)
+
+
+def _tr_lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
+    """Per-lane element index, in the K-outer A and B tiles, of the row this lane addresses
+    for atom (0, 0), k-step 0, first run: lane l of 8-lane group G = l // 8 addresses k row
+    8·(l // 16) + l % 8 at columns 8·(G % 2) .. + 7 of the wave's sub-tile."""
+    kb = ctx.kb
+    k_row = kb.add(kb.mul(ctx.lane_grp, 8), kb.and_(ctx.lane, 7))
+    col = kb.mul(kb.and_(kb.lshr(ctx.lane, 3), 1), 8)
+    a = kb.add(kb.mul(k_row, ctx.row_a), kb.add(kb.mul(ctx.wave_m, ctx.sub_m), col))
+    b = kb.add(kb.mul(k_row, ctx.row_b), kb.add(kb.mul(ctx.wave_n, ctx.sub_n), col))
+    return a, kb.add(b, ctx.b_offset)
+
+
 def _fragment_align(ctx: WgradContext) -> int:
     """The alignment every K-contiguous fragment read has: the largest power of two, up
     to 16, dividing the byte size of the run and of every term of its address."""
@@ -78,11 +101,15 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     am, an = atoms(ctx)
     accs = list(accs)
     align = _fragment_align(ctx) if ctx.k_contiguous else 0
+    tr = _uses_tr_loads(ctx)
     for ks in range(sp.tile_k // lay.k):
         def frag(base: Value, row: int, atom: int, ks: int = ks) -> Value:
             if ctx.k_contiguous:  # one run of ab_elems k values (lds_k_order)
                 at = kb.gep(base, 16 * atom * ctx.row_k + ks * lay.k)
                 return kb.load(at, lay.ab_elems, align=align)
+            if tr:  # base: _tr_lane_bases; runs k 8g.. and 16 + 8g.. of the k-step
+                return kb.concat(*(kb.lds_load_tr(kb.gep(base, (ks * lay.k + 16 * j) * row
+                                                         + 16 * atom)) for j in range(2)))
             return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + 16 * atom))
                             for k in lay.k_offsets))
         a_frags = [frag(a_base, ctx.row_a, i) for i in range(am)]
@@ -156,7 +183,7 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
     b_op = b_operand(ctx, sp.chunk_b // ctx.eb)
-    a_lane, b_lane = _lane_bases(ctx)
+    a_lane, b_lane = _tr_lane_bases(ctx) if _uses_tr_loads(ctx) else _lane_bases(ctx)
     zero = kb.const(0, a_lane.dtype)
     with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end)):
         issue_async(a_op, ctx.k_begin, lds, zero)
