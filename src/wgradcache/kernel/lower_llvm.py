@@ -13,6 +13,16 @@ llvmlite's build-time operand type checks are gone with it: ``verify.verify`` (r
 ``KernelBuilder.finish``) holds kernels to the IR's typing rules, and LLVM's parser rejects
 anything left.
 
+Why one module of ~650 lines: it has one job, IR op -> LLVM text, and its parts are not
+separable without exporting private state. The tables and constant spelling are data for
+the rules; the rules (``_RULES``) are methods of ``_Lowering`` because each one reads and
+writes the walk's state (the value-name map, the current block, the phis a FOR fills at its
+latch, the one buffer resource per pointer, the LDS globals); and the byte-identity with
+llvmlite's printing (which keeps every content key valid) is one formatting contract that
+a split would spread over files. What could live elsewhere already does: intrinsic names
+and lane maps in ``kernel/mma.py``, the target catalog in ``model/targets.py``, typing in
+``kernel/verify.py``.
+
 Layout after tinygrad's LLVM renderer: per-op tables (``_BINOPS``, ``_ICMP``, ...), the
 per-target differences as data (``mma.INTRINSICS``), one rule per op kind (``_RULES``), and
 one ``_Lowering`` that walks the structured regions 1:1 (a FOR becomes a guarded,

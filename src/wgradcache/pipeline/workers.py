@@ -239,35 +239,42 @@ def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int
                                        initargs=(os.getpid(),)))
     with ctx:
         for start in range(0, len(tasks), chunk):
-            if stop():
-                for t in tasks[start:]:
-                    on_result(_not_run(key_of(t)))
-                return
-            part = tasks[start:start + chunk]
             done: set[str] = set()
-            par = joblib.Parallel(n_jobs=n_jobs, timeout=req.job_timeout,
-                                  return_as="generator_unordered",
-                                  batch_size=1, pre_dispatch="2*n_jobs")
-            results = iter(par(joblib.delayed(fn)(*t) for t in part))
-            while True:
-                try:
-                    res = next(results)
-                except StopIteration:
-                    break
-                except Exception:  # TerminatedWorkerError, TimeoutError, a dead dask worker
-                    for t in part:
-                        if key_of(t) not in done:
-                            done.add(key_of(t))
-                            on_result(retry(t))
-                    break
-                done.add(res["ik"])
-                on_result(res)
-                if stop():
-                    getattr(results, "close", lambda: None)()
-                    for t in tasks[start:]:
-                        if key_of(t) not in done:
-                            on_result(_not_run(key_of(t)))
-                    return
+            if not stop():
+                _run_chunk(joblib, fn, tasks[start:start + chunk], req, n_jobs, on_result,
+                           key_of, retry, stop, done)
+            if stop():  # what is left of this chunk and every later one: not run
+                for t in tasks[start:]:
+                    if key_of(t) not in done:
+                        on_result(_not_run(key_of(t)))
+                return
+
+
+def _run_chunk(joblib, fn: Callable, part: list[tuple], req: BuildRequest, n_jobs: int,
+               on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
+               retry: Callable[[tuple], dict], stop: Callable[[], bool],
+               done: set[str]) -> None:
+    """One chunk of ``run_chunked``; ``done`` collects the keys that got their result."""
+    par = joblib.Parallel(n_jobs=n_jobs, timeout=req.job_timeout,
+                          return_as="generator_unordered", batch_size=1,
+                          pre_dispatch="2*n_jobs")
+    results = iter(par(joblib.delayed(fn)(*t) for t in part))
+    while True:
+        try:
+            res = next(results)
+        except StopIteration:
+            return
+        except Exception:  # TerminatedWorkerError, TimeoutError, a dead dask worker
+            for t in part:
+                if key_of(t) not in done:
+                    done.add(key_of(t))
+                    on_result(retry(t))
+            return
+        done.add(res["ik"])
+        on_result(res)
+        if stop():
+            getattr(results, "close", lambda: None)()  # cancels the chunk's pending tasks
+            return
 
 
 def run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
