@@ -29,12 +29,17 @@ Fragment reads, per loop:
 from __future__ import annotations
 
 from wgradcache.kernel.ir import Value, f32, i32
-from wgradcache.model.spec import sync_stages
+from wgradcache.model.spec import loads_per_thread, sync_stages
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
 
-__all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop"]
+__all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop",
+           "PREFETCH_MAX_LOADS"]
+
+# Global loads per thread per K tile up to which the sync loop prefetches the next tile into
+# registers (sync_k_loop). Measured with LLVM 22 (no spill at or below; see sync_k_loop):
+PREFETCH_MAX_LOADS = 32
 
 
 def atoms(ctx: WgradContext) -> tuple[int, int]:
@@ -141,34 +146,45 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     Where two stages do not fit (gfx942's 256-wide tiles, ``spec.sync_stages``) the loop
     keeps one and a second barrier after the MMAs; the prefetch stays.
 
+    Register prefetch only up to ``PREFETCH_MAX_LOADS`` global loads per thread per tile:
+    the prefetched tile is live across the MMAs, and with the most loads the ladder admits
+    it spilled (measured below). Above it each iteration loads its own tile before the
+    store; the two stages still need only the one barrier, and other waves' MMAs still
+    overlap this wave's loads.
+
     ``planted_race``: one stage and the single barrier, the unsafe form whose race (tile
     t+1 stored while other waves still read tile t) the emulator reports; tests only.
     """
     kb, sp = ctx.kb, ctx.spec
-    stages = 1 if planted_race else sync_stages(get_target(sp.target), sp.dtype, sp.tile_m,
-                                                 sp.tile_n, sp.tile_k)
+    target = get_target(sp.target)
+    stages = 1 if planted_race else sync_stages(target, sp.dtype, sp.tile_m, sp.tile_n,
+                                                 sp.tile_k)
+    prefetch = loads_per_thread(sp.dtype, "sync", sp.geometry, target.wave_size, sp.vec_a,
+                                sp.vec_b) <= PREFETCH_MAX_LOADS
     lds = ctx.lds_ab()
     a_op, b_op = a_operand(ctx, sp.vec_a), b_operand(ctx, sp.vec_b)
     a_lane, b_lane = _lane_bases(ctx)
     accs0 = zero_accumulators(ctx)
-    ra0, rb0 = load_sync(a_op, ctx.k_begin), load_sync(b_op, ctx.k_begin)
-    n_acc, n_a = len(accs0), len(ra0)
+    regs0 = [*load_sync(a_op, ctx.k_begin), *load_sync(b_op, ctx.k_begin)] if prefetch else []
+    n_acc, n_a = len(accs0), len(a_op.slots)
     zero = kb.const(0, i32)
-    carried = [*accs0, *ra0, *rb0, zero]
-    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=carried) as loop:
+    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=[*accs0, *regs0, zero]) as loop:
         kt, c = loop.index, list(loop.carried)
-        accs, ra, rb, cur = c[:n_acc], c[n_acc:n_acc + n_a], c[n_acc + n_a:-1], c[-1]
+        accs, cur = c[:n_acc], c[-1]
+        regs = c[n_acc:-1] if prefetch else [*load_sync(a_op, kt), *load_sync(b_op, kt)]
         stage = kb.gep(lds, cur)
-        store_sync(a_op, ra, stage)
-        store_sync(b_op, rb, stage)
+        store_sync(a_op, regs[:n_a], stage)
+        store_sync(b_op, regs[n_a:], stage)
         kb.barrier()
-        k_next = kb.add(kt, sp.tile_k)
-        na, nb = load_sync(a_op, k_next), load_sync(b_op, k_next)
+        nxt_regs = []
+        if prefetch:
+            k_next = kb.add(kt, sp.tile_k)
+            nxt_regs = [*load_sync(a_op, k_next), *load_sync(b_op, k_next)]
         accs = mma_tile(ctx, kb.gep(stage, a_lane), kb.gep(stage, b_lane), accs)
         if stages == 1 and not planted_race:
             kb.barrier()  # one stage: every wave done reading before the next stores
         nxt = kb.sub(ctx.stage_elems, cur) if stages == 2 else cur
-        loop.yield_(*accs, *na, *nb, nxt)
+        loop.yield_(*accs, *nxt_regs, nxt)
     return list(loop.results[:n_acc])
 
 
