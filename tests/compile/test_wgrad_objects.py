@@ -150,6 +150,10 @@ def test_variant_isa_on_gfx1250(gfx1250_variants):
         if spec.k_loop == "async":
             assert isa["async_copies"] > 0 and isa["async_waits"] > 0
             assert isa["main_loop_barriers"] == 1  # one barrier per K step
+            # K-outer fragments through ds_load_tr16_b128: (2 + 2 atoms) x 2 reads, 128 bits
+            assert (isa["main_loop_ds_loads"], isa["main_loop_ds_loads_tr"],
+                    isa["main_loop_ds_loads_b128"], isa["main_loop_ds_load_bytes"]) == (
+                8, 8, 8, 128), spec.label()
         if spec.reduction == "atomic" and spec.dw_dtype != "fp32":
             kind = "global_atomic_pk_add_" + spec.dw_dtype.replace("fp", "f")
             assert isa[kind] > 0

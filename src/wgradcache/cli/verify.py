@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from wgradcache.cli.app import (
+    PathParam,
     ProblemParam,
     TargetParam,
     cache_dir_option,
@@ -44,7 +45,7 @@ from wgradcache.cli.console import (
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
 @click.option("--device", type=click.Choice(["auto", "emulator", "hip"]), default="auto",
               show_default=True, help="where numerics run")
-@click.option("--junit", type=click.Path(dir_okay=False), default=None,
+@click.option("--junit", type=PathParam("file"), default=None,
               help="write JUnit XML here")
 @geometries_option
 @cache_dir_option

@@ -85,8 +85,7 @@ def cshuffle_epilogue(ctx: WgradContext, accs: list[Value]) -> None:
     kb, lay, a, sp = ctx.kb, ctx.lay, ctx.a, ctx.spec
     am, an = atoms(ctx)
     stage = kb.ptr_cast(ctx.smem, f32)
-    if sp.k_loop == "async":
-        kb.barrier()  # the ping-pong ends without one: other waves may still read operands
+    kb.barrier()  # both K loops end without one: other waves may still read operands
     # accumulators -> staging [tile_m, tile_n] f32
     m_l = kb.add(kb.mul(ctx.wave_m, ctx.sub_m), kb.mul(ctx.lane_grp, lay.c_row_group_stride))
     n_l = kb.add(kb.mul(ctx.wave_n, ctx.sub_n), ctx.lane16)
