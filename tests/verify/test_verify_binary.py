@@ -126,7 +126,7 @@ def test_an_entry_repointed_at_another_valid_blob_fails_structure(small_cache, t
     cache.write_entry(dataclasses.replace(e, blob=other.blob, blob_size=other.blob_size,
                                           blob_sha256=other.blob_sha256))
     assert _failures(cache, geo, "integrity") == []
-    assert _failures(cache, geo, "numerics") == [(FP16, "structure", _swapped_line(e, other))]
+    assert _failures(cache, geo, "structure") == [(FP16, "structure", _swapped_line(e, other))]
 
 
 def test_a_disguised_blob_passes_structure_and_fails_reproduce(small_cache, tmp_path):
