@@ -8,8 +8,9 @@ and dtype, tiles and load widths spread inside each), the kernels are emitted an
 here (``compile_ir``, W processes) and their main loop (``compile.isa.main_loop``: one K
 tile) is read from the listing. Printed per target, min / median / max over the subset:
 
-* main-loop instructions per MMA, LDS read instructions per MMA, and the share of the reads
-  narrower than 128 bits, over the whole subset and over the kernels with wide loads only
+* main-loop instructions and VALU instructions per MMA, LDS read instructions per MMA, the
+  share of the reads narrower than 128 bits, exec-mask branches, barriers and waits per
+  iteration, over the whole subset and over the kernels with wide loads only
   (sync v8x8 or async c16x16: 8-element global vectors, 16-byte copies);
 * on gfx1250, for the 128x128 tiles of the subset (and every 128x128 fp16 kernel of the
   default-none variants, which are added to it): llvm-mca-22's estimate of cycles per
@@ -135,13 +136,20 @@ def summary(docs: list[dict]) -> dict[str, dict[str, str]]:
             ex = [d["isa"]["main_loop_exec_branches"] for d in sel]
             t[f"{name} n"] = str(len(sel))
             t[f"{name} instr/MMA"] = _mmm(ins)
+            t[f"{name} VALU/MMA"] = _mmm([d["isa"]["main_loop_valu"] / d["isa"]["main_loop_mma"]
+                                          for d in sel])
             t[f"{name} LDS reads/MMA"] = _mmm(lds)
             t[f"{name} narrow LDS share"] = _mmm([100 * x for x in narrow])
             t[f"{name} exec branches/iter"] = _mmm([float(x) for x in ex])
+            t[f"{name} barriers/iter"] = _mmm([float(d["isa"]["main_loop_barriers"])
+                                               for d in sel])
+            t[f"{name} waits/iter"] = _mmm([float(d["isa"]["main_loop_waits"]) for d in sel])
         mca = [(d["mca_cycles"], WMMA_CYCLES * d["isa"]["main_loop_mma"], d["label"])
                for d in rows if d.get("mca_cycles") and "-t128x128x" in d["label"]]
         for cyc, bound, label in mca:
             t[f"mca {label}"] = f"{cyc:7.1f} cycles vs {bound} bound ({cyc / bound:.2f}x)"
+        if mca:
+            t["mca x bound (128x128)"] = _mmm([cyc / bound for cyc, bound, _ in mca])
         out[target] = t
     return out
 

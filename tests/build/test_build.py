@@ -101,7 +101,7 @@ def test_llvm_exit_is_a_recorded_failure_and_the_rest_is_published(tmp_path, job
     """Also with one worker: joblib would run n_jobs=1 in this process, where LLVM's exit
     would end the test itself."""
     good = _spec(target="gfx1201")
-    # LDS 128 x (128+128+16) x 2 B = 69632 > gfx1201's 65536: LLVM exits the process.
+    # LDS (128+128) x (128+8) x 2 B = 69632 > gfx1201's 65536 (one stage, two do not fit)
     bad = _spec(target="gfx1201", tile_m=128, tile_n=128, tile_k=128, warp_m=2, warp_n=4)
     req = BuildRequest(target="gfx1201", cache_dir=str(tmp_path), jobs=jobs, job_timeout=120)
     s = build(req, specs=[good, bad], validate_specs=False)

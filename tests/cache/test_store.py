@@ -84,11 +84,11 @@ def _doc(**edit) -> dict:
     ({"identity_key": "ab" * 31}, f"identity_key: {'ab' * 31!r} is not a key "
                                   "(64 hex digits)"),
     ({"isa": "mma=8"}, "isa: str, not an object"),
-    ({"isa": {"mma": 8.5}}, "isa: mma: float, not an integer"),
-    ({"isa": {"mma": [8]}}, "isa: mma: list, not an integer"),
+    ({"isa": {"mma": 8.5}}, "isa: 'mma': float, not an integer"),
+    ({"isa": {"mma": [8]}}, "isa: 'mma': list, not an integer"),
     ({"published": "today"}, "published: str, not a number"),
     ({"label": 7}, "label: int, not a string"),
-    ({"toolchain": {"llvm": {"x": 1}}}, "toolchain: llvm: dict, not a number"),
+    ({"toolchain": {"llvm": {"x": 1}}}, "toolchain: 'llvm': dict, not a number"),
     ({"codegen_options": [3]}, "codegen_options: list, not an object"),
 ])
 def test_the_entry_reader_names_the_field_of_the_wrong_type(edit, reason):
@@ -106,7 +106,7 @@ def test_the_entry_reader_names_the_field_of_the_wrong_type(edit, reason):
                                           "integer"),
     (("code_object", "has_symbol"), 1, "code_object: has_symbol: int, not a boolean"),
     (("code_object", "args"), {"a": 1}, "code_object: args: dict, not a list"),
-    (("code_object", "extra"), [1], "code_object: extra: list, not a scalar"),
+    (("code_object", "extra"), [1], "code_object: 'extra': list, not a scalar"),
 ])
 def test_the_reader_checks_the_values_inside_nested_objects(path, value, reason):
     doc = _doc()

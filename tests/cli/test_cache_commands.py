@@ -49,7 +49,40 @@ def test_show_prints_a_summary_for_people(small_cache):
     assert rows["vgpr"] == str(co["vgpr_count"]) and rows["mma"] == str(isa["mma"])
     assert rows["LDS bytes"] == str(co["group_segment_fixed_size"])
     assert rows["global atomics"] == str(isa["global_atomics"])
+    # the main loop of this one-wave 32x32x32 kernel: 2 + 2 atoms, two 128-bit reads each
+    assert (rows["main loop mma"], rows["main loop LDS reads"]) == ("4", "8")
+    assert (rows["main loop LDS read bytes"], rows["main loop LDS reads < 128 bit"]) == (
+        "128", "0")
+    assert rows["main loop exec-mask branches"] == "0"
+    assert rows["main loop barriers"] == "0"  # one wave: LLVM drops the s_barrier
+    for name, key in (("instructions", "instructions"), ("LDS stores", "ds_stores"),
+                      ("global loads", "global_loads"), ("VALU", "valu"), ("SALU", "salu"),
+                      ("waits", "waits")):
+        assert rows[f"main loop {name}"] == str(isa[f"main_loop_{key}"]), name
     assert "{" not in r.output  # not the raw JSON
+
+
+def _show_rows(output: str) -> dict[str, str]:
+    rows = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_show_names_the_transposing_reads_and_their_sources(small_cache):
+    """The async kernel reads its K-outer fragments with ds_load_tr16_b128, whose lane map
+    has secondary sources only: show says so; the sync kernel has no such row."""
+    cd = ["--cache-dir", str(small_cache["cache"])]
+    label = "gfx1250-fp16-t32x32x32-w1x1-c16x16-async-default-none"
+    rows = _show_rows(_run("show", label, *cd).output)
+    assert rows["main loop transposing LDS reads"] == "8"  # (2 + 2 atoms) x 2 reads
+    assert rows["main loop LDS reads"] == "8" and rows["main loop LDS read bytes"] == "128"
+    assert rows["transposing read lane map"].startswith("secondary sources only")
+    sync = _show_rows(_run("show", LABEL, *cd).output)
+    assert sync["main loop transposing LDS reads"] == "0"
+    assert "transposing read lane map" not in sync
 
 
 def test_show_unknown_is_a_one_line_error(small_cache):

@@ -192,3 +192,23 @@ def test_gemm_main_loop(compiled, target, async_copy):
     assert s["cas_loops"] == 0 and s["cache_ops"] == 0
     acc_pairs = per_step // (tile_k // k) * (4 if get_target(target).family == "wmma" else 2)
     assert s["global_atomic_pk_add_f16"] == acc_pairs
+
+
+def test_main_loop_figures_of_a_compiled_wgrad_kernel(compiled):
+    """Exact main-loop figures (one K tile) of a small pipelined sync kernel, LLVM 22:
+    gfx1201, 64x32x32 over two waves, 8-element loads. Fragments: 2 atoms along M and 2
+    along N per wave, one 128-bit read each, two k-steps: 8 reads, 128 bytes; one barrier;
+    6 buffer loads (A 256 vectors, B 128, over 64 threads); no exec-mask branch."""
+    from wgradcache.model.spec import from_label
+    from wgradcache.wgrad.emit import emit_ir
+
+    spec = from_label("gfx1201-fp16-t64x32x32-w2x1-v8x8-sync-default-none")
+    s = isa_stats(compiled(emit_ir(spec).ir_text, spec.target, "disassembly").asm)
+    got = {k[len("main_loop_"):]: v for k, v in s.items() if k.startswith("main_loop_")}
+    assert got == {
+        "instructions": 163, "mma": 8, "barriers": 1, "async_copies": 0,
+        "ds_loads": 8, "ds_load_bytes": 128, "ds_loads_b128": 8, "ds_loads_narrow": 0,
+        "ds_loads_b16": 0, "ds_loads_tr": 0, "ds_stores": 8, "ds_store_bytes": 96,
+        "global_loads": 6, "valu": 106, "salu": 4, "exec_branches": 0, "saveexec": 0,
+        "waits": 11, "v_perm": 24}
+    assert s["buffer_loads"] == 2 * 6  # the prologue's tile and the loop's prefetch

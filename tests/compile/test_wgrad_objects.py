@@ -46,6 +46,9 @@ def _sync_specs() -> list[KernelSpec]:
     # half the block owns a slot of A (128 vectors, 256 threads): a wave-uniform store region
     out += [KernelSpec(t, "fp16", "fp16", 32, 64, 32, 2, 4, vec_a=8, vec_b=8)
             for t in ("gfx1250", "gfx1201", "gfx1151")]
+    # 40 narrow loads per thread (gfx1151's budget): no prefetch, and compare-free
+    # predicates, else their lane masks spilled SGPRs
+    out.append(KernelSpec("gfx1151", "fp16", "fp16", 32, 128, 32, 1, 4, vec_a=1, vec_b=1))
     return out
 
 
@@ -68,7 +71,7 @@ def sync_entries(tmp_path_factory):
 
 
 def test_code_objects_of_the_sync_kernel(sync_entries):
-    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) - 2 * 2 + 5 + 3
+    assert len(sync_entries) == 3 * 2 * len(GEOMETRIES) - 2 * 2 + 5 + 3 + 1
     for spec, e in sync_entries:
         co, isa = e["code_object"], e["isa"]
         t = get_target(spec.target)
@@ -150,6 +153,10 @@ def test_variant_isa_on_gfx1250(gfx1250_variants):
         if spec.k_loop == "async":
             assert isa["async_copies"] > 0 and isa["async_waits"] > 0
             assert isa["main_loop_barriers"] == 1  # one barrier per K step
+            # K-outer fragments through ds_load_tr16_b128: (2 + 2 atoms) x 2 reads, 128 bits
+            assert (isa["main_loop_ds_loads"], isa["main_loop_ds_loads_tr"],
+                    isa["main_loop_ds_loads_b128"], isa["main_loop_ds_load_bytes"]) == (
+                8, 8, 8, 128), spec.label()
         if spec.reduction == "atomic" and spec.dw_dtype != "fp32":
             kind = "global_atomic_pk_add_" + spec.dw_dtype.replace("fp", "f")
             assert isa[kind] > 0

@@ -37,6 +37,12 @@ T = "gfx1250"
 VERIFY_FAILED = "failed: verify found failures or entries no --problem covers"
 
 
+def select_skipped(line: str, n: int = 1) -> str:
+    """select's one stderr line for ``n`` entries it did not serve, ``line`` the first."""
+    return (f"select: skipped {n} corrupt entr{'y' if n == 1 else 'ies'} (not served), e.g. "
+            f"{line} (`wgradcache verify` lists them, `wgradcache build` mends them)")
+
+
 @contextlib.contextmanager
 def _deadline(seconds: int = 120):
     """Fail, rather than hang the suite, when a command blocks (on a FIFO, say)."""
@@ -100,7 +106,11 @@ class Scene:
         return self.canary.unchanged() and tree(self.root) == self.before
 
     def served(self, r) -> list[str]:
-        return [c["label"] for c in json.loads(r.stdout)]
+        return [c["label"] for c in json.loads(r.stdout)["candidates"]]
+
+    def skipped(self, r) -> tuple[int, list[str]]:
+        doc = json.loads(r.stdout)
+        return doc["skipped_corrupt"], doc["skipped"]
 
     def summary(self, r) -> dict:
         return json.loads(r.stdout.strip().splitlines()[-1])
@@ -123,9 +133,10 @@ def _assert_read_only_commands(s: Scene, line: str, *, shown: str) -> None:
     orphan = (f"FAIL [integrity] {s.e.blob}: orphan blob: no entry names it (`wgradcache gc "
               "--orphans` removes it)")  # the entry that names it is not whole
     assert r.stderr.splitlines() == [f"FAIL [integrity] ?: {line}", orphan, VERIFY_FAILED]
-    r = s.run("select")
-    assert (r.exit_code, r.stderr) == (0, ""), r.output
+    r = s.run("select")  # still serves the rest, and says what it skipped
+    assert (r.exit_code, r.stderr.splitlines()) == (0, [select_skipped(line)]), r.output
     assert s.e.label not in s.served(r) and s.served(r)
+    assert s.skipped(r) == (1, [line])
     for command in ("show", "explain"):
         r = s.run(command)
         assert (r.exit_code, r.stdout, r.stderr.splitlines()) == (2, "", [shown]), r.output
@@ -230,7 +241,9 @@ def test_a_blob_that_is_not_its_bytes_is_never_trusted(scene, how):
     assert r.stderr.splitlines() == [f"{scene.path}: {'corrupt: ' * why.startswith('blob')}"
                                      f"{why}"]
     r = scene.run("select")
-    assert (r.exit_code, r.stderr) == (0, "") and scene.e.label not in scene.served(r)
+    gc_line = f"{scene.path}: {'corrupt: ' * why.startswith('blob')}{why}"
+    assert (r.exit_code, r.stderr.splitlines()) == (0, [select_skipped(gc_line)]), r.output
+    assert scene.e.label not in scene.served(r) and scene.skipped(r) == (1, [gc_line])
     r = scene.run("verify")
     assert r.exit_code == 1 and r.stderr.splitlines()[-1] == VERIFY_FAILED, r.output
     assert len(r.stderr.splitlines()) == 2 and scene.e.label in r.stderr
@@ -367,51 +380,82 @@ def test_a_read_only_cache_serves_every_read_only_command(scene, monkeypatch):
     assert scene.unchanged()
 
 
+def _stopped(path, strerror: str, errno_: int, jobs: int, stage2: int = 0) -> str:
+    s2 = f" and {stage2} stage-2 kernel(s)" if stage2 else ""
+    return (f"failed: {T}: the cache cannot be written (OSError: [Errno {errno_}] {strerror}: "
+            f"'{path}'): {jobs} job(s){s2} not published, nothing half-written; the next "
+            "build compiles them")
+
+
 def test_a_build_with_work_on_a_read_only_cache_fails_naming_the_lock(scene, monkeypatch):
-    """The job to publish fails (transient) on the writer lock, one line naming it; the
-    failure record cannot be written either, and the line says so."""
+    """The job to publish stops the build on the writer lock: one line naming it, exit 1,
+    and no failure record is tried either."""
     scene.path.unlink()
+    lock = scene.tdir / ".lock"
+    lock.unlink()
+    scene.seal()
+    tried = _read_only(monkeypatch, scene.root)
+    r = scene.run("build")
+    assert r.exit_code == 1, r.output
+    assert r.stderr.splitlines() == [_stopped(lock, "Read-only file system", 30, 1)]
+    assert scene.summary(r)["failed"] == 1 and scene.summary(r)["stopped_jobs"] == 1
+    assert str(lock) in tried and not [t for t in tried if "/failed" in t]
+    assert scene.unchanged()
+
+
+def test_a_read_only_cache_with_every_job_to_build_is_one_line(scene, monkeypatch):
+    """18 jobs and both stage-2 kernels to publish: one line for the run, every one
+    counted, nothing written, nothing compiled past the first refusal but what was already
+    running."""
+    for d in ("entries", "stage2"):
+        for f in (scene.tdir / d).iterdir():
+            f.unlink()
     lock = scene.tdir / ".lock"
     lock.unlink()
     scene.seal()
     _read_only(monkeypatch, scene.root)
     r = scene.run("build")
     assert r.exit_code == 1, r.output
-    erofs = f"OSError: [Errno 30] Read-only file system: '{lock}'"
-    assert r.stderr.splitlines() == [
-        f"FAILED {scene.e.label}: publish: {erofs} (failure record not written: "
-        f"{erofs.split(': ', 1)[1]})",
-        "failed: 1 job(s) or stage-2 kernel(s) failed; see the failures above"]
+    assert r.stderr.splitlines() == [_stopped(lock, "Read-only file system", 30, 18, 2)]
+    doc = scene.summary(r)
+    assert (doc["jobs"], doc["failed"], doc["stopped_jobs"], doc["stage2_failed"],
+            doc["built"], doc["relinked"]) == (18, 18, 18, 2, 0, 0)
     assert scene.unchanged()
 
 
-def test_a_full_disk_leaves_no_blob_without_its_sidecar(scene, monkeypatch):
-    """ENOSPC while the sidecar is written: the blob written just before is removed again,
-    the job fails (transient) naming the path, the rest of the cache is intact."""
-    sidecar = scene.c.sidecar_path(scene.e.blob)
-    scene.path.unlink()
-    scene.c.remove_blob(scene.e.blob)
+def test_a_full_disk_stops_the_build_and_leaves_no_blob_without_its_sidecar(scene,
+                                                                         monkeypatch):
+    """ENOSPC while the first sidecar is written: the blob written just before is removed
+    again, the build stops there in one line naming the path, the jobs after it are not
+    published (nor recorded as failed), the rest of the cache is intact."""
+    sidecar_dir = scene.c.blobs
+    gone = [e for _, e in scene.c.iter_entries() if e.dtype == "fp16"
+            and e.identity["reduction"] != "two_stage"]
+    for e in gone:
+        scene.c.remove_entry(e.identity_key)
+        scene.c.remove_blob(e.blob)
     scene.seal()
     fsync = os.fsync
+    failed_at: list[str] = []
 
     def full(fd):
-        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(sidecar.parent / ".")):
-            if ".json." in os.readlink(f"/proc/self/fd/{fd}"):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.startswith(str(sidecar_dir / ".")) and ".json." in name:
+            failed_at.append(name)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return fsync(fd)
 
     monkeypatch.setattr(os, "fsync", full)
     r = scene.run("build")
     assert r.exit_code == 1, r.output
-    lines = r.stderr.splitlines()
-    assert lines[0] == (f"FAILED {scene.e.label}: publish: OSError: [Errno 28] No space left "
-                        f"on device: '{sidecar}'")
-    assert len(lines) == 2 and lines[1].startswith("failed: 1 job(s)")
-    assert not scene.blob.exists() and not sidecar.exists()
+    [line] = r.stderr.splitlines()
+    assert len(failed_at) == 1  # one write tried and refused; none after it
+    sidecar = sidecar_dir / Path(failed_at[0]).name.split(".")[1]
+    assert line == _stopped(f"{sidecar}.json", "No space left on device", 28, len(gone))
+    assert scene.summary(r)["stopped_jobs"] == len(gone)
     after = tree(scene.root)
-    assert all(after[k] == v for k, v in scene.before.items() if "stats" not in k)
-    assert {k for k in after if k not in scene.before} == {
-        f"{T}/failed", f"{T}/failed/{scene.path.name}"}
+    assert {k: v for k, v in after.items() if "stats" not in k} == {
+        k: v for k, v in scene.before.items() if "stats" not in k}
     assert scene.canary.unchanged()
 
 

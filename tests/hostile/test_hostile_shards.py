@@ -197,8 +197,9 @@ def _other_bytes(cache: TargetCache, rec: Entry | Stage2Entry, name: str, **dige
     sidecar, under the key ``name`` stands for; ``digests`` replace the record's."""
     data = bytearray(cache.read_blob(rec.blob))
     data[-1] ^= 0xFF
-    ref = cache.write_blob(hashlib.sha256(name.encode()).hexdigest(), bytes(data),
-                           cache.read_sidecar(rec.blob))
+    meta = replace(cache.read_sidecar(rec.blob), blob_size=len(data),
+                   blob_sha256=hashlib.sha256(bytes(data)).hexdigest())
+    ref = cache.write_blob(hashlib.sha256(name.encode()).hexdigest(), bytes(data), meta)
     return replace(rec, blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256, **digests)
 
 
@@ -341,6 +342,18 @@ def test_a_sidecar_that_disagrees_with_its_entry_is_refused(scene):
     scene.write_json(side, doc)
     scene.refused([f"REFUSED {scene.s.entry_path(e.identity_key)}: {side}: its isa is not "
                    "the record's"])
+
+
+def test_a_sidecar_that_vouches_for_other_bytes_is_refused(scene):
+    """A sidecar's size and sha256 prove its blob to a later relink: one that names other
+    bytes than the entry's would let a relink trust them."""
+    e = scene.entry()
+    side = scene.s.sidecar_path(e.blob)
+    doc = json.loads(side.read_text())
+    doc["blob_sha256"] = "ab" * 32
+    scene.write_json(side, doc)
+    scene.refused([f"REFUSED {scene.s.entry_path(e.identity_key)}: {side}: its "
+                   "blob_sha256/blob_size is not the record's"])
 
 
 def test_a_symlinked_folder_in_the_destination_is_refused(scene):

@@ -70,7 +70,7 @@ def test_build_select_emulate_compile_follow_the_file(custom, tmp_path):
         r = _run("select", "--target", "gfx1151", "--problem", PROBLEM, "--dtype", "fp16",
                  "--geometries", custom, "--json", *source)
         assert r.exit_code == 0, r.output
-        assert OVER in [c["label"] for c in json.loads(r.output)], source
+        assert OVER in [c["label"] for c in json.loads(r.output)["candidates"]], source
 
     r = _run("emulate", OVER, "--problem", PROBLEM, "--geometries", custom, "--json")
     assert r.exit_code == 0, r.output

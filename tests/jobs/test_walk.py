@@ -73,12 +73,28 @@ def test_mfma_variants_are_what_the_catalog_admits():
 
 
 def test_mfma_counts_are_pinned():
+    """The full builds' figures: gfx942 784 and gfx950 1172 jobs after the measured load
+    bounds (filters.targets), none of which spilled."""
     c942, c950 = count("gfx942", ["fp16"])["fp16"], count("gfx950", ["fp16"])["fp16"]
-    assert c942["sync.default.none"] == c942["sync.default.atomic"] == 53 * 4
-    assert c942["sync.cshuffle.none"] == c942["sync.default.two_stage"] == 12 * 4
-    assert c942["sync.cshuffle.atomic"] == 12 * 2
-    assert c950["sync.default.none"] == c950["sync.default.atomic"] == 382
-    assert c950["sync.default.two_stage"] == 70
+    assert c942["sync.default.none"] == c942["sync.default.atomic"] == 151
+    assert c942["sync.cshuffle.none"] == c942["sync.default.two_stage"] == 33
+    assert c942["sync.cshuffle.atomic"] == 24
+    assert c950["sync.default.none"] == c950["sync.default.atomic"] == 233
+    assert c950["sync.default.two_stage"] == c950["sync.cshuffle.none"] == 42
+    assert c950["sync.cshuffle.atomic"] == 36
+    assert sum(sum(count(t)[d].values()) for t in ("gfx942", "gfx950") for d in ("fp16", "bf16")
+               ) == 784 + 1172
+
+
+def test_mfma_load_bounds_are_the_measured_ones():
+    from wgradcache.model.spec import loads_per_thread
+
+    d = default_jobdata()
+    assert d.limits_for("gfx942").max_loads_per_thread == 17
+    assert d.limits_for("gfx950").max_loads_per_thread == 16
+    for t, bound in (("gfx942", 17), ("gfx950", 16)):
+        assert max(loads_per_thread(s.dtype, s.k_loop, s.geometry, 64, s.load_vec_a,
+                                    s.load_vec_b) for s in walk(t, ["bf16"])) <= bound
 
 
 def test_shipped_counts_are_pinned():

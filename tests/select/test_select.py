@@ -80,7 +80,9 @@ def test_cli_json_lists_candidates_in_rank_order():
                                   "32,64,56,56,64,3,3,1,1", "--from-walk", "--limit", "3",
                                   "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
+    full = json.loads(r.stdout)
+    assert (full["skipped_corrupt"], full["skipped"]) == (0, []) and full["served"] > 3
+    doc = full["candidates"]
     assert len(doc) == 3
     assert [c["score"] for c in doc] == sorted(c["score"] for c in doc)
     assert set(doc[0]) == {"label", "key", "split_k", "slice_k", "reduction", "grid", "block",
@@ -93,7 +95,7 @@ def test_cli_from_the_small_cache(small_cache):
                                   "2,16,7,7,24,3,3,1,1", "--cache-dir",
                                   str(small_cache["cache"]), "--json"])
     assert r.exit_code == 0, r.output
-    labels = [c["label"] for c in json.loads(r.stdout)]
+    labels = [c["label"] for c in json.loads(r.stdout)["candidates"]]
     assert labels and all(lab.startswith("gfx1250-fp16-t32x32x32-w1x1") for lab in labels)
 
 
@@ -111,7 +113,7 @@ def test_table_shows_the_best_ten_and_the_count_unless_all():
     """294 rows for one ResNet layer was a wall of text: ten and how many there are."""
     args = ["select", "--target", "gfx1250", "--problem", "32,64,56,56,64,3,3,1,1",
             "--from-walk"]
-    n = len(json.loads(CliRunner().invoke(main, args + ["--json"]).stdout))
+    n = len(json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)["candidates"])
     assert n > 10
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
@@ -126,3 +128,42 @@ def test_table_shows_the_best_ten_and_the_count_unless_all():
     assert ranks == [str(i) for i in range(1, n + 1)] and "--all for" not in r.output
     r = CliRunner().invoke(main, args + ["--limit", "3"])
     assert "the best 3 shown" in r.output
+
+
+def test_corrupt_entries_are_skipped_and_said_so(small_cache, tmp_path):
+    """Two fp16 entries cannot be served (one not whole, one whose blob lost a byte):
+    select serves the rest, exit 0, and says once how many it skipped, with the first;
+    --json carries every line. With nothing left that serves, exit 1, same line. (A whole
+    entry of another dtype is no candidate, so its blob is not checked.)"""
+    import shutil
+
+    from tests.hostile.test_corrupt_cache import select_skipped
+    from wgradcache.cache.store import TargetCache
+
+    root = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], root)
+    c = TargetCache(root, "gfx1250")
+    entries = {e.label: e for _, e in c.iter_entries()}
+    fp16 = entries["gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none"]
+    other = entries["gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-cshuffle-none"]
+    path = c.entry_path(fp16.identity_key)
+    path.write_bytes(path.read_bytes()[:-1])
+    blob = c.blob_path(other.blob)
+    blob.write_bytes(blob.read_bytes()[:-1])
+    lines = {fp16.identity_key: f"{path}: corrupt: not whole JSON (Expecting ',' delimiter "
+                                f"at char {len(path.read_bytes())})",
+             other.identity_key: f"{c.entry_path(other.identity_key)}: corrupt: blob "
+                                f"{other.blob[:16]} is {other.blob_size - 1} bytes, its entry "
+                                f"records {other.blob_size}"}
+    want = [lines[k] for k in sorted(lines)]  # the reader's order: by key
+    args = ["select", "--target", "gfx1250", "--cache-dir", str(root), "--problem"]
+    r = CliRunner().invoke(main, [*args, "2,16,7,7,24,3,3,1,1", "--json"])
+    assert (r.exit_code, r.stderr.splitlines()) == (0, [select_skipped(want[0], 2)]), r.output
+    doc = json.loads(r.stdout)
+    assert (doc["skipped_corrupt"], doc["skipped"]) == (2, want)
+    assert fp16.label not in [x["label"] for x in doc["candidates"]] and doc["candidates"]
+    r = CliRunner().invoke(main, [*args, "2,16,7,7,24,3,3,1,1"])
+    assert r.exit_code == 0 and r.stderr.splitlines() == [select_skipped(want[0], 2)]
+    r = CliRunner().invoke(main, [*args, "1,1,1,1,1,1,1"])  # nothing serves K = 1
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == select_skipped(want[0], 2)

@@ -118,11 +118,15 @@ def test_deleted_blob(small_cache, tmp_path):
 
 
 def test_orphan_blob(small_cache, tmp_path):
+    """A blob no entry names (what a build killed between blob and entry leaves) fails
+    integrity with gc's hint, and the target's summary counts it; gc --orphans mends it."""
     cache, geo = _copy(small_cache, tmp_path)
     cache.write_blob("f" * 64, b"\x7fELF orphan")
     reasons = _fail_reasons(cache, geo, "integrity")
     assert [r for r in reasons if r[1].startswith("orphan blob")] == [
         ("integrity", "orphan blob: no entry names it (`wgradcache gc --orphans` removes it)")]
+    doc = json.loads(_verify(cache.root, geo, "--level", "integrity").stdout)
+    assert (doc["failed"], doc["targets"]["gfx1250"]["orphans"]) == (1, 1)
 
 
 def test_truncated_entry_file(small_cache, tmp_path):

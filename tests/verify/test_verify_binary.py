@@ -126,7 +126,7 @@ def test_an_entry_repointed_at_another_valid_blob_fails_structure(small_cache, t
     cache.write_entry(dataclasses.replace(e, blob=other.blob, blob_size=other.blob_size,
                                           blob_sha256=other.blob_sha256))
     assert _failures(cache, geo, "integrity") == []
-    assert _failures(cache, geo, "numerics") == [(FP16, "structure", _swapped_line(e, other))]
+    assert _failures(cache, geo, "structure") == [(FP16, "structure", _swapped_line(e, other))]
 
 
 def test_a_disguised_blob_passes_structure_and_fails_reproduce(small_cache, tmp_path):
@@ -246,3 +246,25 @@ def test_llvm_objdump_gives_structure_the_same_figures(small_cache, monkeypatch)
     monkeypatch.setattr("wgradcache.compile.disasm.disassembler_available", lambda: False)
     cache = TargetCache(small_cache["cache"], "gfx1250")
     assert _failures(cache, str(small_cache["geometries"]), "structure") == []
+
+
+@pytest.mark.parametrize(("how", "start"), [
+    ("truncated", "not a code object: malformed"),
+    ("not-elf", "not a code object: not an ELF file (no \\x7fELF magic): not a code object"),
+    ("empty", "not a code object: not an ELF file"),
+])
+def test_a_blob_that_is_no_code_object_is_one_structure_line(small_cache, tmp_path, how,
+                                                              start):
+    """Bytes whose size and sha256 the entry records but that are no code object (cut in
+    half, text, nothing): one structure line, no traceback, nothing disassembled."""
+    cache, geo = _copy(small_cache, tmp_path)
+    e = _by_label(cache)[FP16]
+    honest = cache.read_blob(e.blob)
+    data = {"truncated": honest[:len(honest) // 2], "not-elf": b"#!/bin/sh\nrm -rf /\n",
+            "empty": b""}[how]
+    cache.blob_path(e.blob).write_bytes(data)
+    cache.write_entry(dataclasses.replace(e, blob_size=len(data),
+                                          blob_sha256=sha256_bytes(data)))
+    [(label, level, reason)] = _failures(cache, geo, "structure")
+    assert (label, level) == (FP16, "structure") and reason.startswith(start), reason
+    assert "\n" not in reason

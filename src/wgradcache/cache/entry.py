@@ -29,7 +29,7 @@ from operator import itemgetter
 from typing import Any, TypeVar, get_type_hints
 
 __all__ = ["CorruptEntry", "Entry", "Stage2Entry", "BlobMeta", "FailureRecord", "read_record",
-           "record_json", "record_bytes", "is_key", "check_key",
+           "record_json", "record_bytes", "is_key", "check_key", "UNKNOWN_SHA256",
            "CODE_OBJECT_FIELDS", "KERNEL_ARG_FIELDS"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -103,11 +103,17 @@ class Stage2Entry:
 @dataclass(frozen=True)
 class BlobMeta:
     """A blob's sidecar ``blobs/<content key>.json``: what a relink copies into a new entry
-    without reading the code object again."""
+    without reading the code object again, and the size and sha256 of the bytes it was
+    written for, so a relink of a blob no entry vouches for (an orphan a killed build left,
+    a blob whose entry is stale) proves the bytes first. A sidecar written before these
+    fields existed reads with ``UNKNOWN_SHA256``, which no blob hashes to: such a blob is
+    compiled again rather than relinked."""
 
     code_object: dict
     isa: dict
     listing: str
+    blob_size: int
+    blob_sha256: str
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,10 @@ class FailureRecord:
 
 # Records written before a field existed: a failure record without ``transient`` came from a
 # version that called every failure permanent, so it is retried once and recorded anew.
-_DEFAULTS: dict[type, dict[str, Any]] = {FailureRecord: {"transient": True}}
+UNKNOWN_SHA256 = "0" * 64
+_DEFAULTS: dict[type, dict[str, Any]] = {FailureRecord: {"transient": True},
+                                         BlobMeta: {"blob_size": 0,
+                                                    "blob_sha256": UNKNOWN_SHA256}}
 
 _MISSING = object()
 R = TypeVar("R", Entry, Stage2Entry, BlobMeta, FailureRecord)
@@ -160,6 +169,35 @@ def _typed(v: object, t: type | tuple[type, ...]) -> bool:
     return type(v) is t if isinstance(t, type) else type(v) in t
 
 
+def _key_text(k: object) -> str:
+    """A key from the file as a reason quotes it: escaped (one line whatever it holds) and
+    clipped."""
+    return repr(str(k)[:40])
+
+
+def _missing_or_mistyped(v: dict, schema: dict[str, type]) -> str:
+    """The first of ``schema``'s fields that ``v`` lacks or holds with another type."""
+    for name, t in schema.items():
+        if name not in v:
+            return f"no field {name!r}"
+        if type(v[name]) is not t:
+            return f"{name}: {type(v[name]).__name__}, not {_tname(t)}"
+    return ""
+
+
+def _unexpected(v: dict, schema: dict[str, type], extra: bool) -> str:
+    """The first key of ``v`` outside ``schema`` that is refused (any, unless ``extra``;
+    one that holds no scalar, if ``extra``)."""
+    for k, x in v.items():
+        if k in schema:
+            continue
+        if not extra:
+            return f"unknown field {_key_text(k)}"
+        if type(x) not in _SCALARS:
+            return f"{_key_text(k)}: {type(x).__name__}, not a scalar"
+    return ""
+
+
 def _object_of(schema: dict[str, type], extra: bool = True) -> _Check:
     """A check of a JSON object holding ``schema``'s fields with their types; other keys
     must hold scalars (``extra``) or are refused. The types of all fields are compared as
@@ -170,21 +208,12 @@ def _object_of(schema: dict[str, type], extra: bool = True) -> _Check:
     def check(v: Any) -> tuple[bool, str]:
         if type(v) is not dict:
             return False, f"{type(v).__name__}, not an object"
+        why = ""
         if tuple(map(type, map(v.get, names))) != want:
-            for name, t in schema.items():
-                if name not in v:
-                    return False, f"no field {name!r}"
-                if type(v[name]) is not t:
-                    return False, f"{name}: {type(v[name]).__name__}, not {_tname(t)}"
-        if len(v) != len(names):
-            for k, x in v.items():
-                if k in schema:
-                    continue
-                if not extra:
-                    return False, f"unknown field {str(k)[:40]!r}"
-                if type(x) not in _SCALARS:
-                    return False, f"{str(k)[:40]}: {type(x).__name__}, not a scalar"
-        return True, ""
+            why = _missing_or_mistyped(v, schema)
+        if not why and len(v) != len(names):
+            why = _unexpected(v, schema, extra)
+        return not why, why
     return check
 
 
@@ -198,7 +227,7 @@ def _map_of(t: type | tuple[type, ...]) -> _Check:
         if set(map(type, v.values())) <= allowed:
             return True, ""
         k, x = next((k, x) for k, x in v.items() if type(x) not in allowed)
-        return False, f"{str(k)[:40]}: {type(x).__name__}, not {_tname(t)}"
+        return False, f"{_key_text(k)}: {type(x).__name__}, not {_tname(t)}"
     return check
 
 

@@ -141,17 +141,10 @@ def _entries(cache: TargetCache, live: set[str] | None, dry_run: bool,
 def _corrupt(cache: TargetCache, entry: Entry | Stage2Entry | CorruptEntry,
              rep: GcReport) -> bool:
     """Not whole, or its blob is not the bytes it records (the reason goes to ``rep``)."""
-    if isinstance(entry, CorruptEntry):
-        rep.notes.append(str(entry))
-        return True
-    ok, why = cache.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)
-    if not ok:
-        path = (cache.entry_path(entry.identity_key) if isinstance(entry, Entry)
-                else cache.stage2_path(entry.name))
-        # "blob <key> is 0 bytes, ..." or "<blob path>: corrupt: a FIFO, ..."
-        rep.notes.append(f"{path}: corrupt: {why}" if why.startswith("blob ")
-                         else f"{path}: {why}")
-    return not ok
+    why = cache.unusable(entry)
+    if why:
+        rep.notes.append(why)
+    return bool(why)
 
 
 def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, grace: float,

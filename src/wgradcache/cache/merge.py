@@ -42,7 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wgradcache.cache.catalog import scan_targets
-from wgradcache.cache.entry import BlobMeta, CorruptEntry, Entry, Stage2Entry, read_record
+from wgradcache.cache.entry import (
+    UNKNOWN_SHA256,
+    BlobMeta,
+    CorruptEntry,
+    Entry,
+    Stage2Entry,
+    read_record,
+)
 from wgradcache.cache.store import (
     MAX_RECORD,
     CacheRefused,
@@ -207,6 +214,11 @@ def _check_record(cache: TargetCache, rec: Record) -> tuple[str, str | None]:
         for name in ("code_object", "isa"):
             if getattr(meta, name) != getattr(rec, name):
                 return f"{cache.sidecar_path(rec.blob)}: its {name} is not the record's", None
+        # a sidecar from before the field reads UNKNOWN_SHA256: copied, never relinked
+        if meta.blob_sha256 != UNKNOWN_SHA256 and (meta.blob_sha256, meta.blob_size) != (
+                rec.blob_sha256, rec.blob_size):
+            return (f"{cache.sidecar_path(rec.blob)}: its blob_sha256/blob_size is not the "
+                    "record's"), None
     return "", sha
 
 

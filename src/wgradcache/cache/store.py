@@ -12,7 +12,12 @@
     <root>/<target>/.lock                       the writer lock, created by the first write
 
 This module owns that layout: every path above is built here, and every record is read and
-written through ``cache/entry.py``'s typed records, never as raw JSON elsewhere.
+written through ``cache/entry.py``'s typed records, never as raw JSON elsewhere. That is
+why it is one module of ~700 lines: each path it builds is proven to stay under the root by
+the same folder checks (``checked_dir``) and key checks (``_file``) that every reader and
+writer here goes through; a split into readers and writers would export those proofs, and
+a second module building cache paths is what this one exists to prevent. The record schema
+(``entry.py``) and the capped read (``files/capped.py``) are already elsewhere.
 
 A cache directory is input (CI artifacts, caches copied between machines), so this module
 is also its one reader, and trusts nothing in it:
@@ -68,6 +73,8 @@ from wgradcache.cache.entry import (
     read_record,
     record_bytes,
 )
+from wgradcache.files.capped import Refused, kind_of
+from wgradcache.files.capped import read_capped as _read_file
 
 __all__ = ["blob_suffix", "TargetCache", "CorruptEntry", "CacheRefused", "BlobRef", "content_key",
            "atomic_write", "read_capped", "sha256_bytes", "blank_symbol", "stage2_name",
@@ -145,62 +152,29 @@ def content_key(ir_text: str, symbol: str, target: str, options: dict, toolchain
 
 
 # -- reading ------------------------------------------------------------------------------
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
 def _size_text(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+_REFUSALS = {  # files.capped's refusal codes in the cache's words
+    "os_error": lambda detail, cap: f"unreadable ({detail})",
+    "kind": lambda detail, cap: f"{detail}, not a regular file (not followed)",
+    "size": lambda detail, cap: f"{detail} bytes, over the {_size_text(cap)} cap",
+    "replaced": lambda detail, cap: "replaced while being read",
+    "grew": lambda detail, cap: f"grew past the {_size_text(cap)} cap while read",
+}
 
 
 def read_capped(path: Path, cap: int) -> bytes | None:
     """The bytes of the regular file ``path``, None when it is absent; CorruptEntry when it
     is anything else (a symlink, a FIFO, a device, a directory: never followed or opened
-    for reading), larger than ``cap`` bytes, or unreadable. The descriptor is opened with
-    O_NOFOLLOW | O_NONBLOCK and must be the file ``lstat`` saw, so nothing swapped in
-    between is read and no open blocks."""
+    for reading), larger than ``cap`` bytes, or unreadable. ``files.capped`` with
+    ``follow=False``: the descriptor is opened with O_NOFOLLOW | O_NONBLOCK and must be
+    the file ``lstat`` saw, so nothing swapped in between is read and no open blocks."""
     try:
-        st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as e:
-        raise CorruptEntry(f"{path}: corrupt: unreadable ({e.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CorruptEntry(f"{path}: corrupt: {_kind(st.st_mode)}, not a regular file "
-                           "(not followed)")
-    if st.st_size > cap:
-        raise CorruptEntry(f"{path}: corrupt: {st.st_size} bytes, over the "
-                           f"{_size_text(cap)} cap")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as e:  # ELOOP: a symlink swapped in since the lstat
-        raise CorruptEntry(f"{path}: corrupt: unreadable ({e.strerror})") from None
-    try:
-        now = os.fstat(fd)
-        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            raise CorruptEntry(f"{path}: corrupt: replaced while being read")
-        chunks, left = [], cap + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as e:
-        raise CorruptEntry(f"{path}: corrupt: unreadable ({e.strerror})") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > cap:
-        raise CorruptEntry(f"{path}: corrupt: grew past the {_size_text(cap)} cap while read")
-    return data
+        return _read_file(path, cap, follow=False)
+    except Refused as e:
+        raise CorruptEntry(f"{path}: corrupt: {_REFUSALS[e.code](e.detail, cap)}") from None
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -300,7 +274,7 @@ class _WriterLock:
                 pass
             else:
                 if not stat.S_ISREG(st.st_mode):
-                    raise CacheRefused(path, f"{_kind(st.st_mode)}, not a regular file: not "
+                    raise CacheRefused(path, f"{kind_of(st.st_mode)}, not a regular file: not "
                                              "a lock this tool will open (remove it)")
             if self._lock is None:
                 self._lock = FileLock(str(path))
@@ -379,7 +353,7 @@ class TargetCache:
         except OSError as e:
             raise CacheRefused(path, f"cannot be read ({e.strerror})") from None
         if not stat.S_ISDIR(st.st_mode):
-            raise CacheRefused(path, f"{_kind(st.st_mode)}, not a directory: not followed "
+            raise CacheRefused(path, f"{kind_of(st.st_mode)}, not a directory: not followed "
                                      "out of the cache (remove it)")
         self._dirs_ok.add(name)
         return path
@@ -489,7 +463,7 @@ class TargetCache:
         if st is None:
             return False, f"{name} is missing"
         if not stat.S_ISREG(st.st_mode):
-            return False, f"{path}: corrupt: {_kind(st.st_mode)}, not a regular file"
+            return False, f"{path}: corrupt: {kind_of(st.st_mode)}, not a regular file"
         if st.st_size != size:
             return False, f"{name} is {st.st_size} bytes, its entry records {size}"
         version = (st.st_size, st.st_mtime_ns, st.st_ino)
@@ -505,6 +479,20 @@ class TargetCache:
         if got[1] != sha256:
             return False, f"{name} does not hash to the sha256 its entry records"
         return True, ""
+
+    def unusable(self, entry: Entry | Stage2Entry | CorruptEntry) -> str:
+        """Why a record as ``iter_entries`` / ``stage2_entries`` yield it cannot be served
+        or kept, as one line that names its file: its ``CorruptEntry``, or its blob failing
+        ``check_blob``; "" when it can. What gc removes and select skips."""
+        if isinstance(entry, CorruptEntry):
+            return str(entry)
+        ok, why = self.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)
+        if ok:
+            return ""
+        path = (self.entry_path(entry.identity_key) if isinstance(entry, Entry)
+                else self.stage2_path(entry.name))
+        # "blob <key> is 0 bytes, ..." or "<blob path>: corrupt: a FIFO, ..."
+        return f"{path}: corrupt: {why}" if why.startswith("blob ") else f"{path}: {why}"
 
     def write_blob(self, key: str, data: bytes, meta: BlobMeta | None = None) -> BlobRef:
         """The blob (unless the same bytes are there), then its sidecar when given (call

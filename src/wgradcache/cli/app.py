@@ -15,7 +15,8 @@ import click
 from wgradcache.cli.console import RunFailed, UserError, debug
 
 __all__ = ["main", "cache_dir_option", "geometries_option", "selection_options",
-           "json_option", "shard_option", "TargetParam", "ProblemParam", "LabelParam"]
+           "json_option", "shard_option", "TargetParam", "ProblemParam", "LabelParam",
+           "PathParam"]
 
 
 class _Group(click.Group):
@@ -124,12 +125,44 @@ class LabelParam(click.ParamType):
             raise UserError(str(e)) from None
 
 
+class PathParam(click.ParamType):
+    """A path option: ``kind="file"`` (a file to read or write: a directory there is
+    refused) or ``kind="dir"`` (a directory to use or create: a file there is refused).
+    What ``click.Path`` checks, in one line (``error: --plan DIR: a directory, not a
+    file``, exit 2) instead of click's usage block. A path that does not exist, or is
+    something else (a FIFO, a device), is the command's to judge: its reader says what it
+    is in one line."""
+
+    name = "path"
+
+    def __init__(self, kind: str):
+        assert kind in ("file", "dir")
+        self.kind = kind
+
+    def convert(self, value, param, ctx):
+        import stat
+
+        text = os.fspath(value)
+        opt = param.opts[0] if param else "path"
+        try:
+            mode = os.stat(text).st_mode
+        except OSError:  # absent, a symlink loop, unreadable: the reader's line says which
+            return text
+        except ValueError as e:  # an embedded NUL
+            raise UserError(f"{opt} {text!r}: {e}") from None
+        if self.kind == "file" and stat.S_ISDIR(mode):
+            raise UserError(f"{opt} {text}: a directory, not a file")
+        if self.kind == "dir" and stat.S_ISREG(mode):
+            raise UserError(f"{opt} {text}: a file, not a directory")
+        return text
+
+
 def _default_cache_dir() -> str:
     return os.environ.get("WGRADCACHE_DIR", "cache")
 
 
 def cache_dir_option(f):
-    return click.option("--cache-dir", type=click.Path(file_okay=False),
+    return click.option("--cache-dir", type=PathParam("dir"),
                         default=_default_cache_dir, show_default="./cache or $WGRADCACHE_DIR",
                         help="cache root (default: $WGRADCACHE_DIR or ./cache)")(f)
 

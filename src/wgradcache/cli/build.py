@@ -62,14 +62,16 @@ def build(targets, as_json, **options) -> None:
             select_jobs(req)  # the walk: ~20 ms
         except ValueError as e:
             raise UserError(str(e)) from None
-    failed = run_builds(requests, as_json)
-    if failed:
-        raise RunFailed(f"{failed} job(s) or stage-2 kernel(s) failed; see the failures above")
+    message = run_builds(requests, as_json)
+    if message:
+        raise RunFailed(message)
 
 
-def run_builds(requests, as_json: bool) -> int:
-    """Build each request in turn; render; return the number of failed jobs and stage-2
-    kernels (a two-stage entry is useless without its stage-2 kernel: exit 1 either way)."""
+def run_builds(requests, as_json: bool) -> str:
+    """Build each request in turn; render; return the run's failure line ("" when nothing
+    failed). A two-stage entry is useless without its stage-2 kernel: exit 1 either way.
+    A cache that refused a write is one line per target (``BuildSummary.stopped_line``),
+    not one per job it stopped."""
     summaries = [_one(req, show_progress=not as_json) for req in requests]
     for s in summaries:
         for f in s.failures:
@@ -88,7 +90,12 @@ def run_builds(requests, as_json: bool) -> int:
             if s.jobs and s.built == 0 and s.relinked == 0 and s.failed == 0:
                 click.echo(f"{s.target}: nothing to compile: all {s.up_to_date} jobs "
                            "up to date")
-    return sum(s.failed + s.stage2_failed for s in summaries)
+    parts = [s.stopped_line() for s in summaries if s.stopped]
+    others = sum(s.failed + s.stage2_failed - s.stopped_jobs - s.stopped_stage2
+                 for s in summaries)
+    if others:
+        parts.append(f"{others} job(s) or stage-2 kernel(s) failed; see the failures above")
+    return "; ".join(parts)
 
 
 def _one(req, show_progress: bool):

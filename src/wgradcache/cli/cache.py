@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from wgradcache.cli.app import (
+    PathParam,
     TargetParam,
     cache_dir_option,
     geometries_option,
@@ -51,7 +52,26 @@ _SHOWN = (
     ("global loads", ("isa", "global_loads")), ("global stores", ("isa", "global_stores")),
     ("async copies", ("isa", "async_copies")), ("barriers", ("isa", "barriers")),
     ("global atomics", ("isa", "global_atomics")), ("CAS loops", ("isa", "cas_loops")),
+    # the main loop: one iteration is one K tile (compile/isa.py main_loop)
+    ("main loop instructions", ("isa", "main_loop_instructions")),
+    ("main loop mma", ("isa", "main_loop_mma")),
+    ("main loop LDS reads", ("isa", "main_loop_ds_loads")),
+    ("main loop LDS read bytes", ("isa", "main_loop_ds_load_bytes")),
+    ("main loop LDS reads < 128 bit", ("isa", "main_loop_ds_loads_narrow")),
+    ("main loop transposing LDS reads", ("isa", "main_loop_ds_loads_tr")),
+    ("main loop LDS stores", ("isa", "main_loop_ds_stores")),
+    ("main loop global loads", ("isa", "main_loop_global_loads")),
+    ("main loop VALU", ("isa", "main_loop_valu")),
+    ("main loop SALU", ("isa", "main_loop_salu")),
+    ("main loop exec-mask branches", ("isa", "main_loop_exec_branches")),
+    ("main loop waits", ("isa", "main_loop_waits")),
+    ("main loop barriers", ("isa", "main_loop_barriers")),
 )
+
+
+# ds_load_tr16_b128's lane map has no primary public source (kernel/emulate._lds_load_tr)
+_TR_SOURCES = ("secondary sources only (Triton PR #7616 for the gfx12 sibling, a "
+               "third-party gfx1250 demo); unverified on hardware")
 
 
 def _field(entry: dict, path: tuple[str, ...]):
@@ -84,6 +104,8 @@ def show(key_or_label, cache_dir, as_json) -> None:
             ("blob bytes", e.get("blob_size")), ("block size", e.get("block_size"))]
     rows = head + [(name, _field(e, path)) for name, path in _SHOWN
                    if _field(e, path) is not None]
+    if _field(e, ("isa", "main_loop_ds_loads_tr")):
+        rows.append(("transposing read lane map", _TR_SOURCES))
     table(str(e.get("label")), ("field", "value"),
           [(k, "" if v is None else v) for k, v in rows], numeric_from=1)
 
@@ -192,10 +214,10 @@ def merge(sources, dest, as_json) -> None:
 
 
 @main.command()
-@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--plan", "plan_path", required=True, type=PathParam("file"),
               help="the plan, e.g. jobs/nightly.yaml")
 @click.option("--report-dir", default="report", show_default=True,
-              type=click.Path(file_okay=False), help="where report.json and report.md go")
+              type=PathParam("dir"), help="where report.json and report.md go")
 @shard_option
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None)
 @geometries_option

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import click
 
-from wgradcache.cli.app import LabelParam, ProblemParam, geometries_option, json_option, main
+from wgradcache.cli.app import (
+    LabelParam,
+    PathParam,
+    ProblemParam,
+    geometries_option,
+    json_option,
+    main,
+)
 from wgradcache.cli.console import RunFailed, UserError, emit_json, table
 
 
@@ -41,7 +48,7 @@ def emulate(spec, problem, split_k, seed, geometries_file, as_json) -> None:
 
 @main.command(name="compile")
 @click.argument("spec", metavar="LABEL", type=LabelParam())
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="out",
+@click.option("--out", "out_dir", type=PathParam("dir"), default="out",
               show_default=True, help="directory for <label>.ll/.s/.hsaco/.json")
 @click.option("--no-validate", is_flag=True, help="compile even a spec the rules refuse")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True)

@@ -11,7 +11,7 @@ from wgradcache.cli.app import (
     geometries_option,
     main,
 )
-from wgradcache.cli.console import RunFailed, UserError, emit_json, table
+from wgradcache.cli.console import RunFailed, UserError, emit_json, printable, table
 
 SHOWN_BY_DEFAULT = 10
 
@@ -29,11 +29,14 @@ SHOWN_BY_DEFAULT = 10
 @click.option("--all", "show_all", is_flag=True, help="show every kernel that serves")
 @geometries_option
 @cache_dir_option
-@click.option("--json", "as_json", is_flag=True, help="candidates in rank order")
+@click.option("--json", "as_json", is_flag=True,
+              help="{candidates (in rank order), served, skipped_corrupt, skipped}")
 def select_(limit, show_all, as_json, **options) -> None:
     """The cached kernels that serve a problem, ranked, with split degree and launch shape.
 
-    Exit 0 when a kernel serves, 1 when none does, 2 for bad input.
+    Exit 0 when a kernel serves, 1 when none does, 2 for bad input. Entries that cannot
+    be served (not whole, or a blob that is not its bytes) are skipped and said so: one
+    line on stderr with how many and an example, and in --json ("skipped").
     """
     from wgradcache.model.spec import DTYPE_KEYS
     from wgradcache.pipeline.select import SelectRequest, serve
@@ -41,7 +44,10 @@ def select_(limit, show_all, as_json, **options) -> None:
     if options["dtype"] not in DTYPE_KEYS:
         raise UserError(f"unknown dtype {options['dtype']!r}; valid: {', '.join(DTYPE_KEYS)}")
     req = SelectRequest(**{**options, "cache_dir": str(options["cache_dir"])})
-    found = serve(req)
+    served = serve(req)
+    found = served.candidates
+    if served.skipped:
+        click.echo(printable(served.skipped_line()), err=True)
     if show_all:
         limit = None
     elif limit is None and not as_json:
@@ -50,7 +56,8 @@ def select_(limit, show_all, as_json, **options) -> None:
     where = "walk" if req.from_walk else req.cache_dir
     text = req.problem.short()
     if as_json:
-        emit_json([c.to_json() for c in shown])
+        emit_json({"candidates": [c.to_json() for c in shown], "served": len(found),
+                   "skipped_corrupt": len(served.skipped), "skipped": served.skipped})
     else:
         more = (f"; the best {len(shown)} shown (--all for every one)"
                 if len(shown) < len(found) else "")

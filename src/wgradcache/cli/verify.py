@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from wgradcache.cli.app import (
+    PathParam,
     ProblemParam,
     TargetParam,
     cache_dir_option,
@@ -47,7 +48,7 @@ from wgradcache.cli.console import (
 @click.option("--reproduce/--no-reproduce", default=True, show_default=True,
               help="numerics: compile every job again first (--no-reproduce on a device "
                    "machine without the build's toolchain: the IR check only)")
-@click.option("--junit", type=click.Path(dir_okay=False), default=None,
+@click.option("--junit", type=PathParam("file"), default=None,
               help="write JUnit XML here")
 @geometries_option
 @cache_dir_option

@@ -319,6 +319,7 @@ def _main_loop_stats(body: Counter[str]) -> dict[str, int]:
         "main_loop_ds_loads_narrow": sum(n for m, n in loads.items()
                                          if ds_access_bytes(m) < 16),
         "main_loop_ds_loads_b16": sum(n for m, n in loads.items() if ds_access_bytes(m) == 2),
+        "main_loop_ds_loads_tr": sum(n for m, n in loads.items() if "_tr" in m),
         "main_loop_ds_stores": sum(stores.values()),
         "main_loop_ds_store_bytes": sum(n * ds_access_bytes(m) for m, n in stores.items()),
         "main_loop_global_loads": _tally(body, lambda m: m.startswith(("global_load",

@@ -24,11 +24,12 @@ YAML 1.1 also reads as integers), and a value of the wrong type is named by its 
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 
 import yaml
+
+from wgradcache.files.capped import Refused
+from wgradcache.files.capped import read_capped as _read_file
 
 __all__ = ["MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES", "QUOTE_CHARS", "NodeReader", "clip",
            "read_capped"]
@@ -68,45 +69,23 @@ def _shown(path: str) -> str:
     return path if path.isprintable() else repr(path)[1:-1]
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def read_capped(path: str, error: type[ValueError], max_bytes: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of the regular file at ``path``; ``error`` (one line) otherwise.
 
-    ``O_NONBLOCK`` keeps the open of a FIFO from waiting for a writer, ``fstat`` of the
-    open descriptor decides what was opened, and the read stops at ``max_bytes`` + 1.
+    ``files.capped`` with ``follow=True``: ``O_NONBLOCK`` keeps the open of a FIFO from
+    waiting for a writer, ``fstat`` of the open descriptor decides what was opened, and
+    the read stops at ``max_bytes`` + 1.
     """
     where = _shown(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
     try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        raise error(f"{where}: cannot read: {e.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"{where}: cannot read: {_kind(mode)}, not a regular file")
-        chunks, n = [], 0
-        while n <= max_bytes:
-            b = os.read(fd, max_bytes + 1 - n)
-            if not b:
-                break
-            chunks.append(b)
-            n += len(b)
-    except OSError as e:
-        raise error(f"{where}: cannot read: {e.strerror}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > max_bytes:
-        raise error(f"{where}: larger than {max_bytes} bytes (the cap on a YAML input)")
+        data = _read_file(path, max_bytes, follow=True, missing_ok=False)
+    except Refused as e:
+        if e.code == "os_error":
+            raise error(f"{where}: cannot read: {e.detail}") from None
+        if e.code == "kind":
+            raise error(f"{where}: cannot read: {e.detail}, not a regular file") from None
+        raise error(f"{where}: larger than {max_bytes} bytes (the cap on a YAML input)") \
+            from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -52,6 +52,7 @@ Memory (``pred``: an i1 per lane; False => no access at all, a load yields 0)::
     store(p, value, *, pred=None, align=None)         # value.dtype.base == p.elem
     atomic_add(p, value, *, pred=None)    # global; f32, <2 x f16>, <2 x bf16>; no result
     bounded_load(p, byte_off, num_bytes, vec=1, *, align=None)   # no branch: zero past range
+    lds_load_tr(p) -> <8 x elem>          # gfx1250: 8x8 transpose per 8 lanes (16-bit elems)
     async_copy(src, dst, nbytes, *, pred=None)        # gfx1250: global -> LDS, 4|8|16 bytes
     async_wait(n=0)                       # until <= n async copies of this wave in flight
     barrier()                             # workgroup barrier (LDS release/acquire)
@@ -615,6 +616,15 @@ class KernelBuilder:
         if dt.nbytes not in _BOUNDED_BYTES:
             raise BuildError(f"bounded_load of {dt.nbytes} bytes (one of {_BOUNDED_BYTES})")
         return self._emit(Ops.BOUNDED_LOAD, dt, (p, byte_off, num_bytes), self._align(align, dt))
+
+    def lds_load_tr(self, p: Value) -> Value:
+        """gfx1250 ``ds_load_tr16_b128``: each lane gives the LDS address of a 16-byte row of
+        8 16-bit elements; lane 8G+c of each 8-lane group receives, in slot r, element c of
+        the row lane 8G+r addressed. A wave op: all lanes of the wave together, addresses
+        16-byte aligned (the emulator checks both)."""
+        if not (p.dtype.is_ptr and p.dtype.addrspace == LDS and p.dtype.elem.bits == 16):
+            raise BuildError(f"lds_load_tr needs an LDS pointer to 16-bit elements, got {p!r}")
+        return self._emit(Ops.LDS_LOAD_TR, p.dtype.elem.vec(8), (p,), 16)
 
     def atomic_add(self, p: Value, value: Value, *, pred: Value | None = None) -> None:
         """``*p += value`` atomically (agent scope, monotonic, no return).

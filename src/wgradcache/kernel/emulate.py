@@ -19,7 +19,8 @@ Checks (each raises ``EmulationError`` naming the op, the buffer, its size and t
 * out-of-bounds or misaligned global/LDS access (a predicated-off access is no access); a
   bounded load (``_bounded_load``) reads zeros past its num_bytes, as a buffer load does,
   and is an error only when an access crosses it;
-* a wave-uniform ``if`` whose predicate differs within a wave;
+* a wave-uniform ``if`` whose predicate differs within a wave; a transposing LDS read
+  (``_lds_load_tr``) with part of a wave active or a misaligned address;
 * LDS races since the last barrier, in both directions: a read of a byte another lane of
   the workgroup wrote, a write to a byte another lane read or wrote;
 * async copies (gfx1250): the data lands at the ``async_wait`` that retires it; any access
@@ -649,6 +650,52 @@ def _bounded_load(m: _Machine, v: Value, mask):
     m.env[v.id] = out if dt.is_vector else out[..., 0]
 
 
+_TR_GROUP = 8  # lanes per ds_load_tr16_b128 transpose group: 8 rows of 8 x 16-bit
+
+
+def _lds_load_tr(m: _Machine, v: Value, mask):
+    """gfx1250 ``ds_load_tr16_b128``: in each group of 8 consecutive lanes (8G .. 8G+7), lane
+    8G+r gives the LDS address of a row of 8 16-bit elements (16 bytes); afterwards lane
+    8G+c holds, in slot r, element c of the row lane 8G+r addressed: an 8x8 transpose.
+
+    Sources, all secondary (no AMD document in our reach states the map; unverified on
+    hardware, medium-low confidence, see shared/reference/mma-lane-maps.md §5 and
+    kernel-speed-facts.md): Triton PR #7616 states the same 8-lane, 4-VGPR 8x8 transpose for
+    the gfx12 sibling global_load_tr_b128, and a third-party gfx1250 demo expects lane L <-
+    LDS[0..7][L]; Triton's TargetInfo.cpp queryLDSTransLoadParams (gfx1250: 128 bits for
+    16-bit types, 8-lane groups) and CK amd_transpose_load.hpp agree on the shape.
+
+    Rejected as the hardware does not do them as documented: a wave with only part of its
+    lanes active (the intrinsic is convergent, IntrinsicsAMDGPU.td: assume EXEC all ones)
+    and an address that is not 16-byte aligned (one source says it silently degrades to a
+    plain b128 load). LDS races are tracked per byte for the lane that receives it.
+    """
+    (src,) = v.src
+    p = m.val(src)
+    W = _ASYNC_WAVE  # gfx1250 only: wave32
+    waves = mask.reshape(m.G, -1, W)
+    active = waves.any(axis=-1)
+    partial = active & ~waves.all(axis=-1)
+    if partial.any():
+        g, wv = (int(x[0]) for x in np.nonzero(partial))
+        m.fail(v, f"wave {wv} of workgroup {m.wg_name(g)} runs ds_load_tr16_b128 with part of "
+                  "its lanes (EXEC must be all ones)")
+    out = np.zeros((m.G, m.L, 8), _np(v.dtype))
+    w, lane = np.nonzero(mask)
+    if len(w):
+        off = m.addresses(v, p, w, lane, 16, 16)  # [A], in (workgroup, lane) order
+        # lane 8G+c, slot r: bytes 2c, 2c+1 of the row at off[8G+r] (whole waves: groups
+        # of 8 are contiguous in this order)
+        rows = off.reshape(-1, _TR_GROUP)  # [A/8, r]
+        c = np.arange(_TR_GROUP)
+        byte = rows[:, None, :, None] + 2 * c[None, :, None, None] + np.arange(2)
+        byte = byte.reshape(-1, _TR_GROUP * 2)  # per receiving lane: [A, 8 slots x 2 bytes]
+        idx = (w * m.lds.shape[1] + m.lds_base[p.name])[:, None] + byte
+        m.race_check(v, w, lane, idx, False, p.name)
+        out[w, lane] = m.lds.reshape(-1)[idx].reshape(-1, 16).view(_np(v.dtype))
+    m.env[v.id] = out
+
+
 def _store(m: _Machine, v: Value, mask):
     p, x = m.val(v.src[0]), m.val(v.src[1])
     dt = v.src[1].dtype
@@ -870,7 +917,7 @@ _HANDLERS = {
     Ops.VSHUFFLE: _vshuffle,
     Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, Ops.ATOMIC_ADD: _atomic_add,
     Ops.ASYNC_COPY: _async_copy, Ops.ASYNC_WAIT: _async_wait, Ops.BARRIER: _barrier,
-    Ops.BOUNDED_LOAD: _bounded_load,
+    Ops.BOUNDED_LOAD: _bounded_load, Ops.LDS_LOAD_TR: _lds_load_tr,
     Ops.MMA: _matrix, Ops.FOR: _for, Ops.IF: _if,
     Ops.LOOP_RESULT: _result, Ops.IF_RESULT: _result,
 }

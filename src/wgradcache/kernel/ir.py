@@ -215,6 +215,10 @@ class Ops(enum.Enum):
     # off >= num_bytes; an access across num_bytes is an error (chip-dependent). No branch:
     # an invalid element gets an offset past the range instead of a predicate.
     BOUNDED_LOAD = enum.auto()
+    # src=(lds_ptr,): gfx1250 ds_load_tr16_b128, a wave op (EXEC all ones); dtype <8 x 16-bit>.
+    # In each group of 8 lanes, lane 8G+c gets element c of the 16-byte row that lane 8G+r
+    # addresses, in slot r (an 8x8 transpose); every address 16-byte aligned (emulate cites)
+    LDS_LOAD_TR = enum.auto()
 
     # ** 11 -- matrix **
     MMA = enum.auto()  # src=(a, b, c), arg=form ("gfx1250"|"gfx12"|"gfx11"|"mfma"|"mfma_k32")
@@ -252,7 +256,7 @@ class GroupOp:
                             Ops.BARRIER})
     Region = frozenset({Ops.FOR, Ops.IF})
     # ops whose every lane of a wave must be active together (EXEC all ones)
-    WaveUniform = frozenset({Ops.MMA})
+    WaveUniform = frozenset({Ops.MMA, Ops.LDS_LOAD_TR})
 
 
 ICMP_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")

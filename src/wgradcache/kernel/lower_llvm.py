@@ -13,6 +13,16 @@ llvmlite's build-time operand type checks are gone with it: ``verify.verify`` (r
 ``KernelBuilder.finish``) holds kernels to the IR's typing rules, and LLVM's parser rejects
 anything left.
 
+Why one module of ~650 lines: it has one job, IR op -> LLVM text, and its parts are not
+separable without exporting private state. The tables and constant spelling are data for
+the rules; the rules (``_RULES``) are methods of ``_Lowering`` because each one reads and
+writes the walk's state (the value-name map, the current block, the phis a FOR fills at its
+latch, the one buffer resource per pointer, the LDS globals); and the byte-identity with
+llvmlite's printing (which keeps every content key valid) is one formatting contract that
+a split would spread over files. What could live elsewhere already does: intrinsic names
+and lane maps in ``kernel/mma.py``, the target catalog in ``model/targets.py``, typing in
+``kernel/verify.py``.
+
 Layout after tinygrad's LLVM renderer: per-op tables (``_BINOPS``, ``_ICMP``, ...), the
 per-target differences as data (``mma.INTRINSICS``), one rule per op kind (``_RULES``), and
 one ``_Lowering`` that walks the structured regions 1:1 (a FOR becomes a guarded,
@@ -558,6 +568,14 @@ class _Lowering:
         # offset 0 (applies to both addresses), cpol 0 (default cache policy)
         return self.predicated(v, 2, lambda: self.call(f, [p, d, ("i32", "0"), ("i32", "0")]))
 
+    def lds_load_tr(self, v: Value, name: str) -> LValue:
+        if not self.target.lds_load_tr16:
+            self.fail(v, "no ds_load_tr16_b128 on this target (gfx1250 only)")
+        ty = ltype(v.dtype)
+        f = self.intrinsic(f"llvm.amdgcn.ds.load.tr16.b128.{_mangle(v.dtype)}", ty,
+                           ["ptr addrspace(3)"])
+        return self.call(f, [self.val(v.src[0])], name)
+
     def bounded_load(self, v: Value, name: str) -> LValue:
         rsrc = self.rsrc[(v.src[0].id, v.src[2].id)]
         ty, mangle = _BUFFER_TYPES[v.dtype.nbytes]
@@ -674,7 +692,7 @@ _RULES: dict[Ops, Callable] = {
     Ops.SELECT: _Lowering.select, Ops.PTR_CAST: _Lowering.ptr_cast, Ops.GEP: _Lowering.gep,
     Ops.ASYNC_WAIT: _Lowering.async_wait, Ops.BARRIER: _Lowering.barrier, Ops.MMA: _Lowering.mma,
     Ops.FOR: _Lowering.for_loop, Ops.IF: _Lowering.if_region,
-    Ops.BOUNDED_LOAD: _Lowering.bounded_load,
+    Ops.BOUNDED_LOAD: _Lowering.bounded_load, Ops.LDS_LOAD_TR: _Lowering.lds_load_tr,
     Ops.LOOP_RESULT: _Lowering.result, Ops.IF_RESULT: _Lowering.result,
 }
 _Lowering.rules = _RULES  # a subclass for another target replaces the rules it overrides

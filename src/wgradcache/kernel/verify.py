@@ -183,6 +183,12 @@ class _Verifier:
         if not isinstance(u, int) or u < 0 or u & (u - 1):
             self.fail(v, f"uniform={u!r}: 0 or a power of two lane count")
 
+    def check_lds_load_tr(self, v: Value):
+        (p,) = v.src
+        if not (p.dtype.is_ptr and p.dtype.addrspace == LDS and p.dtype.elem.bits == 16
+                and v.dtype == p.dtype.elem.vec(8) and v.arg == 16):
+            self.fail(v, f"transposing LDS load of {v.dtype!r} through {p.dtype!r}")
+
     def check_bounded_load(self, v: Value):
         """Base and num_bytes are kernel arguments (wave-uniform: one buffer resource per
         pair on AMD), the offset an i32; the width one buffer load moves."""
@@ -303,7 +309,7 @@ _CHECKS = {
     **{op: "check_sync" for op in GroupOp.Sync},
     Ops.SELECT: "check_select", Ops.FMA: "check_fma", Ops.GEP: "check_gep",
     Ops.MMA: "check_mma", Ops.FOR: "check_for", Ops.IF: "check_if",
-    Ops.BOUNDED_LOAD: "check_bounded_load",
+    Ops.BOUNDED_LOAD: "check_bounded_load", Ops.LDS_LOAD_TR: "check_lds_load_tr",
     Ops.LOOP_RESULT: "check_result", Ops.IF_RESULT: "check_result",
 }
 

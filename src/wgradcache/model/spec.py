@@ -22,7 +22,7 @@ __all__ = [
     "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
     "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
-    "elem_bytes", "lds_bytes", "lds_bytes_for", "accumulators_per_lane", "lds_fits",
+    "elem_bytes", "lds_bytes", "lds_bytes_for", "sync_stages", "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label",
@@ -185,27 +185,39 @@ def accumulators_per_lane(tile_m: int, tile_n: int, warp_m: int, warp_n: int, wa
     return (tile_m // warp_m) * (tile_n // warp_n) // wave
 
 
-def lds_bytes_for(dtype: str, k_loop: str, epilogue: str,
+def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int) -> int:
+    """LDS stages of the sync K loop: 2 (the pipelined loop writes tile t+1 while tile t is
+    read, one barrier per K tile) where two fit the target's LDS, else 1 (the same loop
+    with a second barrier per tile). One stage is tile_m + tile_n K-contiguous rows of
+    tile_k + LDS_ROW_PAD elements; two fit every WMMA ladder geometry (at most 40 KiB on
+    the 64 KiB targets, whose tile_k is 32) and gfx950's; gfx942's 256-wide tiles take one.
+    """
+    one = (tile_m + tile_n) * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype)
+    return 2 if 2 * one <= target.lds_bytes else 1
+
+
+def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
                   tile_m: int, tile_n: int, tile_k: int) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
     The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + LDS_ROW_PAD
     elements (the pad keeps each row 16-byte aligned and spreads a wave's 128-bit fragment
-    reads over the banks). The async loop's copies land as memory holds them: K-outer tiles,
-    tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages. The cshuffle staging (f32
-    tile_m x tile_n) reuses the operand buffers after the K loop's last barrier, so the
-    allocation is the larger of the two.
+    reads over the banks), ``sync_stages`` of them. The async loop's copies land as memory
+    holds them: K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages.
+    The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
+    loop's last barrier, so the allocation is the larger of the two.
     """
     if k_loop == "async":
         operands = 2 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
     else:
-        operands = (tile_m + tile_n) * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype)
+        operands = (sync_stages(target, dtype, tile_m, tile_n, tile_k) * (tile_m + tile_n)
+                    * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype))
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
 
 
 def lds_bytes(spec: KernelSpec) -> int:
-    return lds_bytes_for(spec.dtype, spec.k_loop, spec.epilogue,
+    return lds_bytes_for(get_target(spec.target), spec.dtype, spec.k_loop, spec.epilogue,
                          spec.tile_m, spec.tile_n, spec.tile_k)
 
 
@@ -246,7 +258,7 @@ def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int
 def lds_fits(target: Target, dtype: str, k_loop: str, epilogue: str,
              geometry: tuple[int, int, int, int, int]) -> tuple[bool, str]:
     tm, tn, tk = geometry[:3]
-    need = lds_bytes_for(dtype, k_loop, epilogue, tm, tn, tk)
+    need = lds_bytes_for(target, dtype, k_loop, epilogue, tm, tn, tk)
     if need > target.lds_bytes:
         return False, (f"LDS {need} B ({k_loop} loop, {epilogue} epilogue) exceeds "
                        f"{target.name}'s {target.lds_bytes} B")

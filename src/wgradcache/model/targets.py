@@ -83,6 +83,8 @@ class Target:
     # bits 12-18 nonzero, OOB_SELECT (28-29) = 3, the raw offset check; 0 = no buffer loads
     buffer_rsrc_word3: int = 0
     vendor: str = "amd"  # "amd" (AMDGPU backend, ld.lld, .hsaco) or "nvidia" (NVPTX, ptxas)
+    # ds_load_tr16_b128 (llvm.amdgcn.ds.load.tr16.b128): the transposing 128-bit LDS read
+    lds_load_tr16: bool = False
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def atom(self, dtype_ab: str) -> MmaAtom | None:
@@ -155,8 +157,10 @@ TARGETS: dict[str, Target] = {
             # LLVM 22 repacks the resource for gfx1250's 45-bit num_records (probe: the
             # count lands at bit 57 up, word 3 becomes 0); no public source gives gfx1250's
             # word 3: CK's gfx12 value, unverified on hardware
-            buffer_rsrc_word3=0x31004000,
+            buffer_rsrc_word3=0x31004000, lds_load_tr16=True,
             sources={**_COMMON_SOURCES,
+                     "lds_load_tr16": f"{_PROBE} §3 (ds.load.tr16.b128 selects on gfx1250 "
+                                      "only); lane map: kernel/emulate._lds_load_tr",
                      "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)"},
         ),
         Target(

@@ -63,7 +63,9 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
         on_total(len(specs), sum(job_cost(s) for s in plan.pending))
     progress(plan.settled, 0.0)
 
-    publisher = Publisher(cache, ctx, summary, plan.pending, progress)
+    publisher = Publisher(cache, ctx, summary, plan.pending, progress,
+                          recompile=lambda s: job_alone(s, options, toolchain, validate_specs,
+                                                        frozenset(), timeout=req.job_timeout))
     stage2 = Stage2Builds(cache, ctx, req.job_timeout, publisher)
     stage2.start(specs)  # two-stage results wait in the publisher for their kernel
     relinkable = cache.relinkable() - plan.untrusted if plan.pending else frozenset()
@@ -76,7 +78,8 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     try:
         run_chunked(job_task, tasks, req, req.jobs or os.cpu_count() or 1, take,
                     key_of=lambda t: t[0].identity_key(),
-                    retry=lambda t: job_alone(*t, timeout=req.job_timeout))
+                    retry=lambda t: job_alone(*t, timeout=req.job_timeout),
+                    stop=lambda: bool(summary.stopped))
     except BaseException:
         stage2.cancel()
         raise

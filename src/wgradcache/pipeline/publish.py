@@ -11,14 +11,20 @@ killed at any moment never leaves a two-stage entry without its stage-2 record (
 14 SIGKILLs did, and ``select`` served them). A stage-2 kernel that fails fails its held jobs
 with its reason (``refuse``), transiently: the next build compiles that kernel again.
 
-Every job ends in exactly one count of the summary: a publish that fails (a full disk, a
-blob a concurrent gc removed) is a failure with its reason, transient, so the next build
-tries again, and the build goes on. So ``jobs == built + relinked + up_to_date + rejected
-+ failed`` always holds.
+Every job ends in exactly one count of the summary: a publish that fails (a blob a
+concurrent gc removed) is a failure with its reason, transient, so the next build tries
+again, and the build goes on. A write the cache refuses as a whole (``STOPPING``: a
+read-only or full file system, no permission, a layout refused) stops publishing at the
+first one: nothing more is written (not even failure records), the jobs still to come are
+not compiled, and each one it stopped counts as failed (``BuildSummary.stopped_jobs``,
+transient: no record, so the next build compiles them); the run reports that error once
+(``stopped``), not one line per job. So ``jobs == built + relinked + up_to_date +
+rejected + failed`` always holds.
 """
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +34,16 @@ from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import job_cost
 
-__all__ = ["BuildSummary", "BuildContext", "Publisher"]
+__all__ = ["BuildSummary", "BuildContext", "Publisher", "STOPPING", "stops_the_build"]
+
+# errnos of a write the cache refuses whatever is written: every later publish would fail
+STOPPING = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
+                      errno.ENOTDIR, errno.EIO})
+
+
+def stops_the_build(e: BaseException) -> bool:
+    """Whether a publish error means the cache cannot be written at all (``STOPPING``)."""
+    return isinstance(e, OSError) and e.errno in STOPPING
 
 
 @dataclass
@@ -48,17 +63,36 @@ class BuildSummary:
     # worker seconds summed over the jobs compiled here, by phase (emit, parse, codegen, link,
     # listing, read, isa_stats): recorded in stats.jsonl, where the time of a build went
     phases: dict[str, float] = field(default_factory=dict)
+    # the first write the cache refused (``STOPPING``), and how many jobs and stage-2
+    # kernels went unpublished because of it (counted in failed / stage2_failed too)
+    stopped: str = ""
+    stopped_jobs: int = 0
+    stopped_stage2: int = 0
+
+    def stopped_line(self) -> str:
+        """The run's one line for a stop, or "" when it did not stop."""
+        if not self.stopped:
+            return ""
+        s2 = (f" and {self.stopped_stage2} stage-2 kernel(s)" if self.stopped_stage2
+              else "")
+        return (f"{self.target}: the cache cannot be written ({self.stopped}): "
+                f"{self.stopped_jobs} job(s){s2} not published, nothing half-written; "
+                "the next build compiles them")
 
     @property
     def ok(self) -> bool:
         return self.failed == 0 and self.stage2_failed == 0
 
     def to_json(self) -> dict:
-        return {"target": self.target, "jobs": self.jobs, "built": self.built,
-                "relinked": self.relinked, "up_to_date": self.up_to_date,
-                "rejected": self.rejected, "failed": self.failed,
-                "stage2_failed": self.stage2_failed, "bytes": self.bytes,
-                "seconds": round(self.seconds, 3)}
+        doc = {"target": self.target, "jobs": self.jobs, "built": self.built,
+               "relinked": self.relinked, "up_to_date": self.up_to_date,
+               "rejected": self.rejected, "failed": self.failed,
+               "stage2_failed": self.stage2_failed, "bytes": self.bytes,
+               "seconds": round(self.seconds, 3)}
+        if self.stopped:
+            doc.update(stopped=self.stopped, stopped_jobs=self.stopped_jobs,
+                       stopped_stage2=self.stopped_stage2)
+        return doc
 
 
 @dataclass(frozen=True)
@@ -75,8 +109,10 @@ class Publisher:
     """Takes each worker result once, in the coordinator, and counts it once."""
 
     def __init__(self, cache: TargetCache, ctx: BuildContext, summary: BuildSummary,
-                 specs: list[KernelSpec], progress: Callable[[int, float], None]):
+                 specs: list[KernelSpec], progress: Callable[[int, float], None],
+                 recompile: Callable[[KernelSpec], dict] | None = None):
         self.cache, self.ctx, self.summary = cache, ctx, summary
+        self.recompile = recompile
         self.progress = progress
         self._specs = {s.identity_key(): s for s in specs}
         self._held: dict[str, list[tuple[KernelSpec, dict]]] = {}  # stage-2 name -> results
@@ -91,7 +127,9 @@ class Publisher:
         for phase, sec in res.get("t", {}).items():
             self.summary.phases[phase] = self.summary.phases.get(phase, 0.0) + sec
         name = stage2_name(spec.dw_dtype, spec.ws_replicas)
-        if "error" in res:
+        if self.summary.stopped and not (res.get("error") and not res.get("stopped")):
+            self._stopped_job()
+        elif "error" in res:
             self.fail(spec, res["error"], transient=res.get("transient", False))
         elif spec.reduction == "two_stage" and name in self._refused:
             self.fail(spec, self._refused[name], transient=True)
@@ -118,11 +156,43 @@ class Publisher:
         for spec, _ in self._held.pop(name, []):
             self.fail(spec, why, transient=True)
 
+    def halt(self, e: OSError) -> None:
+        """The cache refused a write (``stops_the_build``): publish nothing more."""
+        if not self.summary.stopped:
+            self.summary.stopped = f"{type(e).__name__}: {e}"
+
+    def _stopped_job(self) -> None:
+        self.summary.failed += 1
+        self.summary.stopped_jobs += 1
+
     def _publish_or_fail(self, spec: KernelSpec, res: dict) -> None:
+        if self.summary.stopped:
+            self._stopped_job()
+            return
         try:
             self._publish(spec, res)
         except OSError as e:
+            if stops_the_build(e):
+                self.halt(e)
+                self._stopped_job()
+                return
             self.fail(spec, f"publish: {type(e).__name__}: {e}", transient=True)
+
+    def _compile_instead(self, spec: KernelSpec, res: dict) -> None:
+        """A relink whose blob its sidecar does not prove: compile the job here (an isolated
+        child, ``recompile``) and publish that, or fail it, transiently, without one."""
+        if self.recompile is None:
+            self.fail(spec, f"blob {res['ckey'][:16]} is not the bytes its sidecar records; "
+                            "the next build compiles it", transient=True)
+            return
+        again = self.recompile(spec)
+        if "error" in again:
+            self.fail(spec, again["error"], transient=again.get("transient", False))
+        elif "hsaco" not in again:  # relinkable again: the sidecar was just removed
+            self.fail(spec, f"blob {res['ckey'][:16]} is not the bytes its sidecar records; "
+                            "the next build compiles it", transient=True)
+        else:
+            self._publish_or_fail(spec, again)
 
     def fail(self, spec: KernelSpec, reason: str, *, transient: bool) -> None:
         """Count and record a failed job; transient ones are compiled by the next build."""
@@ -132,11 +202,14 @@ class Publisher:
                                generator_digest=self.ctx.generator_digest,
                                toolchain_digest=self.ctx.toolchain_digest, when=time.time(),
                                transient=transient)
-        try:
-            with self.cache.lock():
-                self.cache.write_failure(record)
-        except OSError as e:  # still a failure of this run, only not remembered
-            reason = f"{reason} (failure record not written: {e})"
+        if self.summary.stopped:  # nothing more is written
+            reason = f"{reason} (failure record not written: the cache cannot be written)"
+        else:
+            try:
+                with self.cache.lock():
+                    self.cache.write_failure(record)
+            except OSError as e:  # still a failure of this run, only not remembered
+                reason = f"{reason} (failure record not written: {e})"
         self.summary.failures.append({"label": spec.label(), "reason": reason,
                                       "transient": transient})
 
@@ -144,9 +217,12 @@ class Publisher:
         """Blob (when compiled here), sidecar, then the entry. A relink whose blob or
         sidecar vanished since the plan listed it (a concurrent gc), or whose sidecar is
         not whole, is a transient failure, and the sidecar is dropped so the next build
-        compiles the job instead of trying that relink again."""
+        compiles the job instead of trying that relink again. A relink whose blob is not
+        the size and sha256 its sidecar records is compiled here instead
+        (``_compile_instead``) after dropping that sidecar."""
         ik, ckey = res["ik"], res["ckey"]
         cache = self.cache
+        unproven = False
         with cache.lock():
             if "hsaco" in res and ckey in self._written:
                 # Another job of this run compiled the same IR (kernels that differ only
@@ -165,10 +241,20 @@ class Publisher:
                     self.fail(spec, "blob or its sidecar gone while relinking (a concurrent "
                                     "gc?); the next build compiles it", transient=True)
                     return
-                ref = cache.blob_ref(ckey)  # the entry records what is on disk
-            cache.write_entry(self._entry(spec, ik, ref, res, meta))
-            cache.clear_failure(ik)
-            cache.stamp_used(ckey)
+                if not cache.check_blob(ckey, meta.blob_size, meta.blob_sha256)[0]:
+                    # an orphan nothing vouches for whose bytes are not its sidecar's, or a
+                    # sidecar from before sha256: never relinked; compiled here instead
+                    cache.forget_sidecar(ckey)
+                    unproven = True
+                else:
+                    ref = BlobRef(ckey, meta.blob_size, meta.blob_sha256)  # proven just now
+            if not unproven:
+                cache.write_entry(self._entry(spec, ik, ref, res, meta))
+                cache.clear_failure(ik)
+                cache.stamp_used(ckey)
+        if unproven:
+            self._compile_instead(spec, res)
+            return
         if "hsaco" in res:
             self.summary.built += 1
             self.summary.bytes += ref.size

@@ -24,7 +24,7 @@ from wgradcache.model.targets import get_target
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
 
-__all__ = ["Candidate", "SelectRequest", "select", "serve", "candidates_from_cache",
+__all__ = ["Candidate", "SelectRequest", "Served", "select", "serve", "candidates_from_cache",
            "candidates_from_walk"]
 
 
@@ -55,18 +55,23 @@ def candidates_from_walk(target: str, dtype_key: str,
     return list(walk(target, [dtype_key], None, default_jobdata(geometries_file)))
 
 
-def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> list[KernelSpec]:
+def candidates_from_cache(cache_dir: str, target: str, dtype_key: str
+                          ) -> tuple[list[KernelSpec], list[str]]:
+    """The specs of the entries of ``dtype_key`` that can be served, and one line per
+    entry that cannot (not whole, or its blob not the bytes it records: never served)."""
     from wgradcache.cache.store import CorruptEntry, TargetCache
 
-    out = []
+    out, skipped = [], []
     cache = TargetCache(cache_dir, target)
     for _ik, entry in cache.iter_entries():
-        if isinstance(entry, CorruptEntry) or entry.dtype != dtype_key:
+        if not isinstance(entry, CorruptEntry) and entry.dtype != dtype_key:
             continue
-        # never serve a kernel whose blob is not the bytes its entry records
-        if cache.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)[0]:
+        why = cache.unusable(entry)
+        if why:
+            skipped.append(why)
+        else:
             out.append(KernelSpec.from_dict(entry.identity))
-    return out
+    return out, skipped
 
 
 def _two_stage_wanted(spec: KernelSpec, problem: ConvProblem) -> bool:
@@ -137,8 +142,30 @@ class SelectRequest:
     cache_dir: str = "cache"
 
 
-def serve(req: SelectRequest) -> list[Candidate]:
-    """Every kernel that serves the request's problem, best first."""
-    specs = (candidates_from_walk(req.target, req.dtype, req.geometries_file) if req.from_walk
-             else candidates_from_cache(req.cache_dir, req.target, req.dtype))
-    return select(req.target, req.problem, specs, prune=not req.all_widths)
+@dataclass(frozen=True)
+class Served:
+    """What ``serve`` found: the candidates, best first, and the entries it skipped (one
+    line each, naming the file and why), which a caller must report: a corrupt entry is
+    not served, but it is not silently forgotten either."""
+
+    candidates: list[Candidate]
+    skipped: list[str]
+
+    def skipped_line(self) -> str:
+        """One line for stderr, or "" when nothing was skipped."""
+        if not self.skipped:
+            return ""
+        return (f"select: skipped {len(self.skipped)} corrupt entr"
+                f"{'y' if len(self.skipped) == 1 else 'ies'} (not served), e.g. "
+                f"{self.skipped[0]} (`wgradcache verify` lists them, `wgradcache build` "
+                "mends them)")
+
+
+def serve(req: SelectRequest) -> Served:
+    """Every kernel that serves the request's problem, best first. A corrupt entry of
+    another dtype is skipped too: its dtype cannot be trusted."""
+    if req.from_walk:
+        specs, skipped = candidates_from_walk(req.target, req.dtype, req.geometries_file), []
+    else:
+        specs, skipped = candidates_from_cache(req.cache_dir, req.target, req.dtype)
+    return Served(select(req.target, req.problem, specs, prune=not req.all_widths), skipped)

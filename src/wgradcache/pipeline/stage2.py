@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from wgradcache.cache.entry import CorruptEntry, Stage2Entry
 from wgradcache.cache.store import TargetCache, content_key, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.publish import BuildContext, Publisher
+from wgradcache.pipeline.publish import BuildContext, Publisher, stops_the_build
 from wgradcache.pipeline.workers import metadata
 
 __all__ = ["Stage2Builds"]
@@ -58,12 +58,24 @@ class Stage2Builds:
                 have = None
             if (have is not None and have.generator_digest == self.ctx.generator_digest
                     and have.toolchain_digest == self.ctx.toolchain_digest
-                    and self.cache.has_blob(have.blob)):
+                    and self._proven(have)):
                 continue  # up to date without emitting, as the entries are
+            if self.publisher.summary.stopped:
+                self._stopped(name)
+                continue
             try:
                 self._start_one(name, dw, r, have)
             except Exception as e:  # a generator bug or a publish error: this kernel's
-                self._fail(name, f"{type(e).__name__}: {e}")
+                if stops_the_build(e):  # a relink the cache refused
+                    self.publisher.halt(e)
+                    self._stopped(name)
+                else:
+                    self._fail(name, f"{type(e).__name__}: {e}")
+
+    def _proven(self, have: Stage2Entry) -> bool:
+        """Its blob is the size and sha256 it records (``check_blob``, as for the entries'
+        blobs): a truncated or flipped stage-2 blob is compiled again, not kept."""
+        return self.cache.check_blob(have.blob, have.blob_size, have.blob_sha256)[0]
 
     def _start_one(self, name: str, dw: str, r: int, have: Stage2Entry | None) -> None:
         from wgradcache.compile.codegen import CodegenOptions
@@ -75,7 +87,7 @@ class Stage2Builds:
         kd = build_stage2(target, dw, r)
         ir = lower(kd, target)
         ckey = content_key(ir, kd.name, target, ctx.options, ctx.toolchain)
-        if have is not None and have.blob == ckey and self.cache.has_blob(ckey):
+        if have is not None and have.blob == ckey and self._proven(have):
             with self.cache.lock():  # same IR: relink to the new generator / toolchain
                 self.cache.write_stage2(replace(have, generator_digest=ctx.generator_digest,
                                                 toolchain_digest=ctx.toolchain_digest))
@@ -105,6 +117,9 @@ class Stage2Builds:
         if not out.ok:
             self._fail(s.name, out.error)
             return
+        if self.publisher.summary.stopped:  # the cache refused a write: none is tried
+            self._stopped(s.name)
+            return
         try:
             meta = metadata(out.obj)
             with self.cache.lock():
@@ -118,10 +133,20 @@ class Stage2Builds:
                     toolchain_digest=self.ctx.toolchain_digest))
                 self.cache.stamp_used(s.ckey)
         except Exception as e:  # a full disk, or a code object metadata cannot read
+            if stops_the_build(e):  # its held jobs are then counted as stopped too
+                self.publisher.halt(e)
+                self._stopped(s.name)
+                return
             self._fail(s.name, f"publish: {type(e).__name__}: {e}")
             return
         self.publisher.summary.bytes += ref.size
         self.publisher.release(s.name)
+
+    def _stopped(self, name: str) -> None:
+        summary = self.publisher.summary
+        summary.stage2_failed += 1
+        summary.stopped_stage2 += 1
+        self.publisher.release(name)  # its held jobs: stopped, each counted once
 
     def _fail(self, name: str, reason: str) -> None:
         summary = self.publisher.summary

@@ -45,8 +45,18 @@ from pathlib import Path
 
 from wgradcache.cache.entry import CorruptEntry, Entry, Stage2Entry
 from wgradcache.cache.store import TargetCache, sha256_bytes, stage2_name
-from wgradcache.model.spec import DTYPE_KEYS, KernelSpec, elem_bytes
+from wgradcache.model.spec import DTYPE_KEYS, KernelSpec
 from wgradcache.model.targets import get_target
+from wgradcache.pipeline.verify_numerics import (
+    EXPLICIT_DEGREES,
+    NumericsResult,
+    NumericsRun,
+    launcher,
+    probe_problem,
+    run_entry,
+    split_degrees,
+    split_probe,
+)
 from wgradcache.pipeline.verify_structure import isa_problems
 
 __all__ = ["LEVELS", "EXPLICIT_DEGREES", "VerifyRequest", "VerifyReport", "Failure",
@@ -54,11 +64,6 @@ __all__ = ["LEVELS", "EXPLICIT_DEGREES", "VerifyRequest", "VerifyReport", "Failu
            "split_probe", "split_degrees", "write_junit"]
 
 LEVELS = ("integrity", "structure", "reproduce", "numerics")
-# Split degrees every split-K entry runs besides the policy's (and one past its K tiles):
-# unsplit through a slice count that does not divide the K tiles.
-EXPLICIT_DEGREES = (1, 2, 3, 7)
-
-
 @dataclass(frozen=True)
 class Failure:
     key: str
@@ -69,52 +74,6 @@ class Failure:
     def to_json(self) -> dict:
         return {"key": self.key, "label": self.label, "level": self.level,
                 "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class NumericsRun:
-    """One launch of an entry: the problem, the split degree, whether the policy chose it."""
-
-    problem: str
-    degree: int
-    policy: bool
-    passed: bool
-
-    def to_json(self) -> dict:
-        return {"problem": self.problem, "degree": self.degree, "policy": self.policy,
-                "passed": self.passed}
-
-
-@dataclass(frozen=True)
-class NumericsResult:
-    """An entry's numerics: ``status`` is "passed", "failed" or "not_covered" (no given
-    problem serves it, so nothing ran)."""
-
-    key: str
-    label: str
-    status: str
-    runs: tuple[NumericsRun, ...] = ()
-
-    @property
-    def degrees(self) -> tuple[int, ...]:
-        return tuple(sorted({r.degree for r in self.runs}))
-
-    def describe(self) -> str:
-        """'P at split 2 (policy), 1, 3, 7, 35' per problem; what text and JUnit show."""
-        if self.status == "not_covered":
-            return "not covered: serves none of the given problems"
-        if not self.runs:
-            return "nothing ran"
-        parts = []
-        for problem in dict.fromkeys(r.problem for r in self.runs):
-            ds = [f"{r.degree} (policy)" if r.policy else str(r.degree)
-                  for r in self.runs if r.problem == problem]
-            parts.append(f"{problem} at split {', '.join(ds)}")
-        return "; ".join(parts)
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "label": self.label, "status": self.status,
-                "degrees": list(self.degrees), "runs": [r.to_json() for r in self.runs]}
 
 
 @dataclass(frozen=True)
@@ -157,55 +116,6 @@ class VerifyReport:
                 "not_covered": len(self.not_covered),
                 "failures": [f.to_json() for f in self.failures], "notes": self.notes,
                 "targets": self.targets, "numerics": [n.to_json() for n in self.numerics]}
-
-
-def probe_problem(spec: KernelSpec):
-    """A small problem the spec serves that still hits its edges: a partial M tile
-    (kpg 24 < tile_m), padding, a 3x3 filter and a reduction tail (N·Ho·Wo = 98)."""
-    from wgradcache.model.problem import ConvProblem
-
-    cpg = 16
-    return ConvProblem(N=2, C=cpg, H=7, W=7, K=24, Y=3, X=3, stride=1, pad=1, dilation=1,
-                       groups=1)
-
-
-def split_probe(spec: KernelSpec):
-    """The problem a split-K entry runs: K long enough that the policy splits it (wg_K =
-    N·Ho·Wo >= 2·MIN_SLICE_K, so degree 2), not a multiple of tile_k (a tail tile), and the
-    probe's other edges: a partial M tile, padding, a 3x3 filter. Channels are the spec's own
-    load widths (two B vectors per tap, wg_N even for packed atomics), so every walked spec
-    serves it; ~0.1-0.3 s per emulated run."""
-    from wgradcache.model.problem import ConvProblem
-    from wgradcache.wgrad.split_k import MIN_SLICE_K
-
-    eb = elem_bytes(spec.dtype)
-    a, b = ((spec.chunk_a // eb, spec.chunk_b // eb) if spec.k_loop == "async"
-            else (spec.vec_a, spec.vec_b))
-    kpg = (spec.tile_m - 1) // a * a or a  # the largest multiple of a below tile_m
-    hw = 1
-    while 2 * hw * hw < 2 * MIN_SLICE_K or (2 * hw * hw) % spec.tile_k == 0:
-        hw += 1  # Ho = Wo = hw (3x3, pad 1)
-    return ConvProblem(N=2, C=2 * b, H=hw, W=hw, K=kpg, Y=3, X=3, stride=1, pad=1,
-                       dilation=1, groups=1)
-
-
-def split_degrees(spec: KernelSpec, problem) -> list[tuple[int, bool]]:
-    """(degree, chosen by the policy) for each launch of ``spec`` on ``problem``, the policy's
-    first: unsplit kernels run degree 1; split-K ones also ``EXPLICIT_DEGREES`` and one past
-    the K tiles, each where ``serves`` admits it. A degree equal to the policy's is one
-    launch (the plan is a function of the degree), so it runs once."""
-    from wgradcache.wgrad.capability import serves
-    from wgradcache.wgrad.split_k import plan_split_k
-
-    policy = plan_split_k(spec, problem).degree
-    out = [(policy, True)]
-    if spec.reduction == "none":
-        return out
-    k_tiles = -(-problem.wg_K // spec.tile_k)
-    for d in (*EXPLICIT_DEGREES, k_tiles + 1):
-        if all(d != seen for seen, _ in out) and serves(spec, problem, d)[0]:
-            out.append((d, False))
-    return out
 
 
 @dataclass
@@ -474,42 +384,6 @@ def _device(cache: TargetCache, req: VerifyRequest, rep: VerifyReport):
     return dev
 
 
-def _launcher(cache: TargetCache, dev, spec: KernelSpec, entry: Entry, data: bytes,
-              seed: int) -> Callable:
-    """``(problem, split_k) -> report``: the stored blob (+ its stage-2 companion) on the
-    device, else the emulator."""
-    from wgradcache.pipeline.emulate import run_emulated
-
-    if dev is None:
-        return lambda p, d: run_emulated(spec, p, split_k=d, seed=seed)
-    from wgradcache.runtime.launch import CodeObject, run_on_device, stage2_code
-    from wgradcache.wgrad.kernel import kernel_symbol
-
-    s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
-          if spec.reduction == "two_stage" else None)
-    code = CodeObject(data, entry.symbol or kernel_symbol(spec))
-    return lambda p, d: run_on_device(dev, spec, p, code, s2, split_k=d, seed=seed)
-
-
-def _run_entry(launch: Callable, spec: KernelSpec, cases: list
-               ) -> tuple[list[NumericsRun], list[str]]:
-    """Every (problem, degree) launch of one entry: the runs and the failed ones' reasons."""
-    runs: list[NumericsRun] = []
-    bad: list[str] = []
-    for p in cases:
-        for degree, policy in split_degrees(spec, p):
-            try:
-                r = launch(p, None if policy else degree)
-            except Exception as e:  # a kernel that broke the emulator
-                bad.append(f"{p.short()} at split {degree}: {type(e).__name__}: {e}")
-                runs.append(NumericsRun(p.short(), degree, policy, False))
-                continue
-            runs.append(NumericsRun(p.short(), degree, policy, r.passed))
-            if not r.passed:
-                bad.append(r.summary())
-    return runs, bad
-
-
 def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: VerifyReport,
               advance: Callable[[int], None]) -> None:
     """Emulate (or launch) every entry row; reproduce has proven each one's IR compiles to
@@ -529,7 +403,7 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
             rep.numerics.append(NumericsResult(ik, label, "not_covered"))
             advance(1)
             continue
-        runs, bad = _run_entry(_launcher(cache, dev, spec, row.entry, row.data, req.seed),
+        runs, bad = run_entry(launcher(cache, dev, spec, row.entry, row.data, req.seed),
                                spec, cases)
         if bad:
             rep.failures.append(Failure(ik, label, "numerics", "; ".join(bad)))

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wgradcache.model.spec import KernelSpec, lds_bytes
+from wgradcache.model.spec import KernelSpec, lds_bytes, sync_stages
 from wgradcache.model.targets import get_target
 
 __all__ = ["ATOMIC_FENCES", "isa_problems", "binary_facts", "record_differences",
@@ -74,15 +74,21 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
                     * (spec.tile_n // spec.warp_n // atom.n) * (spec.tile_k // atom.k))
         need(per_tile > 0 and isa.get("mma", 0) % per_tile == 0,
              f"{isa.get('mma', 0)} MMAs is not a whole number of K tiles of {per_tile}")
+    # One barrier per K step in both loops (the sync loop over two LDS stages; two barriers
+    # where only one stage fits, spec.sync_stages); LLVM drops s_barrier when the block is
+    # one wave (flat-work-group-size <= wave).
+    per_step = 1 if spec.k_loop == "async" or sync_stages(
+        target, spec.dtype, spec.tile_m, spec.tile_n, spec.tile_k) == 2 else 2
+    want = per_step if spec.block_size > target.wave_size else 0
+    got = isa.get("main_loop_barriers", 0)
+    need(got == want, f"{spec.k_loop} loop takes {got} barriers per K step, not {want}")
     if spec.k_loop == "async":
         need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
         need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
-        # LLVM drops s_barrier when the block is one wave (flat-work-group-size <= wave).
-        want = 1 if spec.block_size > get_target(spec.target).wave_size else 0
-        got = isa.get("main_loop_barriers", 0)
-        need(got == want, f"async loop takes {got} barriers per K step, not {want}")
     else:
         need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
+        need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
+             == 0, "sync loop branches on the exec mask (predicated loads or stores)")
     if spec.reduction == "atomic":
         if spec.dw_dtype == "fp32":
             need(f32 > 0, "fp32 split-K without global_atomic_add_f32")

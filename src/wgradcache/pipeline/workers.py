@@ -73,7 +73,8 @@ def metadata(obj) -> BlobMeta:
     from wgradcache.compile.isa import isa_stats
 
     return BlobMeta(code_object=obj.info.to_dict(), isa=isa_stats(obj.asm),
-                    listing=obj.listing)
+                    listing=obj.listing, blob_size=len(obj.hsaco),
+                    blob_sha256=sha256_bytes(obj.hsaco))
 
 
 def _toolchain_mismatch(toolchain: dict, target: str | None = None) -> str:
@@ -206,18 +207,30 @@ def reproduce_alone(key: str, job: KernelSpec | tuple[str, str, int], symbol: st
     return {"ik": key, "ckey": ckey, "hsaco": out.obj.hsaco}
 
 
+def _not_run(key: str) -> dict:
+    """The result of a task ``stop`` kept from running."""
+    return {"ik": key, "error": "not compiled: the build stopped", "transient": True,
+            "stopped": True}
+
+
 def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int,
                 on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
-                retry: Callable[[tuple], dict]) -> None:
+                retry: Callable[[tuple], dict],
+                stop: Callable[[], bool] | None = None) -> None:
     """Run tasks in chunks through joblib; on a dead worker or a timeout, retry the chunk's
     unfinished tasks alone. Chunks are large (a barrier each) because deaths are rare.
 
     Only joblib's own errors mean "retry": ``on_result`` runs outside that guard, so an
-    error of the caller is never mistaken for a dead worker (it must not raise)."""
+    error of the caller is never mistaken for a dead worker (it must not raise).
+
+    ``stop``: asked after each result; once true, the tasks not yet finished are not run
+    (the chunk's generator is closed, which cancels its pending tasks) and each comes back
+    as a ``"stopped"`` result, so every task still gets exactly one ``on_result``."""
     if not tasks:
         return
+    stop = stop or (lambda: False)
     if n_jobs == 1 and req.backend != "dask":
-        run_one_worker(fn, tasks, req, on_result, retry)
+        run_one_worker(fn, tasks, req, on_result, retry, stop, key_of)
         return
     import joblib
 
@@ -228,29 +241,48 @@ def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int
                                        initargs=(os.getpid(),)))
     with ctx:
         for start in range(0, len(tasks), chunk):
-            part = tasks[start:start + chunk]
             done: set[str] = set()
-            par = joblib.Parallel(n_jobs=n_jobs, timeout=req.job_timeout,
-                                  return_as="generator_unordered",
-                                  batch_size=1, pre_dispatch="2*n_jobs")
-            results = iter(par(joblib.delayed(fn)(*t) for t in part))
-            while True:
-                try:
-                    res = next(results)
-                except StopIteration:
-                    break
-                except Exception:  # TerminatedWorkerError, TimeoutError, a dead dask worker
-                    for t in part:
-                        if key_of(t) not in done:
-                            done.add(key_of(t))
-                            on_result(retry(t))
-                    break
-                done.add(res["ik"])
-                on_result(res)
+            if not stop():
+                _run_chunk(joblib, fn, tasks[start:start + chunk], req, n_jobs, on_result,
+                           key_of, retry, stop, done)
+            if stop():  # what is left of this chunk and every later one: not run
+                for t in tasks[start:]:
+                    if key_of(t) not in done:
+                        on_result(_not_run(key_of(t)))
+                return
+
+
+def _run_chunk(joblib, fn: Callable, part: list[tuple], req: BuildRequest, n_jobs: int,
+               on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
+               retry: Callable[[tuple], dict], stop: Callable[[], bool],
+               done: set[str]) -> None:
+    """One chunk of ``run_chunked``; ``done`` collects the keys that got their result."""
+    par = joblib.Parallel(n_jobs=n_jobs, timeout=req.job_timeout,
+                          return_as="generator_unordered", batch_size=1,
+                          pre_dispatch="2*n_jobs")
+    results = iter(par(joblib.delayed(fn)(*t) for t in part))
+    while True:
+        try:
+            res = next(results)
+        except StopIteration:
+            return
+        except Exception:  # TerminatedWorkerError, TimeoutError, a dead dask worker
+            for t in part:
+                if key_of(t) not in done:
+                    done.add(key_of(t))
+                    on_result(retry(t))
+            return
+        done.add(res["ik"])
+        on_result(res)
+        if stop():
+            getattr(results, "close", lambda: None)()  # cancels the chunk's pending tasks
+            return
 
 
 def run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
-                   on_result: Callable[[dict], None], retry: Callable[[tuple], dict]) -> None:
+                   on_result: Callable[[dict], None], retry: Callable[[tuple], dict],
+                   stop: Callable[[], bool] = lambda: False,
+                   key_of: Callable[[tuple], str] = lambda t: t[0].identity_key()) -> None:
     """One worker process, one task at a time. joblib runs ``n_jobs=1`` in this process
     (``SequentialBackend``), where an LLVM exit would end the build and no timeout holds;
     a loky executor keeps the worker a separate process. A dead worker or a timeout
@@ -269,6 +301,9 @@ def run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
     executor = worker()
     try:
         for t in tasks:
+            if stop():
+                on_result(_not_run(key_of(t)))
+                continue
             try:
                 res = executor.submit(fn, *t).result(timeout=req.job_timeout)
             except Exception as e:  # TerminatedWorkerError, BrokenProcessPool, a timeout

@@ -7,10 +7,11 @@ of K tiles) runs no iteration and adds zeros.
 
 LDS (``spec.lds_bytes``, one allocation), in one of two layouts:
 
-* sync loop, K-contiguous: A as tile_m rows of tile_k + 8 elements, then B as tile_n rows
-  of tile_k + 8. Each row holds its k values in ``mma.lds_k_order`` per atom k-step, so a
-  lane's fragment is one contiguous run, read at 128 bits (``kloop`` says why this layout);
-  the loaders transpose in registers on the way in.
+* sync loop, K-contiguous: per stage, A as tile_m rows of tile_k + 8 elements, then B as
+  tile_n rows of tile_k + 8; two stages (the pipelined loop, ``kloop.sync_k_loop``). Each
+  row holds its k values in ``mma.lds_k_order`` per atom k-step, so a lane's fragment is
+  one contiguous run, read at 128 bits (``kloop`` says why this layout); the loaders
+  transpose in registers on the way in.
 * async loop, K-outer: per stage, A as tile_k rows of tile_m + 8 elements, then B as tile_k
   rows of tile_n + 8 (the copies land as memory holds them); two stages.
 

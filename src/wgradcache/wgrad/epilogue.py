@@ -123,8 +123,7 @@ def cshuffle_epilogue(ctx: WgradContext, accs: list[Value]) -> None:
     kb, lay, a, sp = ctx.kb, ctx.lay, ctx.a, ctx.spec
     am, an = atoms(ctx)
     stage = kb.ptr_cast(ctx.smem, f32)
-    if sp.k_loop == "async":
-        kb.barrier()  # the ping-pong ends without one: other waves may still read operands
+    kb.barrier()  # both K loops end without one: other waves may still read operands
     # accumulators -> staging [tile_m, tile_n] f32
     m_l, n_l = _lane_offsets(ctx, kb.mul(ctx.wave_m, ctx.sub_m),
                              lambda: kb.mul(ctx.wave_n, ctx.sub_n))

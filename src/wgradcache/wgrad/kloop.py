@@ -1,5 +1,5 @@
-"""The K loops: MMA atoms read from the K-outer LDS tiles, the sync loop and the async
-ping-pong (gfx1250).
+"""The K loops: MMA atoms read from LDS, the pipelined sync loop (two LDS stages wherever
+they fit, ``spec.sync_stages``) and the async ping-pong (gfx1250); one barrier per K tile.
 
 Each wave owns a (tile_m/warp_m) × (tile_n/warp_n) sub-tile of 16×16 atoms and keeps one
 ``<c_elems x f32>`` accumulator per atom, carried through the loop. Fragments are gathered
@@ -18,17 +18,28 @@ Fragment reads, per loop:
   warp_m (B) times; rows are tile_k + 8 elements, an odd multiple of 16 bytes at tile_k
   32 and 64, so the 8 lanes of one 128-bit read phase hit 8 distinct 4-bank groups.
 * async (gfx1250): the copies land K-outer, as memory holds them, and a lane's k values are
-  a column: each fragment element is its own 16-bit LDS read (``ds_load_tr16_b128`` is the
-  route to 128 bits there; not done yet).
+  a column. ``ds_load_tr16_b128`` reads them at 128 bits: the 8 lanes of a group address 8
+  consecutive k rows at 8 consecutive m (16 bytes each) and each lane receives its m's 8 k
+  values, one run of the gfx1250 k-map (k = 16*(i//8) + 8*g + i%8): two reads per
+  fragment, as on the K-contiguous tile, with no transpose at LDS-write time (the async
+  copy cannot do one). The lane map of that instruction has secondary sources only
+  (``emulate._lds_load_tr``); targets without it read each element at 16 bits.
 """
 
 from __future__ import annotations
 
-from wgradcache.kernel.ir import Value, f32
+from wgradcache.kernel.ir import Value, f32, i32
+from wgradcache.model.spec import loads_per_thread, sync_stages
+from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
 
-__all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop"]
+__all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop",
+           "PREFETCH_MAX_LOADS"]
+
+# Global loads per thread per K tile up to which the sync loop prefetches the next tile into
+# registers (sync_k_loop). Measured with LLVM 22 (no spill at or below; see sync_k_loop):
+PREFETCH_MAX_LOADS = 32
 
 
 def atoms(ctx: WgradContext) -> tuple[int, int]:
@@ -57,6 +68,25 @@ def _lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
     return a, kb.add(b, ctx.b_offset)
 
 
+def _uses_tr_loads(ctx: WgradContext) -> bool:
+    """K-outer fragments through ds_load_tr16_b128: gfx1250's atom (two 8-k runs per lane)
+    and a target that has the instruction."""
+    return (not ctx.k_contiguous and ctx.lay.form == "gfx1250" and ctx.eb == 2
+            and get_target(ctx.spec.target).lds_load_tr16)
+
+
+def _tr_lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
+    """Per-lane element index, in the K-outer A and B tiles, of the row this lane addresses
+    for atom (0, 0), k-step 0, first run: lane l of 8-lane group G = l // 8 addresses k row
+    8·(l // 16) + l % 8 at columns 8·(G % 2) .. + 7 of the wave's sub-tile."""
+    kb = ctx.kb
+    k_row = kb.add(kb.mul(ctx.lane_grp, 8), kb.and_(ctx.lane, 7))
+    col = kb.mul(kb.and_(kb.lshr(ctx.lane, 3), 1), 8)
+    a = kb.add(kb.mul(k_row, ctx.row_a), kb.add(kb.mul(ctx.wave_m, ctx.sub_m), col))
+    b = kb.add(kb.mul(k_row, ctx.row_b), kb.add(kb.mul(ctx.wave_n, ctx.sub_n), col))
+    return a, kb.add(b, ctx.b_offset)
+
+
 def _fragment_align(ctx: WgradContext) -> int:
     """The alignment every K-contiguous fragment read has: the largest power of two, up
     to 16, dividing the byte size of the run and of every term of its address."""
@@ -76,6 +106,7 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     am, an = atoms(ctx)
     accs = list(accs)
     align = _fragment_align(ctx) if ctx.k_contiguous else 0
+    tr = _uses_tr_loads(ctx)
     for ks in range(sp.tile_k // lay.k):
         def frag(base: Value, row: int, first: int, ks: int = ks) -> Value:
             # one run of ``lay.run`` k values (lds_k_order) per row block of the fragment;
@@ -84,6 +115,9 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
                 runs = [kb.load(kb.gep(base, (first + r) * ctx.row_k + ks * lay.k), lay.run,
                                 align=align) for r in lay.row_offsets]
                 return runs[0] if len(runs) == 1 else kb.concat(*runs)
+            if tr:  # base: _tr_lane_bases; runs k 8g.. and 16 + 8g.. of the k-step
+                return kb.concat(*(kb.lds_load_tr(kb.gep(base, (ks * lay.k + 16 * j) * row
+                                                         + first)) for j in range(2)))
             return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + first + r))
                             for r in lay.row_offsets for k in lay.k_offsets))
         a_frags = [frag(a_base, ctx.row_a, i * lay.m) for i in range(am)]
@@ -94,23 +128,67 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     return accs
 
 
-def sync_k_loop(ctx: WgradContext) -> list[Value]:
-    """global -> registers -> LDS, barrier, MMA from LDS, barrier; per K tile of the slice."""
+def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
+    """The pipelined sync loop: two LDS stages, one barrier per K tile.
+
+    Before the loop the thread loads tile k_begin into registers. Iteration t stores those
+    registers (tile t) into stage t mod 2, waits at the one barrier, issues the global loads
+    of tile t+1 into registers (loop-carried), then runs tile t's MMAs from stage t mod 2:
+    the loads are in flight while the MMAs run. Tile t+1 goes into the other stage, so no
+    wave can overwrite what a slower wave still reads: to store into stage t mod 2 again
+    (iteration t+2) a wave must pass barrier t+1, which every wave reaches only after its
+    MMAs of tile t. Past k_end every load is out of range (bounded loads read zeros), so
+    the last iteration's prefetch needs no branch.
+
+    Why two LDS stages and not a register double buffer with one stage: one stage needs two
+    barriers per tile (the store of t+1 must wait until every wave has read t), and the
+    registers already hold one tile in flight either way. The second stage costs LDS, not
+    registers: at most 2 x 20 KiB on gfx1201/gfx1151 (tile_k 32: max_k_steps 2 of the
+    16x16x16 atom) of their 64 KiB, 72 KiB of gfx1250's 320 KiB (128x128x64 fp16), so the
+    geometries.yaml ladder keeps every geometry it kept with one stage (``lds_fits``).
+    Where two stages do not fit (gfx942's 256-wide tiles, ``spec.sync_stages``) the loop
+    keeps one and a second barrier after the MMAs; the prefetch stays.
+
+    Register prefetch only up to ``PREFETCH_MAX_LOADS`` global loads per thread per tile:
+    the prefetched tile is live across the MMAs, and with the most loads the ladder admits
+    it spilled (measured below). Above it each iteration loads its own tile before the
+    store; the two stages still need only the one barrier, and other waves' MMAs still
+    overlap this wave's loads.
+
+    ``planted_race``: one stage and the single barrier, the unsafe form whose race (tile
+    t+1 stored while other waves still read tile t) the emulator reports; tests only.
+    """
     kb, sp = ctx.kb, ctx.spec
+    target = get_target(sp.target)
+    stages = 1 if planted_race else sync_stages(target, sp.dtype, sp.tile_m, sp.tile_n,
+                                                 sp.tile_k)
+    prefetch = loads_per_thread(sp.dtype, "sync", sp.geometry, target.wave_size, sp.vec_a,
+                                sp.vec_b) <= PREFETCH_MAX_LOADS
     lds = ctx.lds_ab()
     a_op, b_op = a_operand(ctx, sp.vec_a), b_operand(ctx, sp.vec_b)
     a_lane, b_lane = _lane_bases(ctx)
-    a_base, b_base = kb.gep(lds, a_lane), kb.gep(lds, b_lane)
-    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=zero_accumulators(ctx)) as loop:
-        kt = loop.index
-        ra, rb = load_sync(a_op, kt), load_sync(b_op, kt)
-        store_sync(a_op, ra, lds)
-        store_sync(b_op, rb, lds)
+    accs0 = zero_accumulators(ctx)
+    regs0 = [*load_sync(a_op, ctx.k_begin), *load_sync(b_op, ctx.k_begin)] if prefetch else []
+    n_acc, n_a = len(accs0), len(a_op.slots)
+    zero = kb.const(0, i32)
+    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=[*accs0, *regs0, zero]) as loop:
+        kt, c = loop.index, list(loop.carried)
+        accs, cur = c[:n_acc], c[-1]
+        regs = c[n_acc:-1] if prefetch else [*load_sync(a_op, kt), *load_sync(b_op, kt)]
+        stage = kb.gep(lds, cur)
+        store_sync(a_op, regs[:n_a], stage)
+        store_sync(b_op, regs[n_a:], stage)
         kb.barrier()
-        accs = mma_tile(ctx, a_base, b_base, list(loop.carried))
-        kb.barrier()
-        loop.yield_(*accs)
-    return list(loop.results)
+        nxt_regs = []
+        if prefetch:
+            k_next = kb.add(kt, sp.tile_k)
+            nxt_regs = [*load_sync(a_op, k_next), *load_sync(b_op, k_next)]
+        accs = mma_tile(ctx, kb.gep(stage, a_lane), kb.gep(stage, b_lane), accs)
+        if stages == 1 and not planted_race:
+            kb.barrier()  # one stage: every wave done reading before the next stores
+        nxt = kb.sub(ctx.stage_elems, cur) if stages == 2 else cur
+        loop.yield_(*accs, *nxt_regs, nxt)
+    return list(loop.results[:n_acc])
 
 
 def async_k_loop(ctx: WgradContext) -> list[Value]:
@@ -124,7 +202,7 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
     b_op = b_operand(ctx, sp.chunk_b // ctx.eb)
-    a_lane, b_lane = _lane_bases(ctx)
+    a_lane, b_lane = _tr_lane_bases(ctx) if _uses_tr_loads(ctx) else _lane_bases(ctx)
     zero = kb.const(0, a_lane.dtype)
     with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end)):
         issue_async(a_op, ctx.k_begin, lds, zero)

@@ -54,6 +54,7 @@ class Slot:
     lds_off: Value
     ok: Value | None
     ok_uniform: bool = False  # ``ok`` is equal over each wave (the boundary is wave-aligned)
+    ok_sign: Value | None = None  # total - 1 - idx: negative exactly where ``ok`` is false
 
 
 def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
@@ -64,11 +65,12 @@ def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, 
     for s in range(-(-total // block)):
         idx = kb.add(tid, s * block) if s else tid
         ok = kb.icmp("ult", idx, total) if (s + 1) * block > total else None
+        sign = kb.sub(total - 1, idx) if ok is not None else None
         k_row = udiv_const(kb, idx, per_row)
         col = kb.mul(urem_const(kb, idx, per_row), width) if width > 1 else \
             urem_const(kb, idx, per_row)
         lds_off = kb.add(kb.mul(k_row, lds_row), col)
-        out.append(Slot(k_row, col, lds_off, ok))
+        out.append(Slot(k_row, col, lds_off, ok, False, sign))
     return out
 
 
@@ -106,6 +108,7 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
     for s in range(-(-total // block)):
         idx = kb.add(tid, s * block) if s else tid
         ok = kb.icmp("ult", idx, total) if (s + 1) * block > total else None
+        sign = kb.sub(total - 1, idx) if ok is not None else None
         p0 = kb.mul(udiv_const(kb, idx, per_row), depth)
         col = kb.mul(urem_const(kb, idx, per_row), width) if width > 1 else \
             urem_const(kb, idx, per_row)
@@ -118,7 +121,7 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
         # idx = s·block + tid: with total and block multiples of the wave, idx < total
         # holds for a whole wave or for none of it
         uniform = total % lay.wave_size == 0 and block % lay.wave_size == 0
-        out += [Slot(kb.add(k0, off) if off else k0, col, lds_off, ok, uniform)
+        out += [Slot(kb.add(k0, off) if off else k0, col, lds_off, ok, uniform, sign)
                 for off in offsets]
     return out
 
@@ -167,6 +170,60 @@ class OperandLoad:
         return out
 
 
+    def byte_offsets(self, kt: Value) -> list[Value]:
+        """Per slot, the byte offset of K tile ``kt``'s vector with bit 31 set where it is
+        invalid: the OR of quantities that are negative exactly where a condition fails
+        (k_left - 1 - k_row, kpg - 1 - m, H - 1 - hi | hi, ...); its sign, spread over the
+        word, picks ``INVALID_OFFSET`` exactly (a bitfield select), never an offset near
+        2^32 that a 16-byte access could wrap past. A valid offset is below 2^31
+        (``serves``), so past every buffer for a bounded load. Compare-free on purpose: one
+        i1 per condition is a lane mask in an SGPR on AMD, and with 40 loads per thread
+        those masks spilled SGPRs."""
+        kb, a = self.ctx.kb, self.ctx.a
+        shift = self.ctx.eb.bit_length() - 1
+        k_last = kb.sub(kb.sub(self.ctx.k_end, kt), 1)  # rows k_row <= k_last are inside
+        sign_bit = kb.const(INVALID_OFFSET, i32)
+        out = []
+        if self.name == "dy":
+            kt_off = kb.mul(kt, a["K"])
+            for slot, h in zip(self.slots, self.hoisted, strict=True):
+                bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row))
+                off = kb.shl(kb.add(kt_off, h["off"]), shift)
+                out.append(_pick(kb, bad, off, sign_bit))
+            return out
+        for slot, h in zip(self.slots, self.hoisted, strict=True):
+            k = kb.add(kt, slot.k_row)
+            img, r = divmod_magic(kb, k, a, "HoWo")
+            ho, wo = divmod_magic(kb, r, a, "Wo")
+            hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
+            wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
+            bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row),
+                          hi, kb.sub(kb.sub(a["H"], 1), hi),
+                          wi, kb.sub(kb.sub(a["W"], 1), wi))
+            pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
+            off = kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)
+            out.append(_pick(kb, bad, off, sign_bit))
+        return out
+
+    def _fixed_sign(self, slot: Slot, h: dict) -> Value:
+        """The loop-invariant conditions (the thread owns the slot, its column is inside)."""
+        return _or_all(self.ctx.kb, slot.ok_sign, h["col_sign"])
+
+
+def _pick(kb: KernelBuilder, bad: Value, off: Value, past: Value) -> Value:
+    """``past`` where ``bad`` < 0, else ``off``: (m & past) | (~m & off), m = bad >> 31."""
+    m = kb.ashr(bad, 31)
+    return kb.or_(kb.and_(m, past), kb.and_(kb.not_(m), off))
+
+
+def _or_all(kb: KernelBuilder, *xs: Value | None) -> Value:
+    out = None
+    for x in xs:
+        if x is not None:
+            out = x if out is None else kb.or_(out, x)
+    return out
+
+
 def _slots(ctx: WgradContext, cols: int, width: int, row: int) -> tuple[list[Slot], int]:
     """The operand's slots in the context's LDS layout, and the transpose depth (0: none)."""
     kb, sp = ctx.kb, ctx.spec
@@ -192,7 +249,8 @@ def a_operand(ctx: WgradContext, width: int) -> OperandLoad:
     col0 = kb.add(kb.mul(ctx.group, a["kpg"]), ctx.m0)
 
     def cols(s: Slot) -> dict:
-        return {"col_ok": kb.icmp("slt", kb.add(ctx.m0, s.col), a["kpg"]),
+        m = kb.add(ctx.m0, s.col)
+        return {"col_ok": kb.icmp("slt", m, a["kpg"]), "col_sign": kb.sub(kb.sub(a["kpg"], 1), m),
                 "col": kb.add(col0, s.col)}
     hoisted = [{**h, "off": kb.add(kb.mul(s.k_row, a["K"]), h["col"])}
                for s, h in zip(slots, _per_column(slots, cols), strict=True)]
@@ -210,6 +268,7 @@ def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
         y, r = divmod_magic(kb, n, a, "Xcpg")
         x, c = divmod_magic(kb, r, a, "cpg")
         return {"col_ok": kb.icmp("slt", n, a["wg_N"]),
+                "col_sign": kb.sub(kb.sub(a["wg_N"], 1), n),
                 "h_base": kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
                 "w_base": kb.sub(kb.mul(x, a["dilation"]), a["pad"]),
                 "chan": kb.add(chan0, c)}
@@ -223,18 +282,12 @@ INVALID_OFFSET = 0x80000000  # past every buffer serves admits (< 2^31 bytes), a
 
 def load_sync(op: OperandLoad, kt: Value) -> list[Value]:
     """The operand's vectors of K tile ``kt`` in registers (zeros where invalid): bounded
-    loads, an invalid vector at byte offset ``INVALID_OFFSET`` (no branch)."""
+    loads, an invalid vector at a byte offset >= ``INVALID_OFFSET`` (no branch, no compare:
+    ``OperandLoad.byte_offsets``)."""
     kb = op.ctx.kb
     align = op.width * op.ctx.eb
-    shift = op.ctx.eb.bit_length() - 1
-    past = kb.const(INVALID_OFFSET, i32)
-    out = []
-    for valid, off in op.at(kt):
-        byte_off = kb.shl(off, shift)
-        if valid is not None:
-            byte_off = kb.select(valid, byte_off, past)
-        out.append(kb.bounded_load(op.buf, byte_off, op.nbytes, op.width, align=align))
-    return out
+    return [kb.bounded_load(op.buf, off, op.nbytes, op.width, align=align)
+            for off in op.byte_offsets(kt)]
 
 
 def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:

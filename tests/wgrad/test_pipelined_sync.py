@@ -1,0 +1,108 @@
+"""The pipelined sync loop (two LDS stages, one barrier per K tile): the emulator's race and
+hazard checks over the ladder's geometries at a problem of several K tiles with a tail, and
+the race it reports in the single-stage form."""
+
+from __future__ import annotations
+
+import pytest
+from wgrad_cases import AB_DTYPES, TARGETS, check, make_spec, shipped_limits
+
+from wgradcache.jobs.walk import walk
+from wgradcache.kernel.ir import Ops
+from wgradcache.kernel.ir import walk as ir_walk
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import loads_fit
+from wgradcache.model.targets import get_target
+from wgradcache.pipeline.emulate import run_emulated
+from wgradcache.wgrad.context import open_wgrad_kernel
+from wgradcache.wgrad.epilogue import default_epilogue
+from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
+from wgradcache.wgrad.kloop import sync_k_loop
+
+# wg_K 162: 6 tiles of 32 (a 2-row tail), 3 of 64 (a 34-row tail): every stage is written
+# again after a barrier, at both tile_k; M 40 and N 72 leave partial tiles, pad 1
+PIPE = ConvProblem.parse("2,8,9,9,40,3,3,1,1")
+
+
+def _ladder(target):
+    return sorted({s.geometry for s in walk(target, ["fp16"]) if s.variant == "sync.default.none"})
+
+
+def _cases():
+    for t in TARGETS:
+        for i, g in enumerate(_ladder(t)):
+            if t == "gfx1250" or i % 3 == TARGETS.index(t):
+                yield pytest.param(t, g, i, id=f"{t}-t{g[0]}x{g[1]}x{g[2]}-w{g[3]}x{g[4]}")
+
+
+@pytest.mark.parametrize("target, geometry, i", list(_cases()))
+def test_pipelined_loop_is_race_free(target, geometry, i):
+    """No LDS race, no hazard, numerics within the bound: every gfx1250 ladder geometry and
+    every third of the others (rotating dtype and load widths)."""
+    dtype = AB_DTYPES[i % 2]
+    rotation = [(8, 8), (4, 4), (8, 1), (1, 1), (2, 8)]
+    # the i-th pair of the rotation that the target's load budget admits on this geometry
+    vec = next(v for j in range(5) for v in [rotation[(i + j) % 5]]
+               if loads_fit(get_target(target), dtype, "sync", geometry, *v,
+                            shipped_limits(target))[0])
+    spec = make_spec(target, dtype, geometry, PIPE, vec=vec)
+    check(run_emulated(spec, PIPE, seed=i), dtype)
+
+
+def _loop(kd):
+    (loop,) = [v for v in ir_walk(kd.body) if v.op is Ops.FOR]
+    return loop
+
+
+def test_one_barrier_per_k_tile_and_loads_before_the_mmas():
+    spec = make_spec("gfx1250", "fp16", (64, 64, 32, 2, 2), PIPE, vec=(8, 8))
+    body = _loop(build_kernel(spec)).arg.body
+    ops = [v.op for v in ir_walk(body)]
+    assert ops.count(Ops.BARRIER) == 1
+    first_mma = ops.index(Ops.MMA)
+    loads = [j for j, op in enumerate(ops) if op is Ops.BOUNDED_LOAD]
+    # tile t+1's global loads (2 + 2 per thread) are all issued before tile t's first MMA,
+    # after the barrier that publishes tile t's stores
+    assert len(loads) == 4 and ops.index(Ops.BARRIER) < min(loads) and max(loads) < first_mma
+    assert not any(op is Ops.IF for op in ops)
+
+
+def _single_stage(spec):
+    ctx = open_wgrad_kernel(spec, kernel_symbol(spec))
+    default_epilogue(ctx, sync_k_loop(ctx, planted_race=True))
+    return ctx.kb.finish()
+
+
+def test_single_stage_race_is_reported(monkeypatch):
+    """One stage with the single barrier: tile t+1 is stored while slower waves still read
+    tile t. The emulator must report that write (the hazard the second stage removes)."""
+    import wgradcache.pipeline.emulate as pe
+
+    spec = make_spec("gfx1250", "fp16", (64, 64, 32, 2, 2), PIPE, vec=(8, 8))
+    check(run_emulated(spec, PIPE), "fp16")  # two stages: clean
+    monkeypatch.setattr(pe, "cached_kernel", _single_stage)
+    r = run_emulated(spec, PIPE)
+    assert not r.passed and r.out is None
+    assert "LDS race" in r.hazards and "writes byte" in r.hazards, r.hazards
+    assert "read by" in r.hazards, r.hazards
+
+
+def test_every_walked_sync_kernel_gets_two_stages():
+    from wgradcache.model.spec import sync_stages
+    for t in ("gfx1250", "gfx1201", "gfx1151", "gfx942", "gfx950"):
+        tgt = get_target(t)
+        shapes = {(s.dtype, *s.geometry[:3]) for s in walk(t) if s.k_loop == "sync"}
+        assert shapes and {sync_stages(tgt, d, m, n, k) for d, m, n, k in shapes} == {2}, t
+
+
+def test_one_stage_where_two_do_not_fit():
+    """128x128x64 on gfx1201 (outside the ladder's k-step budget): two stages would take
+    72 KiB of its 64 KiB, so one stage, a second barrier, same numerics, no race."""
+    from wgradcache.model.spec import KernelSpec, lds_bytes, sync_stages
+
+    spec = KernelSpec("gfx1201", "fp16", "fp16", 128, 128, 64, 2, 4, vec_a=8, vec_b=8)
+    assert sync_stages(get_target("gfx1201"), "fp16", 128, 128, 64) == 1
+    assert lds_bytes(spec) == 256 * 72 * 2
+    kd = build_kernel(spec)
+    assert [v.op for v in ir_walk(_loop(kd).arg.body)].count(Ops.BARRIER) == 2
+    check(run_emulated(spec, PIPE), "fp16")
