@@ -167,3 +167,52 @@ def test_corrupt_entries_are_skipped_and_said_so(small_cache, tmp_path):
     r = CliRunner().invoke(main, [*args, "1,1,1,1,1,1,1"])  # nothing serves K = 1
     assert r.exit_code == 1
     assert r.stderr.splitlines()[0] == select_skipped(want[0], 2)
+
+
+@pytest.mark.parametrize("damage", ["record removed", "blob removed", "blob byte flipped"])
+def test_a_two_stage_entry_without_a_whole_stage2_kernel_is_skipped(small_cache, tmp_path,
+                                                                     damage):
+    """bf16 on wave32 wants two-stage: its entry is a candidate only while its stage-2
+    reduce kernel is whole (record there, blob of the size and sha256 it records). With
+    the companion damaged the entry is skipped and counted like a corrupt entry (stderr
+    line, --json), and the other candidates are served in the same order."""
+    import shutil
+
+    from tests.hostile.test_corrupt_cache import select_skipped
+    from wgradcache.cache.store import TargetCache
+
+    root = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], root)
+    args = ["select", "--target", "gfx1250", "--cache-dir", str(root), "--dtype", "bf16",
+            "--problem", "2,16,7,7,24,3,3,1,1", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0 and r.stderr == "", r.output
+    before = [c["label"] for c in json.loads(r.stdout)["candidates"]]
+    two = "gfx1250-bf16-t32x32x32-w1x1-v8x8-sync-default-two_stage-wsr8"
+    assert two in before and len(before) == 9
+
+    c = TargetCache(root, "gfx1250")
+    entry = {e.label: e for _, e in c.iter_entries()}[two]
+    s2 = c.read_stage2("bf16-wsr8")
+    s2_path, blob = c.stage2_path("bf16-wsr8"), c.blob_path(s2.blob)
+    head = f"{c.entry_path(entry.identity_key)}: stage-2 kernel bf16-wsr8"
+    if damage == "record removed":
+        s2_path.unlink()
+        line = f"{head} is missing"
+    elif damage == "blob removed":
+        blob.unlink()
+        line = f"{head}: {s2_path}: corrupt: blob {s2.blob[:16]} is missing"
+    else:
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        blob.write_bytes(bytes(data))
+        line = (f"{head}: {s2_path}: corrupt: blob {s2.blob[:16]} does not hash to the "
+                "sha256 its entry records")
+    r = CliRunner().invoke(main, args)
+    assert (r.exit_code, r.stderr.splitlines()) == (0, [select_skipped(line)]), r.output
+    doc = json.loads(r.stdout)
+    assert (doc["skipped_corrupt"], doc["skipped"]) == (1, [line])
+    assert [x["label"] for x in doc["candidates"]] == [lab for lab in before if lab != two]
+    # fp16's two-stage entry has its own companion (fp16-wsr8): nothing of it is skipped
+    r = CliRunner().invoke(main, [*args[:-5], "--problem", "2,16,7,7,24,3,3,1,1", "--json"])
+    assert r.exit_code == 0 and r.stderr == "" and json.loads(r.stdout)["skipped"] == []

@@ -17,7 +17,8 @@ from wgradcache.pipeline.emulate import run_emulated
 from wgradcache.wgrad.context import open_wgrad_kernel
 from wgradcache.wgrad.epilogue import default_epilogue
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
-from wgradcache.wgrad.kloop import sync_k_loop
+from wgradcache.wgrad.kloop import GATHER_STATE_MAX_SLOTS, sync_k_loop
+from wgradcache.wgrad.loaders import b_operand
 
 # wg_K 162: 6 tiles of 32 (a 2-row tail), 3 of 64 (a 34-row tail): every stage is written
 # again after a barrier, at both tile_k; M 40 and N 72 leave partial tiles, pad 1
@@ -106,3 +107,44 @@ def test_one_stage_where_two_do_not_fit():
     kd = build_kernel(spec)
     assert [v.op for v in ir_walk(_loop(kd).arg.body)].count(Ops.BARRIER) == 2
     check(run_emulated(spec, PIPE), "fp16")
+
+
+# the carried B-gather coordinates (loaders.OperandLoad.advance) at every wrap pattern of
+# tile_k = q·HoWo + b·Wo + c: Wo > tile_k (c = tile_k, wo wraps over tiles), 1x1 outputs
+# (Wo = Ho = 1: b = c = 0, img steps by tile_k), stride 2 + pad + dilation (q, b, c > 0),
+# Ho wrapping into img at HoWo 15
+WRAPS = {
+    "wide": ConvProblem.parse("1,8,3,37,8,3,3,1,1"),  # Ho 3, Wo 37, wg_K 111
+    "point": ConvProblem.parse("70,8,1,1,8,1,1"),  # Ho = Wo = 1, wg_K 70
+    "s2d2": ConvProblem.parse("3,8,5,6,8,3,3,2,2,2"),  # Ho = Wo = 3, wg_K 27
+    "ho_wrap": ConvProblem.parse("5,8,3,5,8,3,3,1,1"),  # HoWo 15, wg_K 75
+}
+
+
+def _loop_ops(spec):
+    return list(ir_walk(_loop(build_kernel(spec)).arg.body))
+
+
+@pytest.mark.parametrize("name", sorted(WRAPS))
+@pytest.mark.parametrize("geometry, split", [((64, 64, 32, 2, 2), 1), ((64, 64, 64, 2, 2), 3)])
+def test_carried_gather_coordinates(name, geometry, split):
+    problem = WRAPS[name]
+    red = {"reduction": "atomic", "dw": "fp32"} if split > 1 else {}
+    spec = make_spec("gfx1250", "fp16", geometry, problem, vec=(8, 8), **red)
+    check(run_emulated(spec, problem, split_k=split, seed=len(name)), spec.dw_dtype)
+
+
+def test_gather_divides_only_before_the_loop():
+    """With the coordinates carried, the loop body has no division and no 64-bit value (the
+    magic divisions' products); three carried registers per B slot. Above the slot bound
+    the loop divides per tile again (and stays exact: test_pipelined_loop_is_race_free)."""
+    spec = make_spec("gfx1250", "fp16", (64, 64, 32, 2, 2), PIPE, vec=(8, 8))
+    body = _loop_ops(spec)
+    assert not [v for v in body if v.op in (Ops.UDIV, Ops.UREM) or v.dtype.scalar == "i64"]
+    # 4 accumulators (a wave's 32x32 sub-tile), 4 prefetched vectors (2 A, 2 B),
+    # 2 B slots x 3 coordinates, the stage offset
+    assert len(_loop(build_kernel(spec)).arg.carried) == 4 + 4 + 2 * 3 + 1
+    wide = make_spec("gfx1250", "bf16", (32, 128, 64, 1, 2), PIPE, vec=(1, 1))
+    ctx = open_wgrad_kernel(wide, kernel_symbol(wide))
+    assert len(b_operand(ctx, 1).slots) > GATHER_STATE_MAX_SLOTS
+    assert [v for v in _loop_ops(wide) if v.dtype.scalar == "i64"]

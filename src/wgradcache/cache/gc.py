@@ -16,10 +16,12 @@ only after every two-stage blob that needs it (it counts as used when they were)
 
 An entry whose blob fails ``check_blob`` (missing, truncated, a flipped byte, emptied: not
 the size and sha256 it records) is corrupt and removed like an entry that is not whole;
-its blob is then an orphan. Before anything is removed every folder of the target is
-checked (``TargetCache.check_layout``): when ``entries/``, ``blobs/`` or ``used/`` is a
-symlink, gc refuses in one line and removes nothing, so it never deletes outside the
-cache. ``dry_run`` takes no lock and writes nothing: it runs on a read-only cache.
+its blob is then an orphan (after the grace). A blob whose last entry this run removed as
+stale is no young orphan: it goes in the same run, grace or not. Before anything is
+removed every folder of the target is checked (``TargetCache.check_layout``): when
+``entries/``, ``blobs/`` or ``used/`` is a symlink, gc refuses in one line and removes
+nothing, so it never deletes outside the cache. ``dry_run`` takes no lock and writes
+nothing: it runs on a read-only cache (and reports the blobs stale entries would free).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class _Needs:
 
     by_blob: dict[str, list[str]] = field(default_factory=dict)
     users_of: dict[str, set[str]] = field(default_factory=dict)
+    freed: set[str] = field(default_factory=set)  # blobs this run's stale removals left unused
 
 
 def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = True,
@@ -114,10 +117,13 @@ def _entries(cache: TargetCache, live: set[str] | None, dry_run: bool,
     """Drop corrupt and stale entries (``live`` None: none is stale); who needs what."""
     needs = _Needs()
     stage2_users: dict[str, set[str]] = {}  # stage-2 name -> blobs of two-stage entries
+    stale_blobs: set[str] = set()
     for ik, entry in cache.iter_entries():
         corrupt = _corrupt(cache, entry, rep)
         if corrupt or (live is not None and ik not in live):
             (rep.corrupt_entries if corrupt else rep.stale_entries).append(ik)
+            if not corrupt:
+                stale_blobs.add(entry.blob)
             if not dry_run:
                 cache.remove_entry(ik)
             continue
@@ -135,6 +141,7 @@ def _entries(cache: TargetCache, live: set[str] | None, dry_run: bool,
         assert isinstance(s2, Stage2Entry)
         needs.by_blob.setdefault(s2.blob, []).append(f"stage2:{name}")
         needs.users_of.setdefault(s2.blob, set()).update(stage2_users.get(name, ()))
+    needs.freed = stale_blobs - needs.by_blob.keys()
     return needs
 
 
@@ -149,9 +156,14 @@ def _corrupt(cache: TargetCache, entry: Entry | Stage2Entry | CorruptEntry,
 
 def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, grace: float,
              dry_run: bool, rep: GcReport) -> None:
+    """Blobs no entry names. The grace spares a young blob a writer may still name, but
+    not one whose last entry this run removed as stale (under the lock: nothing can
+    name it in between), so ``--stale --orphans`` frees a stale entry's blob at once."""
     now = time.time()
     for key in list(sizes):
-        if key in needs.by_blob or now - cache.blob_mtime(key) < grace:
+        if key in needs.by_blob:
+            continue
+        if key not in needs.freed and now - cache.blob_mtime(key) < grace:
             continue
         rep.orphan_blobs.append(key)
         if not dry_run:

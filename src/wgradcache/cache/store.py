@@ -494,6 +494,25 @@ class TargetCache:
         # "blob <key> is 0 bytes, ..." or "<blob path>: corrupt: a FIFO, ..."
         return f"{path}: corrupt: {why}" if why.startswith("blob ") else f"{path}: {why}"
 
+    def companion_unusable(self, entry: Entry) -> str:
+        """Why a two-stage entry cannot be served for want of its stage-2 reduce kernel
+        (its record missing or corrupt, or its blob failing ``check_blob``), as one line
+        naming the entry's file; "" when it can or needs none. Publish order writes the
+        companion first, so this is a hand-deleted or damaged companion: serving the entry
+        would launch stage 1 with nothing to reduce its workspace."""
+        name = stage2_of(entry.identity)
+        if name is None:
+            return ""
+        path = self.entry_path(entry.identity_key)
+        try:
+            s2 = self.read_stage2(name)
+        except CorruptEntry as e:
+            return f"{path}: stage-2 kernel {name}: {e}"
+        if s2 is None:
+            return f"{path}: stage-2 kernel {name} is missing"
+        why = self.unusable(s2)
+        return f"{path}: stage-2 kernel {name}: {why}" if why else ""
+
     def write_blob(self, key: str, data: bytes, meta: BlobMeta | None = None) -> BlobRef:
         """The blob (unless the same bytes are there), then its sidecar when given (call
         under the writer lock). A blob written here whose sidecar cannot be written is

@@ -2,8 +2,8 @@
 value a user types (a target, a problem, a label) so that no command restates it.
 
 Bad values fail at parse time with one line (``error: ...``, not click's usage block) and
-exit 2; library errors about user input or
-set-up become the same one line (``_Group.invoke``).
+exit 2, click's own usage errors too (a bad choice, a missing option: ``_usage_line``);
+library errors about user input or set-up become the same one line (``_Group.invoke``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,20 @@ class _Group(click.Group):
     path) into one line naming the path, exit 1: never a traceback without WGRADCACHE_DEBUG.
     """
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise _usage_line(e) from None
+
     def invoke(self, ctx: click.Context):
         from wgradcache.compile.toolchain import ToolchainError
         from wgradcache.jobs import GeometryFileError, SelectionError
 
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:  # a subcommand's options, or no such subcommand
+            raise _usage_line(e) from None
         except (GeometryFileError, SelectionError, ToolchainError) as e:
             if debug():
                 raise
@@ -40,6 +48,15 @@ class _Group(click.Group):
             if err is None:
                 raise
             raise err from None
+
+
+def _usage_line(e: click.UsageError) -> click.ClickException:
+    """Click's usage error (a bad choice, a missing option, an unknown option or command)
+    as the one ``error:`` line, exit 2, in place of click's usage block. A bare command
+    that shows its help (``NoArgsIsHelpError``) keeps doing so; ``--help`` is no error."""
+    if isinstance(e, getattr(click.exceptions, "NoArgsIsHelpError", ())) or debug():
+        return e
+    return UserError(e.format_message())
 
 
 def _one_line(e: ValueError | OSError) -> click.ClickException | None:

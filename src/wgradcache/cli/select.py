@@ -35,7 +35,8 @@ def select_(limit, show_all, as_json, **options) -> None:
     """The cached kernels that serve a problem, ranked, with split degree and launch shape.
 
     Exit 0 when a kernel serves, 1 when none does, 2 for bad input. Entries that cannot
-    be served (not whole, or a blob that is not its bytes) are skipped and said so: one
+    be served (not whole, a blob that is not its bytes, or a two-stage entry whose stage-2
+    kernel is missing or not its bytes) are skipped and said so: one
     line on stderr with how many and an example, and in --json ("skipped").
     """
     from wgradcache.model.spec import DTYPE_KEYS

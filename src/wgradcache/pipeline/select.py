@@ -58,7 +58,8 @@ def candidates_from_walk(target: str, dtype_key: str,
 def candidates_from_cache(cache_dir: str, target: str, dtype_key: str
                           ) -> tuple[list[KernelSpec], list[str]]:
     """The specs of the entries of ``dtype_key`` that can be served, and one line per
-    entry that cannot (not whole, or its blob not the bytes it records: never served)."""
+    entry that cannot (not whole, its blob not the bytes it records, or a two-stage entry
+    whose stage-2 kernel is missing or not its bytes: never served)."""
     from wgradcache.cache.store import CorruptEntry, TargetCache
 
     out, skipped = [], []
@@ -66,7 +67,7 @@ def candidates_from_cache(cache_dir: str, target: str, dtype_key: str
     for _ik, entry in cache.iter_entries():
         if not isinstance(entry, CorruptEntry) and entry.dtype != dtype_key:
             continue
-        why = cache.unusable(entry)
+        why = cache.unusable(entry) or cache.companion_unusable(entry)
         if why:
             skipped.append(why)
         else:

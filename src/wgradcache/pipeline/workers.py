@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
 
 from wgradcache.cache.entry import BlobMeta
@@ -275,7 +276,12 @@ def _run_chunk(joblib, fn: Callable, part: list[tuple], req: BuildRequest, n_job
         done.add(res["ik"])
         on_result(res)
         if stop():
-            getattr(results, "close", lambda: None)()  # cancels the chunk's pending tasks
+            with warnings.catch_warnings():  # the cancel is the point: joblib's
+                # "N tasks ... have been cancelled" warning would be a second stderr line
+                warnings.filterwarnings("ignore", r".* tasks which were still being "
+                                        "processed by the workers have been cancelled",
+                                        UserWarning)
+                getattr(results, "close", lambda: None)()  # cancels the pending tasks
             return
 
 

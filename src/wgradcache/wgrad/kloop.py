@@ -35,11 +35,14 @@ from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
 
 __all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop",
-           "PREFETCH_MAX_LOADS"]
+           "PREFETCH_MAX_LOADS", "GATHER_STATE_MAX_SLOTS"]
 
 # Global loads per thread per K tile up to which the sync loop prefetches the next tile into
 # registers (sync_k_loop). Measured with LLVM 22 (no spill at or below; see sync_k_loop):
 PREFETCH_MAX_LOADS = 32
+# B slots per thread up to which the sync loop carries each slot's gather coordinates
+# (three registers a slot) instead of dividing per K tile (sync_k_loop)
+GATHER_STATE_MAX_SLOTS = 16
 
 
 def atoms(ctx: WgradContext) -> tuple[int, int]:
@@ -155,6 +158,14 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     store; the two stages still need only the one barrier, and other waves' MMAs still
     overlap this wave's loads.
 
+    The B gather's k rows map to (img, ho, wo) through two magic divisions. Up to
+    ``GATHER_STATE_MAX_SLOTS`` B slots per thread, the loop divides once before it and
+    carries each slot's (wo, ho, offset), stepped a tile on by adds and one conditional wrap
+    per coordinate (``OperandLoad.advance``). Above that bound, three more carried registers
+    a slot cost more than the divisions save, so those loops divide per tile. Measured with
+    isa_quality: 16 is better than 8 over the subset; one gfx1201 v1x1 kernel at 16 slots
+    with prefetch got worse (123 -> 138 instructions per MMA).
+
     ``planted_race``: one stage and the single barrier, the unsafe form whose race (tile
     t+1 stored while other waves still read tile t) the emulator reports; tests only.
     """
@@ -168,26 +179,36 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     a_op, b_op = a_operand(ctx, sp.vec_a), b_operand(ctx, sp.vec_b)
     a_lane, b_lane = _lane_bases(ctx)
     accs0 = zero_accumulators(ctx)
-    regs0 = [*load_sync(a_op, ctx.k_begin), *load_sync(b_op, ctx.k_begin)] if prefetch else []
-    n_acc, n_a = len(accs0), len(a_op.slots)
+    # the B gather's (wo, ho, offset) per slot, carried and advanced without a division
+    gather = len(b_op.slots) <= GATHER_STATE_MAX_SLOTS
+    state0 = b_op.gather_state(ctx.k_begin) if gather else []
+    flat0 = [v for st in state0 for v in st]
+    regs0 = [*load_sync(a_op, ctx.k_begin), *load_sync(b_op, ctx.k_begin, state0 or None)] \
+        if prefetch else []
+    n_acc, n_a, n_r = len(accs0), len(a_op.slots), len(regs0)
     zero = kb.const(0, i32)
-    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=[*accs0, *regs0, zero]) as loop:
+    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k,
+                 carried=[*accs0, *regs0, *flat0, zero]) as loop:
         kt, c = loop.index, list(loop.carried)
         accs, cur = c[:n_acc], c[-1]
-        regs = c[n_acc:-1] if prefetch else [*load_sync(a_op, kt), *load_sync(b_op, kt)]
+        flat = c[n_acc + n_r:-1]
+        state = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)] if gather else None
+        regs = c[n_acc:n_acc + n_r] if prefetch else \
+            [*load_sync(a_op, kt), *load_sync(b_op, kt, state)]
         stage = kb.gep(lds, cur)
         store_sync(a_op, regs[:n_a], stage)
         store_sync(b_op, regs[n_a:], stage)
         kb.barrier()
         nxt_regs = []
+        nxt_state = b_op.advance(state) if gather else None
         if prefetch:
             k_next = kb.add(kt, sp.tile_k)
-            nxt_regs = [*load_sync(a_op, k_next), *load_sync(b_op, k_next)]
+            nxt_regs = [*load_sync(a_op, k_next), *load_sync(b_op, k_next, nxt_state)]
         accs = mma_tile(ctx, kb.gep(stage, a_lane), kb.gep(stage, b_lane), accs)
         if stages == 1 and not planted_race:
             kb.barrier()  # one stage: every wave done reading before the next stores
         nxt = kb.sub(ctx.stage_elems, cur) if stages == 2 else cur
-        loop.yield_(*accs, *nxt_regs, nxt)
+        loop.yield_(*accs, *nxt_regs, *(v for st in nxt_state or () for v in st), nxt)
     return list(loop.results[:n_acc])
 
 

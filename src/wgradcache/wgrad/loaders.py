@@ -15,6 +15,10 @@ per vector. The async copies have no range check: their predicate is explicit
 buffer), so i32 arithmetic is exact there; for invalid ones it may wrap, harmlessly, since
 the offset is replaced (sync) or nothing is accessed (async).
 
+The sync loop does not divide per K tile where it can carry the gather: ``gather_state``
+gives each B slot's (wo, ho, element offset) once, ``advance`` steps it by tile_k without a
+division (``kloop.sync_k_loop`` says where).
+
 Slots: a tile of ``rows × cols`` elements is cut into vectors of ``width`` along the row;
 vector ``idx = slot·block + tid`` covers row idx // (cols/width). Adjacent threads take
 adjacent vectors of one row, so a wave's accesses are contiguous in global memory.
@@ -138,6 +142,7 @@ class OperandLoad:
     hoisted: list[dict]
     lds_base: int  # element offset of this operand's tile inside a stage
     depth: int = 0  # k rows per transposed group (K-contiguous tile); 0: K-outer tile
+    step_vals: tuple[Value, ...] | None = None  # _steps, made once
 
     @property
     def buf(self) -> Value:
@@ -170,7 +175,60 @@ class OperandLoad:
         return out
 
 
-    def byte_offsets(self, kt: Value) -> list[Value]:
+    def gather_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
+        """B only: per slot, (wo, ho, element offset) of the pixel its k row reads in the K
+        tile at ``k0``, from the two magic divisions; ``advance`` steps it a tile on."""
+        self._steps()  # defined here, before the loop that advances the state
+        return self._coords(k0)
+
+    def _coords(self, k0: Value) -> list[tuple[Value, Value, Value]]:
+        kb, a = self.ctx.kb, self.ctx.a
+        out = []
+        for slot, h in zip(self.slots, self.hoisted, strict=True):
+            img, r = divmod_magic(kb, kb.add(k0, slot.k_row), a, "HoWo")
+            ho, wo = divmod_magic(kb, r, a, "Wo")
+            hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
+            wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
+            pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
+            out.append((wo, ho, kb.add(kb.mul(pix, a["C"]), h["chan"])))
+        return out
+
+    def advance(self, state: list[tuple[Value, Value, Value]]) -> list[tuple[Value, Value, Value]]:
+        """``gather_state`` one K tile later, without a division: tile_k = q·HoWo + b·Wo + c
+        (uniform, once per kernel), so wo + c and ho + b + carry each wrap at most once
+        (wo, c < Wo; ho, b < Ho) and the offset moves by one of four uniform deltas. The
+        offset is exact modulo 2^32, so exact wherever the vector is valid (< 2^31)."""
+        kb, a = self.ctx.kb, self.ctx.a
+        b, c, d0, d1, d2 = self._steps()
+        out = []
+        for wo, ho, off in state:
+            wo1 = kb.add(wo, c)
+            cy1 = kb.icmp("uge", wo1, a["Wo"])
+            ho1 = kb.add(kb.add(ho, b), kb.select(cy1, kb.const(1, i32), 0))
+            cy2 = kb.icmp("uge", ho1, a["Ho"])
+            off1 = kb.add(kb.add(off, d0), kb.add(kb.select(cy1, d1, 0), kb.select(cy2, d2, 0)))
+            out.append((kb.select(cy1, kb.sub(wo1, a["Wo"]), wo1),
+                        kb.select(cy2, kb.sub(ho1, a["Ho"]), ho1), off1))
+        return out
+
+    def _steps(self) -> tuple[Value, ...]:
+        """tile_k = q·HoWo + b·Wo + c, and the offset's deltas: d0 for (q, b, c), d1 more
+        where wo wraps (ho + 1, wo − Wo), d2 more where ho wraps (img + 1, ho − Ho)."""
+        if self.step_vals is None:
+            kb, a = self.ctx.kb, self.ctx.a
+            q, r = divmod_magic(kb, kb.const(self.ctx.spec.tile_k, i32), a, "HoWo")
+            b, c = divmod_magic(kb, r, a, "Wo")
+            s_c = kb.mul(a["stride"], a["C"])
+            s_wc = kb.mul(s_c, a["W"])
+            hwc = kb.mul(kb.mul(a["H"], a["W"]), a["C"])
+            d0 = kb.add(kb.add(kb.mul(q, hwc), kb.mul(b, s_wc)), kb.mul(c, s_c))
+            d1 = kb.sub(s_wc, kb.mul(a["Wo"], s_c))
+            d2 = kb.sub(hwc, kb.mul(a["Ho"], s_wc))
+            self.step_vals = (b, c, d0, d1, d2)
+        return self.step_vals
+
+    def byte_offsets(self, kt: Value, state: list[tuple[Value, Value, Value]] | None = None
+                     ) -> list[Value]:
         """Per slot, the byte offset of K tile ``kt``'s vector with bit 31 set where it is
         invalid: the OR of quantities that are negative exactly where a condition fails
         (k_left - 1 - k_row, kpg - 1 - m, H - 1 - hi | hi, ...); its sign, spread over the
@@ -191,18 +249,26 @@ class OperandLoad:
                 off = kb.shl(kb.add(kt_off, h["off"]), shift)
                 out.append(_pick(kb, bad, off, sign_bit))
             return out
-        for slot, h in zip(self.slots, self.hoisted, strict=True):
-            k = kb.add(kt, slot.k_row)
-            img, r = divmod_magic(kb, k, a, "HoWo")
-            ho, wo = divmod_magic(kb, r, a, "Wo")
+        if state is None:  # divide per tile (the order LLVM has been measured on)
+            for slot, h in zip(self.slots, self.hoisted, strict=True):
+                img, r = divmod_magic(kb, kb.add(kt, slot.k_row), a, "HoWo")
+                ho, wo = divmod_magic(kb, r, a, "Wo")
+                hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
+                wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
+                bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row),
+                              hi, kb.sub(kb.sub(a["H"], 1), hi),
+                              wi, kb.sub(kb.sub(a["W"], 1), wi))
+                pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
+                off = kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)
+                out.append(_pick(kb, bad, off, sign_bit))
+            return out
+        for slot, h, (wo, ho, elem_off) in zip(self.slots, self.hoisted, state, strict=True):
             hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
             wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
             bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row),
                           hi, kb.sub(kb.sub(a["H"], 1), hi),
                           wi, kb.sub(kb.sub(a["W"], 1), wi))
-            pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
-            off = kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)
-            out.append(_pick(kb, bad, off, sign_bit))
+            out.append(_pick(kb, bad, kb.shl(elem_off, shift), sign_bit))
         return out
 
     def _fixed_sign(self, slot: Slot, h: dict) -> Value:
@@ -280,14 +346,15 @@ def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
 INVALID_OFFSET = 0x80000000  # past every buffer serves admits (< 2^31 bytes), any access size
 
 
-def load_sync(op: OperandLoad, kt: Value) -> list[Value]:
+def load_sync(op: OperandLoad, kt: Value,
+              state: list[tuple[Value, Value, Value]] | None = None) -> list[Value]:
     """The operand's vectors of K tile ``kt`` in registers (zeros where invalid): bounded
     loads, an invalid vector at a byte offset >= ``INVALID_OFFSET`` (no branch, no compare:
     ``OperandLoad.byte_offsets``)."""
     kb = op.ctx.kb
     align = op.width * op.ctx.eb
     return [kb.bounded_load(op.buf, off, op.nbytes, op.width, align=align)
-            for off in op.byte_offsets(kt)]
+            for off in op.byte_offsets(kt, state)]
 
 
 def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:
