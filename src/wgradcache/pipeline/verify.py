@@ -292,6 +292,10 @@ def _structure(cache: TargetCache, rows: list[_Row], walk: _Walk, rep: VerifyRep
     if missing:
         rep.failures.append(Failure("-", cache.target, "structure", missing))
         return []
+    if get_target(cache.target).is_nvidia:  # nvdisasm is a process per cubin: in parallel
+        from wgradcache.compile.cubin import prefetch_listings
+
+        prefetch_listings([row.data for row in rows])
     ok_rows = []
     for row in rows:
         problems = (entry_problems(row.spec, row.entry, row.data, walk.by_symbol)
