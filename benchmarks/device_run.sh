@@ -22,10 +22,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl || exit 3
 fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+# the image's CUDA tools (nvdisasm for structure; ptxas is not needed there)
+for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [ -d "$d" ] && PATH=$PATH:$d; done
+export PATH
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv;
   python3 -c 'import torch, cuda.bindings, numpy; print("torch", torch.__version__,
     "cudnn", torch.backends.cudnn.version(), "cuda-bindings", cuda.bindings.__version__,
     "numpy", numpy.__version__)';
+  command -v nvdisasm ptxas cuobjdump;
   python3 -m wgradcache toolchain 2>&1 | tail -20; } > "$OUT/env.txt" 2>&1
 python3 -m wgradcache verify --from-cache --cache-dir "$DEVCACHE" --target sm_90 \
   --level numerics --device cuda --no-reproduce --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" \
