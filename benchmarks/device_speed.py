@@ -193,8 +193,9 @@ def main() -> int:
            "timings": [], "aggregate": {}}
     t_start = time.time()
     for dtype in dtypes:
-        specs = candidates_from_cache(a.cache_dir, target, dtype)
-        print(f"== {dtype}: {len(specs)} cached kernels", flush=True)
+        specs, skipped = candidates_from_cache(a.cache_dir, target, dtype)
+        print(f"== {dtype}: {len(specs)} cached kernels"
+              + (f", {len(skipped)} skipped (not servable)" if skipped else ""), flush=True)
         print(f"{'layer':34s} {'cuDNN':>7s} {'select':>7s} {'best':>7s} {'best/cuDNN':>10s} "
               f"{'sel/best':>8s} {'sel rank':>8s}  best kernel", flush=True)
         for ly in distinct:
