@@ -256,6 +256,11 @@ def lower(kd: KernelDef, target: str) -> str:
 
 
 class _Lowering:
+    # what a module of this backend starts and ends with (the NVPTX lowering overrides them)
+    triple = TRIPLE
+    datalayout = DATA_LAYOUT
+    module_tail = _MODULE_FLAGS
+
     def __init__(self, kd: KernelDef, target: str):
         self.kd = kd
         self.target = get_target(target)
@@ -270,8 +275,8 @@ class _Lowering:
 
     def text(self) -> str:
         kd = self.kd
-        out = [f'; ModuleID = "{kd.name}"', f'target triple = "{TRIPLE}"',
-               f'target datalayout = "{DATA_LAYOUT}"', "", self.prototype, "{"]
+        out = [f'; ModuleID = "{kd.name}"', f'target triple = "{self.triple}"',
+               f'target datalayout = "{self.datalayout}"', "", self.prototype, "{"]
         for blk in self.blocks:
             out.append(blk.label())
             out += blk.lines
@@ -279,7 +284,7 @@ class _Lowering:
         out += self.lds_lines
         for _, _, decl in self.decls.values():
             out += [decl, ""]
-        return "\n".join(out + _MODULE_FLAGS)
+        return "\n".join(out + self.module_tail)
 
     # -- module pieces ---------------------------------------------------------------------
     def fail(self, v: Value, why: str):

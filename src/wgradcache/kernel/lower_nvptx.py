@@ -61,18 +61,9 @@ def lower_nvptx(kd, target: str) -> str:
 
 
 class _NvLowering(_Lowering):
-    def text(self) -> str:
-        kd = self.kd
-        out = [f'; ModuleID = "{kd.name}"', f'target triple = "{NV_TRIPLE}"',
-               f'target datalayout = "{NV_DATA_LAYOUT}"', "", self.prototype, "{"]
-        for blk in self.blocks:
-            out.append(blk.label())
-            out += blk.lines
-        out += ["}", ""]
-        out += self.lds_lines
-        for _, _, decl in self.decls.values():
-            out += [decl, ""]
-        return "\n".join(out)
+    triple = NV_TRIPLE
+    datalayout = NV_DATA_LAYOUT
+    module_tail: list[str] = []  # no AMDGPU module flags
 
     def define_kernel(self):
         super().define_kernel()
