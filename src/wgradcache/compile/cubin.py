@@ -195,6 +195,18 @@ def _mnemonic(line: str) -> str:
     return m.group(1) if m else ""
 
 
+def _cas_and_main_loop(names: list[str], loops: list[tuple[int, int]], is_cas, is_mma
+                       ) -> tuple[list[tuple[int, int]], Counter]:
+    """The loops (first, last instruction index) holding a compare-and-swap, and the
+    mnemonic counts of the main loop: among the others, the one with the most MMAs (the
+    longest on a tie). One rule for the PTX and the SASS listing."""
+    cas = [lp for lp in loops if any(is_cas(names[j]) for j in range(lp[0], lp[1] + 1))]
+    others = [lp for lp in loops if lp not in cas]
+    main = max(others, key=lambda lp: (sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)),
+                                       lp[1] - lp[0]), default=None)
+    return cas, Counter(names[main[0]:main[1] + 1]) if main else Counter()
+
+
 def ptx_stats(ptx: str) -> dict[str, int]:
     """Instruction counts of a PTX listing under the keys ``verify`` reads
     (``pipeline.verify.isa_problems``): MMAs, async copies and waits, barriers, atomics by
@@ -211,12 +223,14 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         b = _BRANCH.match(c)
         if b and b.group(1) in labels and labels[b.group(1)] <= i:
             loops.append((labels[b.group(1)], i))
-    cas = [lp for lp in loops if any(names[j].startswith("atom.") and ".cas" in names[j]
-                                     for j in range(lp[0], lp[1] + 1))]
-    others = [lp for lp in loops if lp not in cas]
 
     def is_mma(m: str) -> bool:
         return m.startswith(("mma.", "wgmma."))
+
+    def is_cas(m: str) -> bool:
+        return m.startswith("atom.") and ".cas" in m
+
+    cas, body = _cas_and_main_loop(names, loops, is_cas, is_mma)
 
     def is_atomic(m: str) -> bool:
         return m.startswith(("red.", "atom.")) and ".global" in m
@@ -232,7 +246,7 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         "global_atomic_add_f32": tally(lambda m: is_atomic(m) and m.endswith(".add.f32")),
         "global_atomic_pk_add_f16": tally(lambda m: is_atomic(m) and m.endswith(".f16x2")),
         "global_atomic_pk_add_bf16": tally(lambda m: is_atomic(m) and m.endswith(".bf16x2")),
-        "global_atomic_cmpswap": tally(lambda m: m.startswith("atom.") and ".cas" in m),
+        "global_atomic_cmpswap": tally(is_cas),
         "device_cache_ops": tally(lambda m: m.startswith(("fence.", "membar."))),
         "cas_loops": len(cas),
         "ds_loads": tally(lambda m: m.startswith("ld.shared")),
@@ -242,9 +256,6 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         "scratch_ops": tally(lambda m: m.startswith(("ld.local", "st.local"))),
         "loops": len(loops),
     }
-    main = max(others, key=lambda lp: (sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)),
-                                       lp[1] - lp[0]), default=None)
-    body = Counter(names[main[0]:main[1] + 1]) if main else Counter()
     s.update({
         "main_loop_instructions": sum(body.values()),
         "main_loop_mma": tally(is_mma, body),
@@ -367,8 +378,7 @@ def sass_stats(sass: str) -> dict[str, int]:
     def is_async(m: str) -> bool:
         return m.startswith("LDGSTS")
 
-    cas = [lp for lp in loops if any(is_cas(names[j]) for j in range(lp[0], lp[1] + 1))]
-    others = [lp for lp in loops if lp not in cas]
+    cas, body = _cas_and_main_loop(names, loops, is_cas, is_mma)
     s = {
         "instructions": len(names),
         "mma": tally(is_mma),
@@ -391,9 +401,6 @@ def sass_stats(sass: str) -> dict[str, int]:
         "spill_loads": tally(lambda m: m.startswith("LDL")),
         "loops": len(loops),
     }
-    main = max(others, key=lambda lp: (sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)),
-                                       lp[1] - lp[0]), default=None)
-    body = Counter(names[main[0]:main[1] + 1]) if main else Counter()
     s.update({
         "main_loop_instructions": sum(body.values()),
         "main_loop_mma": tally(is_mma, body),
