@@ -1,13 +1,17 @@
 #!/bin/sh
 # Everything the bare sm_90 device machine runs, from the repo root (the lead's `run` tool):
 #   1. the carried wheels (.whl/: pyelftools, which the CUDA image lacks) into /tmp/site;
-#   2. verify --device cuda --level numerics --no-reproduce (the device machine has not the
+#   2. the planted off-by-one cache devcache/planted (benchmarks/device_plant.py, built on the
+#      CPU side): verify --device cuda must fail exactly its planted entry;
+#   3. benchmarks/device_speed.py (ResNet-50 batch 32, fp16 and bf16, vs cuDNN; top $SPEED_TOP
+#      of select's candidates per layer);
+#   4. verify --device cuda --level numerics --no-reproduce (the device machine has not the
 #      build's libLLVM-22) on the prebuilt sm_90 cache carried in the tree: devcache/cache,
 #      or devcache/sm90-cache.tar.xz unpacked into /tmp ($DEVCACHE overrides; numerics on a
-#      sample of it: $VERIFY_SAMPLE, default 0.2);
-#   3. benchmarks/device_speed.py (ResNet-50 batch 32, fp16 and bf16, vs cuDNN).
-# Writes into $OUT (default ./device-out): env.txt, verify.txt, verify.json, speed.txt,
-# speed.json. Exit status: verify's, else the benchmark's.
+#      sample of it: $VERIFY_SAMPLE, default 0.1).
+# Each step has a timeout so one call of the device tool (600 s) returns all results.
+# Writes into $OUT (default ./device-out): env.txt, planted.txt/json, speed.txt/json,
+# verify.txt/json. Exit status: verify's, else the benchmark's.
 set -u
 OUT=${OUT:-$PWD/device-out}
 if [ -z "${DEVCACHE:-}" ] && [ -f devcache/sm90-cache.tar.xz ]; then
@@ -15,7 +19,7 @@ if [ -z "${DEVCACHE:-}" ] && [ -f devcache/sm90-cache.tar.xz ]; then
   DEVCACHE=/tmp/devcache/cache
 fi
 DEVCACHE=${DEVCACHE:-devcache/cache}
-VERIFY_SAMPLE=${VERIFY_SAMPLE:-0.2}
+VERIFY_SAMPLE=${VERIFY_SAMPLE:-0.1}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -31,15 +35,27 @@ export PATH
     "numpy", numpy.__version__)';
   command -v nvdisasm ptxas cuobjdump;
   python3 -m wgradcache toolchain 2>&1 | tail -20; } > "$OUT/env.txt" 2>&1
-python3 -m wgradcache verify --from-cache --cache-dir "$DEVCACHE" --target sm_90 \
-  --level numerics --device cuda --no-reproduce --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" \
-  2> "$OUT/verify.txt"
-rc=$?
-echo "verify exit $rc" >> "$OUT/verify.txt"
-python3 benchmarks/device_speed.py --cache-dir "$DEVCACHE" --out "$OUT/speed.json" \
-  > "$OUT/speed.txt" 2>&1
+# 1. the planted off-by-one (benchmarks/device_plant.py, built here on the CPU side): verify
+#    must fail exactly the label in planted.txt and pass the rest of that small cache.
+if [ -f devcache/planted/planted.txt ]; then
+  timeout 120 python3 -m wgradcache verify --from-cache --cache-dir devcache/planted/cache \
+    --target sm_90 --level numerics --device cuda --no-reproduce --json \
+    > "$OUT/planted.json" 2> "$OUT/planted.txt"
+  echo "planted verify exit $? (expected 1, failing only $(cat devcache/planted/planted.txt))" \
+    >> "$OUT/planted.txt"
+fi
+# 2. the speed benchmark (its JSON is rewritten after each dtype: a timeout keeps fp16)
+timeout "${SPEED_TIMEOUT:-330}" python3 benchmarks/device_speed.py --cache-dir "$DEVCACHE" \
+  --top "${SPEED_TOP:-12}" --out "$OUT/speed.json" > "$OUT/speed.txt" 2>&1
 rc2=$?
 echo "device_speed exit $rc2" >> "$OUT/speed.txt"
+# 3. numerics of a sample of the cache on the device
+timeout "${VERIFY_TIMEOUT:-240}" python3 -m wgradcache verify --from-cache \
+  --cache-dir "$DEVCACHE" --target sm_90 --level numerics --device cuda --no-reproduce \
+  --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" 2> "$OUT/verify.txt"
+rc=$?
+echo "verify exit $rc" >> "$OUT/verify.txt"
+tail -n 5 "$OUT/planted.txt" 2>/dev/null
 tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt"
 [ $rc -ne 0 ] && exit $rc
 exit $rc2
