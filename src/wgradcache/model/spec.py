@@ -53,6 +53,9 @@ class Limits:
     min_block_size: int = 32
     max_k_steps: int = 2  # MMA k-steps per tile_k (their fragments are live at once)
     max_loads_per_thread: int = 40  # global loads per thread per K tile (both operands)
+    # (tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b) a full build measured to keep
+    # a stack frame, where no budget separates them from their neighbours (geometries.yaml)
+    exclude: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
 
 
 DEFAULT_LIMITS = Limits()  # the shipped file's base filters (tested); no per-target override
@@ -299,6 +302,9 @@ def loads_fit(target: Target, dtype: str, k_loop: str,
     store: too many per thread spill. ``limits`` None: no budget (spilling is not wrong)."""
     if limits is None:
         return True, ""
+    if k_loop == "sync" and (*geometry, a, b) in limits.exclude:
+        return False, (f"{target.name} keeps a stack frame for this geometry with vec pair "
+                       f"({a}, {b}) (measured; geometries.yaml filters exclude it)")
     n = loads_per_thread(dtype, k_loop, geometry, target.wave_size, a, b)
     if n > limits.max_loads_per_thread:
         return False, (f"{n:g} global loads per thread per K tile exceed the budget "
