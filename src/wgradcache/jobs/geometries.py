@@ -74,6 +74,11 @@ class JobData:
         ladder = self.ladder if target is None else self.ladder_for(target)
         return list(itertools.product(*(ladder[a] for a in _LADDER_AXES)))
 
+    def cover_misfit(self, target: str, geometry: Geometry) -> str:
+        """Why ``geometry`` cannot be a cover entry for ``target`` ("" when it can): the
+        loader's own rule, for a cover block written from elsewhere (``jobs.cover``)."""
+        return _misfit(geometry, target, self.ladder_for, self.limits_for)
+
     def cover_for(self, target: str) -> dict[Geometry, CoverEntry]:
         return {c.geometry: c for c in self.cover if target in c.targets}
 
@@ -294,6 +299,19 @@ def _off_ladder(geom: Geometry, ladder: _Ladder) -> str:
     return ""
 
 
+def _misfit(geom: Geometry, target: str, ladder_of: Callable[[str], _Ladder],
+            limits_for: Callable[[str], Limits]) -> str:
+    """Why ``target`` cannot keep ``geom`` as a cover entry ("" when it can): off its own
+    ladder, or refused by its filters for fp16 or bf16."""
+    if why := _off_ladder(geom, ladder_of(target)):
+        return why
+    for dtype in ("fp16", "bf16"):
+        ok, why = geometry_fits(get_target(target), dtype, geom, limits_for(target))
+        if not ok:
+            return f"{dtype}: {why}"
+    return ""
+
+
 def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladders: tuple[_Ladder, ...],
                  ladder_of: Callable[[str], _Ladder], limits_for: Callable[[str], Limits]
                  ) -> CoverEntry:
@@ -308,13 +326,7 @@ def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladders: tuple[_Lad
         raise r.fail(g_node, f"{field}.geometry", _off_ladder(geom, ladders[0]))
 
     def misfit(t: str) -> str:
-        if why := _off_ladder(geom, ladder_of(t)):
-            return why
-        for dtype in ("fp16", "bf16"):
-            ok, why = geometry_fits(get_target(t), dtype, geom, limits_for(t))
-            if not ok:
-                return f"{dtype}: {why}"
-        return ""
+        return _misfit(geom, t, ladder_of, limits_for)
 
     kernel_targets = tuple(kernel_target_names())
     if "targets" in m:

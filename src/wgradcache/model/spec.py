@@ -25,7 +25,7 @@ __all__ = [
     "elem_bytes", "lds_bytes", "lds_bytes_for", "sync_stages", "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
-    "validate", "from_label",
+    "validate", "from_label", "geometry_tag",
 ]
 
 AB_DTYPES = ("fp16", "bf16")
@@ -130,9 +130,8 @@ class KernelSpec:
         if self.k_loop == "sync" and (self.chunk_a or self.chunk_b):
             vec += f"c{self.chunk_a}x{self.chunk_b}"
         wsr = f"-wsr{self.ws_replicas}" if self.ws_replicas else ""
-        return (f"{self.target}-{self.dtype}{dw}-t{self.tile_m}x{self.tile_n}x{self.tile_k}"
-                f"-w{self.warp_m}x{self.warp_n}-{vec}-{self.k_loop}-{self.epilogue}"
-                f"-{self.reduction}{wsr}")
+        return (f"{self.target}-{self.dtype}{dw}-{geometry_tag(self.geometry)}"
+                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}")
 
     @staticmethod
     def from_dict(d: dict) -> KernelSpec:
@@ -146,6 +145,13 @@ _LABEL = re.compile(
     r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
     r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?$"
 )
+
+
+def geometry_tag(geometry: tuple[int, int, int, int, int]) -> str:
+    """The tile/warp part of a label (``t64x64x32-w2x2``): how a geometry is named to
+    people, by ``label`` and by every report that groups kernels by geometry."""
+    tm, tn, tk, wm, wn = geometry
+    return f"t{tm}x{tn}x{tk}-w{wm}x{wn}"
 
 
 def from_label(label: str) -> KernelSpec:
