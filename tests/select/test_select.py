@@ -216,3 +216,54 @@ def test_a_two_stage_entry_without_a_whole_stage2_kernel_is_skipped(small_cache,
     # fp16's two-stage entry has its own companion (fp16-wsr8): nothing of it is skipped
     r = CliRunner().invoke(main, [*args[:-5], "--problem", "2,16,7,7,24,3,3,1,1", "--json"])
     assert r.exit_code == 0 and r.stderr == "" and json.loads(r.stdout)["skipped"] == []
+
+
+def _spec(label):
+    from wgradcache.model.spec import from_label
+
+    return from_label(label)
+
+
+@pytest.mark.parametrize("label, slots", [
+    # sm_90 16x16x16 atom, 32x32 warp tile, 2 k-steps: 2 x (4 atoms + 2 + 2 fragment reads)
+    # + 8 vectors per thread x (load + LDS store)
+    ("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", 32),
+    ("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic", 10),  # 16x16 warp tiles
+    ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", 88),  # 36 vectors
+    ("gfx942-fp16-t64x64x32-w2x2-v8x8-sync-default-atomic", 20),  # wave64: 2 vectors
+    ("gfx1250-fp16-t64x64x32-w2x2-v8x8-sync-default-atomic", 16),  # 16x16x32: 1 k-step
+])
+def test_issue_slots_per_wave_and_k_tile_follow_the_targets_atom(label, slots):
+    from wgradcache.pipeline.select import warp_issue_per_k_tile
+
+    assert warp_issue_per_k_tile(_spec(label)) == slots
+
+
+def test_more_waves_on_a_small_tile_rank_below_one():
+    """Same grid and split (l1.conv1 of ResNet-50): tile area x K tied them; four waves of
+    16x16 tiles take 4 x 10 slots per K tile against 32 on one wave (measured on the H200:
+    1.70x slower)."""
+    p = ConvProblem.parse("32,256,56,56,64,1,1")
+    got = select("sm_90", p, [_spec("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic"),
+                              _spec("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic")],
+                 prune=False)
+    assert [(c.spec.label(), c.degree, c.grid, c.score) for c in got] == [
+        ("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", 64, (8, 2, 64), 1568.0),
+        ("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic", 64, (8, 2, 64), 1960.0)]
+
+
+def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
+    """ResNet-50 conv1 (C=3, vec_b 1): tile area x K x waves ranked 32x32 first (4 waves of
+    1020 CTAs against 3 of 640); its 36 narrow vectors per thread cost more slots than the
+    64x32 tile's 20 over two waves. Measured: the 64x32 kernel 1.39x faster."""
+    p = ConvProblem.parse("32,3,224,224,64,7,7,2,3")
+    got = select("sm_90", p,
+                 [_spec("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8"),
+                  _spec("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8")],
+                 prune=False)
+    # waves x (CTA waves x K tiles x slots / 4) x 1.1 (stage 2)
+    assert [(c.spec.label(), c.grid, round(c.score, 3)) for c in got] == [
+        ("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8", (5, 1, 128),
+         round(3 * 2 * 98 * 56 / 4 * 1.1, 3)),
+        ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", (5, 2, 102),
+         round(4 * 1 * 123 * 88 / 4 * 1.1, 3))]

@@ -11,7 +11,10 @@ a kernel computes a problem; this module only chooses among the kernels that do:
   recorded chunk widths and form kinds of their own, so a wider sync kernel never prunes
   them (upstream lost every async kernel of a cover geometry that way);
 * the rank is a model, not a measurement: waves of CTAs over the target's CUs times the
-  work of one CTA, with partial tiles counted as full, discounted for wider loads.
+  issue slots of one CTA (``warp_issue_per_k_tile``: MMA atoms, fragment reads, global
+  loads and LDS stores per wave and K tile, from the target's atom), partial tiles counted
+  as full. It replaced tile area x K slice, which tied every candidate whose split filled
+  the GPU (the first H200 run: the label broke the ties; benchmarks/select_vs_measured.py).
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec, lds_bytes
+from wgradcache.model.spec import KernelSpec, lds_bytes, loads_per_thread
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
 
 __all__ = ["Candidate", "SelectRequest", "Served", "select", "serve", "candidates_from_cache",
-           "candidates_from_walk"]
+           "candidates_from_walk", "warp_issue_per_k_tile"]
 
 
 @dataclass(frozen=True)
@@ -80,15 +83,38 @@ def _two_stage_wanted(spec: KernelSpec, problem: ConvProblem) -> bool:
     return problem.wg_N % 2 == 1 or (spec.dtype == "bf16" and wave32)
 
 
+ISSUE_PER_CU = 4  # warp instructions one CU/SM issues per clock (4 SIMDs / 4 SMSPs)
+
+
+def warp_issue_per_k_tile(spec: KernelSpec) -> float:
+    """Warp instructions one wave issues per K tile, from the target's MMA atom: the atoms
+    of its warp tile, one fragment read per atom row and column per k-step, and per global
+    vector a load plus (sync loop) its LDS store. Why: a CTA's time is the slots its waves
+    take, not its tile area; at equal MACs, more waves over the same tile (16x16 warp tiles)
+    or narrower loads cost more slots, which the H200 run measured (a 32x32 tile on 4
+    waves 1.7x slower than on one)."""
+    t = get_target(spec.target)
+    atom = t.atoms[spec.dtype]
+    wtm, wtn = spec.tile_m // spec.warp_m, spec.tile_n // spec.warp_n
+    am, an = -(-wtm // atom.m), -(-wtn // atom.n)
+    steps = -(-spec.tile_k // atom.k)
+    per_vec = 1 if spec.k_loop == "async" else 2  # the copy writes LDS itself
+    loads = loads_per_thread(spec.dtype, "sync", spec.geometry, t.wave_size,
+                             spec.load_vec_a, spec.load_vec_b)
+    return steps * (am * an + am + an) + per_vec * loads
+
+
 def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, int]) -> float:
+    """Waves of CTAs over the CUs (two resident per CU) times one CTA's issue slots: its
+    waves x K tiles x ``warp_issue_per_k_tile`` over the CU's issue rate; partial tiles
+    count as full. Two-stage adds its stage-2 pass (10 %)."""
     t = get_target(spec.target)
     ctas = grid[0] * grid[1] * grid[2]
     waves = -(-ctas // (2 * t.cu_count))
-    work = spec.tile_m * spec.tile_n * slice_k
-    widths = spec.load_vec_a + spec.load_vec_b
-    loop = 0.9 if spec.k_loop == "async" else 1.0
+    k_tiles = -(-slice_k // spec.tile_k)
+    cta = spec.warp_m * spec.warp_n * k_tiles * warp_issue_per_k_tile(spec) / ISSUE_PER_CU
     stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
-    return waves * work * loop * stage2 / (1.0 + 0.05 * widths)
+    return waves * cta * stage2
 
 
 def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
