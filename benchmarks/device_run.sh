@@ -55,7 +55,25 @@ timeout "${VERIFY_TIMEOUT:-240}" python3 -m wgradcache verify --from-cache \
   --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" 2> "$OUT/verify.txt"
 rc=$?
 echo "verify exit $rc" >> "$OUT/verify.txt"
-tail -n 5 "$OUT/planted.txt" 2>/dev/null
+# 4. the pipelined sync loop at every geometry of the walk (fp16 sync.default.none, one
+#    kernel per geometry: devcache/pergeo.tar.xz), every entry on the device
+if [ -f devcache/pergeo.tar.xz ]; then
+  mkdir -p /tmp/pergeo && tar -xJf devcache/pergeo.tar.xz -C /tmp/pergeo &&
+  timeout "${PERGEO_TIMEOUT:-200}" python3 -m wgradcache verify --from-cache \
+    --cache-dir /tmp/pergeo/cache --target sm_90 --level numerics --device cuda \
+    --no-reproduce --json > "$OUT/pergeo.json" 2> "$OUT/pergeo.txt"
+  echo "pergeo verify exit $?" >> "$OUT/pergeo.txt"
+fi
+# 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
+if command -v ncu >/dev/null 2>&1; then
+  timeout 120 ncu --kernel-name regex:wgrad --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --section MemoryWorkloadAnalysis python3 benchmarks/device_speed.py \
+    --cache-dir "$DEVCACHE" --layer "${NCU_LAYER:-resnet50/l3.conv2}" --dtype fp16 --top 1 \
+    --warmup 3 --iters 1 --out /tmp/ncu-speed.json > "$OUT/ncu.txt" 2>&1
+  echo "ncu exit $?" >> "$OUT/ncu.txt"
+fi
+tail -n 5 "$OUT/planted.txt" "$OUT/pergeo.txt" 2>/dev/null
 tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt"
 [ $rc -ne 0 ] && exit $rc
 exit $rc2

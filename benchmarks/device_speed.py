@@ -53,6 +53,7 @@ def _args():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--limit", type=int, default=0, help="first N layers only (0: all)")
+    ap.add_argument("--layer", action="append", help="only these layers (repeatable)")
     ap.add_argument("--out", required=True, help="JSON of the measured timings")
     return ap.parse_args()
 
@@ -184,6 +185,8 @@ def main() -> int:
         if ly.problem.short() not in seen:
             seen.add(ly.problem.short())
             distinct.append(ly)
+    if a.layer:
+        distinct = [ly for ly in distinct if ly.name in a.layer]
     if a.limit:
         distinct = distinct[:a.limit]
     dtypes = a.dtype or ["fp16", "bf16"]

@@ -125,3 +125,28 @@ def test_a_missing_source_or_a_file_as_destination_is_bad_input(tmp_path):
         merge([tmp_path / "nope"], tmp_path / "dest")
     with pytest.raises(ValueError, match="merge destination .*file is not a directory"):
         merge([tmp_path], tmp_path / "file")
+
+
+def test_a_target_with_its_own_toolchain_is_judged_by_its_digest(tmp_path):
+    """sm_90 records carry ptxas's toolchain digest, not the AMD one: of two sm_90 builds of
+    one identity, the one with sm_90's current digest supersedes; with the AMD digest
+    alone (the rule before) the stale build would have won."""
+    from wgradcache.model.spec import KernelSpec
+
+    spec = KernelSpec(target="sm_90", dtype="fp16", dw_dtype="fp16", tile_m=32, tile_n=32,
+                      tile_k=32, warp_m=1, warp_n=1, vec_a=8, vec_b=8)
+    ik = spec.identity_key()
+    for name, digest in (("ptx", "p"), ("amd", "t")):
+        c = TargetCache(tmp_path / name, "sm_90")
+        ref = c.write_blob(key(name), f"cubin {name}".encode())
+        c.write_entry(entry(ik, identity=spec.canonical(), target="sm_90", blob=ref.key,
+                            blob_size=ref.size, blob_sha256=ref.sha256,
+                            toolchain_digest=digest))
+    now = Digests(generator="g", toolchain="t", by_target=(("sm_90", "p"),))
+    assert now.for_target("sm_90") == Digests("g", "p")
+    assert now.for_target("gfx1250") == Digests("g", "t")
+    for order in (["amd", "ptx"], ["ptx", "amd"]):
+        dest = tmp_path / f"dest-{order[0]}"
+        rep = merge([tmp_path / o for o in order], dest, current=now)
+        assert rep.ok, rep.findings
+        assert TargetCache(dest, "sm_90").read_entry(ik).toolchain_digest == "p"

@@ -3,6 +3,7 @@ build == the loky build, gc under a size bound."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 
@@ -44,6 +45,30 @@ def test_refresh_twice_builds_nothing_the_second_time(small_cache, tmp_path):
     md = (tmp_path / "report" / "report.md").read_text()
     assert "Nothing was built: every job was up to date." in md
     assert "Since the last run: 0 entries added, 0 removed" in md
+
+
+def test_refresh_judges_each_target_by_its_own_toolchain(small_cache, tmp_path):
+    """sm_90's toolchain is ptxas, not LLD: the report records each target's digest, and a
+    ptxas change shows as a toolchain change of sm_90 only (the AMD digest, which the
+    report compared before, says nothing about it)."""
+    from wgradcache.pipeline.workers import codegen_context
+
+    plan = Plan(targets=("gfx1250", "sm_90"), dtypes=("fp16",), variants=(),
+                verify_level="integrity", verify_sample=1.0, max_size=None, job_timeout=300)
+    geo = str(small_cache["geometries"])
+    cache, report = tmp_path / "cache", tmp_path / "report"
+    first = refresh(plan, str(cache), report, geometries_file=geo)
+    assert first["ok"] is True
+    digests = {t: first["targets"][t]["toolchain_digest"] for t in plan.targets}
+    assert digests == {t: codegen_context(t)[2] for t in plan.targets}
+    assert digests["sm_90"] != digests["gfx1250"] == first["toolchain_digest"]
+    doc = json.loads((report / "report.json").read_text())
+    doc["targets"]["sm_90"]["toolchain_digest"] = "0" * 64  # as if ptxas had changed
+    (report / "report.json").write_text(json.dumps(doc))
+    second = refresh(plan, str(cache), report, geometries_file=geo)
+    assert {t: second["targets"][t]["changed"]["toolchain"] for t in plan.targets} == {
+        "gfx1250": False, "sm_90": True}
+    assert second["targets"]["sm_90"]["up_to_date"] == 5
 
 
 def test_three_shards_merged_equal_one_build(small_cache, tmp_path):

@@ -68,10 +68,17 @@ Record = Entry | Stage2Entry
 class Digests:
     """What this tool builds with now: ``wgrad.emit.generator_digest()`` and the toolchain
     digest of ``pipeline.workers.codegen_context``; ``toolchain`` None when this machine
-    has no toolchain (then no record is current, and no supersede is decided)."""
+    has no toolchain (then no record is current, and no supersede is decided).
+    ``by_target`` names the targets whose toolchain is another one (sm_90: ptxas, not
+    LLD), so their records are judged against their own toolchain's digest."""
 
     generator: str
     toolchain: str | None
+    by_target: tuple[tuple[str, str | None], ...] = ()
+
+    def for_target(self, target: str) -> Digests:
+        """The digests a build of ``target`` records here."""
+        return Digests(self.generator, dict(self.by_target).get(target, self.toolchain))
 
 
 @dataclass(frozen=True)
@@ -294,7 +301,8 @@ class _Planner:
             self.refuse(self.dest, f"{have} (the destination's; remove it, or run gc)",
                         target=s.target, name=name)
             return
-        action, reason = ("take", "") if have is None else decide(rec, have, self.current)
+        action, reason = ("take", "") if have is None else decide(
+            rec, have, self.current and self.current.for_target(s.target))
         label = rec.label if isinstance(rec, Entry) else rec.name
         if action == "conflict":
             self.findings.append(Finding("conflict", src, reason, s.target, name, label))

@@ -74,6 +74,11 @@ class JobData:
         ladder = self.ladder if target is None else self.ladder_for(target)
         return list(itertools.product(*(ladder[a] for a in _LADDER_AXES)))
 
+    def cover_misfit(self, target: str, geometry: Geometry) -> str:
+        """Why ``geometry`` cannot be a cover entry for ``target`` ("" when it can): the
+        loader's own rule, for a cover block written from elsewhere (``jobs.cover``)."""
+        return _misfit(geometry, target, self.ladder_for, self.limits_for)
+
     def cover_for(self, target: str) -> dict[Geometry, CoverEntry]:
         return {c.geometry: c for c in self.cover if target in c.targets}
 
@@ -117,6 +122,9 @@ _TOP = ("schema", "ladder", "ladder_wave64", "filters", "vec_pairs", "async_chun
 # Optional ladders per wave size: the key and the wave size its targets have.
 _WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
+# A target's measured exclusions: [tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b].
+_EXCLUDE = "exclude"
+MAX_EXCLUDE = 64
 
 
 def load(path: str | os.PathLike | None = None) -> JobData:
@@ -192,8 +200,29 @@ def _ladder(r: NodeReader, node: yaml.Node, key: str = "ladder"
             for a in _LADDER_AXES}
 
 
+def _exclude(r: NodeReader, node: yaml.Node, field: str
+             ) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
+    """Geometry + sync vec pair entries, each axis in its range, none repeated."""
+    rngs = (*(_axis_range(a) for a in _LADDER_AXES), _VEC_RANGE, _VEC_RANGE)
+    out: list[tuple[int, ...]] = []
+    for i, item in enumerate(r.seq(node, field, max_len=MAX_EXCLUDE)):
+        vals = r.seq(item, f"{field}[{i}]")
+        if len(vals) != len(rngs):
+            raise r.fail(item, f"{field}[{i}]", f"expected 7 integers [{', '.join(_LADDER_AXES)}"
+                                                f", vec_a, vec_b], got {len(vals)}")
+        e = tuple(r.int_(v, f"{field}[{i}][{j}]", *rg)
+                  for j, (v, rg) in enumerate(zip(vals, rngs, strict=True)))
+        if e in out:
+            raise r.fail(item, f"{field}[{i}]", f"repeated entry {list(e)}")
+        out.append(e)
+    return tuple(out)  # type: ignore[return-value]
+
+
 def _limits(r: NodeReader, over: dict[str, yaml.Node], field: str, base: Limits) -> Limits:
-    vals = {k: r.int_(v, f"{field}.{k}", *LIMIT_RANGES[k]) for k, v in over.items()}
+    vals: dict = {k: r.int_(v, f"{field}.{k}", *LIMIT_RANGES[k]) for k, v in over.items()
+                  if k != _EXCLUDE}
+    if _EXCLUDE in over:
+        vals[_EXCLUDE] = _exclude(r, over[_EXCLUDE], f"{field}.{_EXCLUDE}")
     out = replace(base, **vals)
     if out.min_block_size > out.max_block_size:
         where = over.get("min_block_size") or over.get("max_block_size")
@@ -213,7 +242,8 @@ def _filters(r: NodeReader, node: yaml.Node) -> tuple[Limits, tuple[tuple[str, L
     out = []
     for t, t_node in r.mapping(fl["targets"], "filters.targets",
                                allowed=tuple(kernel_target_names()), what="target").items():
-        over = r.mapping(t_node, f"filters.targets.{t}", allowed=_LIMIT_FIELDS, what="filter")
+        over = r.mapping(t_node, f"filters.targets.{t}", allowed=(*_LIMIT_FIELDS, _EXCLUDE),
+                         what="filter")
         out.append((t, _limits(r, over, f"filters.targets.{t}", limits)))
     return limits, tuple(out)
 
@@ -269,6 +299,19 @@ def _off_ladder(geom: Geometry, ladder: _Ladder) -> str:
     return ""
 
 
+def _misfit(geom: Geometry, target: str, ladder_of: Callable[[str], _Ladder],
+            limits_for: Callable[[str], Limits]) -> str:
+    """Why ``target`` cannot keep ``geom`` as a cover entry ("" when it can): off its own
+    ladder, or refused by its filters for fp16 or bf16."""
+    if why := _off_ladder(geom, ladder_of(target)):
+        return why
+    for dtype in ("fp16", "bf16"):
+        ok, why = geometry_fits(get_target(target), dtype, geom, limits_for(target))
+        if not ok:
+            return f"{dtype}: {why}"
+    return ""
+
+
 def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladders: tuple[_Ladder, ...],
                  ladder_of: Callable[[str], _Ladder], limits_for: Callable[[str], Limits]
                  ) -> CoverEntry:
@@ -283,13 +326,7 @@ def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladders: tuple[_Lad
         raise r.fail(g_node, f"{field}.geometry", _off_ladder(geom, ladders[0]))
 
     def misfit(t: str) -> str:
-        if why := _off_ladder(geom, ladder_of(t)):
-            return why
-        for dtype in ("fp16", "bf16"):
-            ok, why = geometry_fits(get_target(t), dtype, geom, limits_for(t))
-            if not ok:
-                return f"{dtype}: {why}"
-        return ""
+        return _misfit(geom, t, ladder_of, limits_for)
 
     kernel_targets = tuple(kernel_target_names())
     if "targets" in m:

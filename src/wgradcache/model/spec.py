@@ -26,7 +26,7 @@ __all__ = [
     "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
-    "validate", "from_label",
+    "validate", "from_label", "geometry_tag",
 ]
 
 AB_DTYPES = ("fp16", "bf16")
@@ -54,6 +54,9 @@ class Limits:
     min_block_size: int = 32
     max_k_steps: int = 2  # MMA k-steps per tile_k (their fragments are live at once)
     max_loads_per_thread: int = 40  # global loads per thread per K tile (both operands)
+    # (tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b) a full build measured to keep
+    # a stack frame, where no budget separates them from their neighbours (geometries.yaml)
+    exclude: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
 
 
 DEFAULT_LIMITS = Limits()  # the shipped file's base filters (tested); no per-target override
@@ -128,9 +131,8 @@ class KernelSpec:
         if self.k_loop == "sync" and (self.chunk_a or self.chunk_b):
             vec += f"c{self.chunk_a}x{self.chunk_b}"
         wsr = f"-wsr{self.ws_replicas}" if self.ws_replicas else ""
-        return (f"{self.target}-{self.dtype}{dw}-t{self.tile_m}x{self.tile_n}x{self.tile_k}"
-                f"-w{self.warp_m}x{self.warp_n}-{vec}-{self.k_loop}-{self.epilogue}"
-                f"-{self.reduction}{wsr}")
+        return (f"{self.target}-{self.dtype}{dw}-{geometry_tag(self.geometry)}"
+                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}")
 
     @staticmethod
     def from_dict(d: dict) -> KernelSpec:
@@ -144,6 +146,13 @@ _LABEL = re.compile(
     r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
     r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?$"
 )
+
+
+def geometry_tag(geometry: tuple[int, int, int, int, int]) -> str:
+    """The tile/warp part of a label (``t64x64x32-w2x2``): how a geometry is named to
+    people, by ``label`` and by every report that groups kernels by geometry."""
+    tm, tn, tk, wm, wn = geometry
+    return f"t{tm}x{tn}x{tk}-w{wm}x{wn}"
 
 
 def from_label(label: str) -> KernelSpec:
@@ -315,6 +324,9 @@ def loads_fit(target: Target, dtype: str, k_loop: str,
     store: too many per thread spill. ``limits`` None: no budget (spilling is not wrong)."""
     if limits is None:
         return True, ""
+    if k_loop == "sync" and (*geometry, a, b) in limits.exclude:
+        return False, (f"{target.name} keeps a stack frame for this geometry with vec pair "
+                       f"({a}, {b}) (measured; geometries.yaml filters exclude it)")
     n = loads_per_thread(dtype, k_loop, geometry, target.wave_size, a, b)
     if n > limits.max_loads_per_thread:
         return False, (f"{n:g} global loads per thread per K tile exceed the budget "

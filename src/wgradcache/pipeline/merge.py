@@ -14,16 +14,24 @@ __all__ = ["current_digests", "merge_shards"]
 def current_digests() -> Digests:
     """The generator digest and the toolchain digest a build here would record. Without a
     toolchain (a machine that only merges) the toolchain digest is None: a merge still
-    unions shards, and other content for one identity is then a conflict."""
-    from wgradcache.compile.toolchain import ToolchainError
-    from wgradcache.pipeline.workers import codegen_context
+    unions shards, and other content for one identity is then a conflict. A target with a
+    toolchain of its own (sm_90: ptxas) gets its own digest, None where that is missing."""
+    from wgradcache.model.targets import TARGETS
     from wgradcache.wgrad.emit import generator_digest
 
+    own = tuple((t, _toolchain_digest(t)) for t in sorted(TARGETS) if TARGETS[t].is_nvidia)
+    return Digests(generator=generator_digest(), toolchain=_toolchain_digest(None),
+                   by_target=own)
+
+
+def _toolchain_digest(target: str | None) -> str | None:
+    from wgradcache.compile.toolchain import ToolchainError
+    from wgradcache.pipeline.workers import codegen_context
+
     try:
-        toolchain = codegen_context()[2]
+        return codegen_context(target)[2]
     except ToolchainError:
-        toolchain = None
-    return Digests(generator=generator_digest(), toolchain=toolchain)
+        return None
 
 
 def merge_shards(sources: list[str | Path], dest: str | Path) -> MergeReport:

@@ -126,6 +126,7 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
     ok = True
     for target in plan.targets:
         t0 = time.monotonic()
+        tdigest_t = codegen_context(target)[2]  # sm_90's is ptxas's, not the AMD one
         req = BuildRequest(target=target, dtypes=plan.dtypes, variants=plan.variants,
                            shard=shard, jobs=jobs, job_timeout=plan.job_timeout,
                            geometries_file=geometries_file, cache_dir=cache_dir)
@@ -141,7 +142,8 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
                                     device="emulator", geometries_file=geometries_file))
         t_verify = time.monotonic() - t0 - t_build - t_gc
         keys = cache.entry_keys()
-        before = set(previous.get("targets", {}).get(target, {}).get("entries", []))
+        prev_t = previous.get("targets", {}).get(target, {})
+        before = set(prev_t.get("entries", []))
         tdoc = {
             **summary.to_json(),
             "failures": summary.failures,
@@ -149,12 +151,14 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
             "gc": g.to_json(),
             "verify": vrep.to_json(),
             "cache_bytes": _cache_bytes(cache),
+            "toolchain_digest": tdigest_t,
             "seconds": {"build": round(t_build, 3), "gc": round(t_gc, 3),
                         "verify": round(t_verify, 3)},
             "changed": {
                 "added": len(set(keys) - before) if previous else len(keys),
                 "removed": len(before - set(keys)) if previous else 0,
-                "toolchain": bool(previous) and previous.get("toolchain_digest") != tdigest,
+                "toolchain": bool(previous) and prev_t.get(
+                    "toolchain_digest", previous.get("toolchain_digest")) != tdigest_t,
                 "generator": bool(previous)
                 and previous.get("generator_digest") != doc["generator_digest"],
                 "first_run": not previous,
