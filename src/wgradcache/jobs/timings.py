@@ -55,6 +55,7 @@ class Timing:
     dtype: str
     label: str
     geometry: Geometry
+    variant: str  # k_loop.epilogue.reduction, from the label
     ms: float
 
 
@@ -170,7 +171,7 @@ def _check_row(row: object, jobs: JobData) -> tuple[str, str] | Timing:
     tf = row.get("tflops", 0.0)
     if type(tf) not in (int, float) or not (math.isfinite(tf) and tf >= 0):
         return "tflops", f"expected a finite number >= 0, got {_quote(tf)}"
-    return Timing(layer, row["dtype"], label, spec.geometry, float(ms))
+    return Timing(layer, row["dtype"], label, spec.geometry, spec.variant, float(ms))
 
 
 def load_timings(path: str | os.PathLike, jobs: JobData) -> Timings:
