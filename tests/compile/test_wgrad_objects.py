@@ -119,6 +119,33 @@ def test_sync_main_loop_has_no_exec_mask_branch(sync_entries):
     assert targets == {"gfx1250", "gfx1201", "gfx1151"}
 
 
+def test_async_main_loop_has_no_exec_mask_branch(tmp_path):
+    """Selected copy and zero-fill slots: no s_and_saveexec and no s_cbranch_execz/execnz
+    in the async main loop, at the narrowest chunks (4 bytes: the most chunks per thread,
+    81 exec-mask branches per iteration before) and the widest, smallest and largest tile."""
+    want = {((32, 32, 32, 1, 1), 4), ((128, 128, 32, 2, 4), 4), ((64, 64, 32, 2, 2), 16)}
+    specs = [s for s in walk("gfx1250", ["fp16"]) if s.k_loop == "async"
+             and s.variant == "async.default.none" and (s.geometry, s.chunk_a) in want
+             and s.chunk_a == s.chunk_b]
+    assert len(specs) == 3
+    summary = build(BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=2), specs=specs)
+    assert summary.failed == 0, summary.failures
+    cache = TargetCache(tmp_path, "gfx1250")
+    for spec in specs:
+        e = record_json(cache.read_entry(spec.identity_key()))
+        isa, co = e["isa"], e["code_object"]
+        assert (isa["main_loop_exec_branches"], isa["main_loop_saveexec"]) == (0, 0), (
+            spec.label(), isa["main_loop_exec_branches"], isa["main_loop_saveexec"])
+        assert isa["async_copies"] > 0 and isa_problems(spec, isa) == [], spec.label()
+        assert co["group_segment_fixed_size"] == lds_bytes(spec), spec.label()
+        assert (co["vgpr_spill_count"], co["sgpr_spill_count"],
+                co["private_segment_fixed_size"]) == (0, 0, 0), spec.label()
+    # verify --level structure holds the async loop to the same rule as the sync one
+    for planted in ({"main_loop_exec_branches": 3}, {"main_loop_saveexec": 1}):
+        assert isa_problems(spec, {**isa, **planted}) == [
+            "async loop branches on the exec mask (predicated loads, copies or stores)"]
+
+
 def test_same_spec_gives_identical_bytes_in_two_processes():
     spec = KernelSpec("gfx1250", "bf16", "bf16", 64, 64, 32, 2, 2, vec_a=8, vec_b=8,
                       epilogue="cshuffle", reduction="atomic")

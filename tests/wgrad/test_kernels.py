@@ -10,7 +10,7 @@ from wgrad_cases import PROBLEMS, make_spec
 
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.emulate import EmulationError, emulate
-from wgradcache.kernel.ir import Ops, f16, i32, ptr, walk
+from wgradcache.kernel.ir import IfRegion, Ops, f16, i32, ptr, walk
 from wgradcache.kernel.lower_llvm import lower
 from wgradcache.model.spec import KernelSpec, lds_bytes
 from wgradcache.pipeline.emulate import run_emulated
@@ -119,14 +119,15 @@ def _predicate_kernel(unsigned: bool):
     out = kb.arg("out", ptr(f16))
     offs = kb.arg("offs", ptr(i32))
     nbytes = kb.arg("nbytes", i32)
-    lds = kb.ptr_cast(kb.lds("t", 32 * 16), f16)
+    lds = kb.ptr_cast(kb.lds("t", 2 * 32 * 16), f16)  # the slots, then the scratch slots
     lane = kb.thread_id()
     dst = kb.gep(lds, kb.mul(lane, 8))
     kb.store(dst, kb.const(1.0, f16.vec(8)))  # poison: a skipped zero-fill shows as ones
     kb.barrier()
     off = kb.load(kb.gep(offs, lane))
     if unsigned:
-        copy_or_zero_fill(kb, src, off, nbytes, dst, 16)
+        copy_or_zero_fill(kb, src, off, nbytes, lds, kb.mul(lane, 8),
+                          kb.add(kb.mul(lane, 8), 32 * 8), 16)
     else:  # the upstream bug: a signed compare
         ok = kb.icmp("slt", off, nbytes)
         kb.async_copy(kb.gep(kb.ptr_cast(src, f16), kb.ashr(off, 1)), dst, 16, pred=ok)
@@ -150,6 +151,17 @@ def test_async_predicate_is_unsigned_and_zero_fills():
     for lane in (1, 2, 3, 4, 5):  # 0x7fffffff, 0x80000000, 0xffffffff, 48, 64 >= 32
         np.testing.assert_array_equal(rows[lane], np.zeros(8, np.float16))
     np.testing.assert_array_equal(rows[6:], np.tile(src[:8], (26, 1)))  # offset 0
+
+
+def test_async_chunk_is_branch_free():
+    """The copy and the zero store are unpredicated: selects choose their LDS slots."""
+    kd = _predicate_kernel(True)
+    mem = [v for v in walk(kd.body) if (v.op is Ops.ASYNC_COPY or v.op is Ops.STORE
+                                         and v.src[0].dtype.addrspace == 3)]
+    # the poison, the zero fill, the copy
+    assert [v.op for v in mem] == [Ops.STORE, Ops.STORE, Ops.ASYNC_COPY]
+    assert all(len(v.src) == 2 for v in mem)  # no predicate operand
+    assert not any(isinstance(n, IfRegion) for n in kd.body)
 
 
 def test_signed_predicate_reads_out_of_bounds():

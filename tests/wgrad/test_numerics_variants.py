@@ -5,8 +5,9 @@ the async K loop (gfx1250, partial tiles and odd slice tails)."""
 from __future__ import annotations
 
 import pytest
-from wgrad_cases import PROBLEMS, check, make_spec
+from wgrad_cases import EDGE, PROBLEMS, check, make_spec
 
+from wgradcache.jobs import walk
 from wgradcache.model.problem import ConvProblem
 from wgradcache.pipeline.emulate import run_emulated
 
@@ -149,3 +150,19 @@ def test_async_odd_slice_tail():
                      reduction="atomic", chunk_a=16, chunk_b=16)
     r = _run(spec, K7, 3, "fp16")
     assert r.plan.slice_k == 96 and 2 * 96 < K7.wg_K < 3 * 96
+
+
+def _async_ladder() -> list[tuple]:
+    """Every geometry the gfx1250 walk gives the async loop."""
+    return sorted({s.geometry for s in walk("gfx1250", ["fp16"]) if s.k_loop == "async"})
+
+
+@pytest.mark.parametrize("i, geometry", list(enumerate(_async_ladder())))
+def test_async_every_ladder_geometry(i, geometry):
+    """The branch-free chunks (copies into scratch slots, selected zero stores) on every
+    async geometry, with race and in-flight checks, on the all-edges problem; the narrowest
+    and the widest chunks alternate."""
+    chunks = (4, 4) if i % 2 else (16, 16)
+    spec = make_spec("gfx1250", "fp16", geometry, EDGE, k_loop="async", chunk_a=chunks[0],
+                     chunk_b=chunks[1])
+    check(run_emulated(spec, EDGE, seed=i), "fp16")

@@ -122,6 +122,9 @@ _TOP = ("schema", "ladder", "ladder_wave64", "filters", "vec_pairs", "async_chun
 # Optional ladders per wave size: the key and the wave size its targets have.
 _WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
+# A target's measured exclusions: [tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b].
+_EXCLUDE = "exclude"
+MAX_EXCLUDE = 64
 
 
 def load(path: str | os.PathLike | None = None) -> JobData:
@@ -197,8 +200,29 @@ def _ladder(r: NodeReader, node: yaml.Node, key: str = "ladder"
             for a in _LADDER_AXES}
 
 
+def _exclude(r: NodeReader, node: yaml.Node, field: str
+             ) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
+    """Geometry + sync vec pair entries, each axis in its range, none repeated."""
+    rngs = (*(_axis_range(a) for a in _LADDER_AXES), _VEC_RANGE, _VEC_RANGE)
+    out: list[tuple[int, ...]] = []
+    for i, item in enumerate(r.seq(node, field, max_len=MAX_EXCLUDE)):
+        vals = r.seq(item, f"{field}[{i}]")
+        if len(vals) != len(rngs):
+            raise r.fail(item, f"{field}[{i}]", f"expected 7 integers [{', '.join(_LADDER_AXES)}"
+                                                f", vec_a, vec_b], got {len(vals)}")
+        e = tuple(r.int_(v, f"{field}[{i}][{j}]", *rg)
+                  for j, (v, rg) in enumerate(zip(vals, rngs, strict=True)))
+        if e in out:
+            raise r.fail(item, f"{field}[{i}]", f"repeated entry {list(e)}")
+        out.append(e)
+    return tuple(out)  # type: ignore[return-value]
+
+
 def _limits(r: NodeReader, over: dict[str, yaml.Node], field: str, base: Limits) -> Limits:
-    vals = {k: r.int_(v, f"{field}.{k}", *LIMIT_RANGES[k]) for k, v in over.items()}
+    vals: dict = {k: r.int_(v, f"{field}.{k}", *LIMIT_RANGES[k]) for k, v in over.items()
+                  if k != _EXCLUDE}
+    if _EXCLUDE in over:
+        vals[_EXCLUDE] = _exclude(r, over[_EXCLUDE], f"{field}.{_EXCLUDE}")
     out = replace(base, **vals)
     if out.min_block_size > out.max_block_size:
         where = over.get("min_block_size") or over.get("max_block_size")
@@ -218,7 +242,8 @@ def _filters(r: NodeReader, node: yaml.Node) -> tuple[Limits, tuple[tuple[str, L
     out = []
     for t, t_node in r.mapping(fl["targets"], "filters.targets",
                                allowed=tuple(kernel_target_names()), what="target").items():
-        over = r.mapping(t_node, f"filters.targets.{t}", allowed=_LIMIT_FIELDS, what="filter")
+        over = r.mapping(t_node, f"filters.targets.{t}", allowed=(*_LIMIT_FIELDS, _EXCLUDE),
+                         what="filter")
         out.append((t, _limits(r, over, f"filters.targets.{t}", limits)))
     return limits, tuple(out)
 

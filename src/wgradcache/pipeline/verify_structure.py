@@ -87,8 +87,11 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
         need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
     else:
         need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
-        need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
-             == 0, "sync loop branches on the exec mask (predicated loads or stores)")
+    # both loops predicate without branches: bounded loads (sync), selected copy and
+    # zero-fill slots (async)
+    need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
+         == 0, f"{spec.k_loop} loop branches on the exec mask (predicated loads, copies or "
+               "stores)")
     if spec.reduction == "atomic":
         if spec.dw_dtype == "fp32":
             need(f32 > 0, "fp32 split-K without global_atomic_add_f32")

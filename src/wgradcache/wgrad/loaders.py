@@ -11,9 +11,11 @@ tiles) reads zero without a branch. The sync loop's loads are bounded loads (a b
 resource on AMD, DESIGN §4): an invalid vector gets the byte offset 0x80000000, past every
 buffer ``serves`` admits, and the hardware's range check returns zeros; no exec-mask branch
 per vector. The async copies have no range check: their predicate is explicit
-(``async_chunk_predicate``). Offsets of valid elements fit 31 bits (``serves`` bounds every
-buffer), so i32 arithmetic is exact there; for invalid ones it may wrap, harmlessly, since
-the offset is replaced (sync) or nothing is accessed (async).
+(``async_chunk_predicate``) and picks, by selects, where an unpredicated copy and an
+unpredicated zero store land (``copy_or_zero_fill``): no exec-mask branch either. Offsets
+of valid elements fit 31 bits (``serves`` bounds every buffer), so i32 arithmetic is exact
+there; for invalid ones it may wrap, harmlessly, since the offset is replaced (sync: past
+the range; async: 0, the copy landing in a scratch slot).
 
 The sync loop does not divide per K tile where it can carry the gather: ``gather_state``
 gives each B slot's (wo, ho, element offset) once, ``advance`` steps it by tile_k without a
@@ -395,27 +397,41 @@ def async_chunk_predicate(kb: KernelBuilder, valid: Value | None, byte_off: Valu
 
 
 def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes: Value,
-                      dst: Value, nbytes: int, valid: Value | None = None,
-                      have: Value | None = None) -> None:
-    """One chunk: an async copy of ``nbytes`` when in range, else an LDS store of zeros of
-    the tile's element type (``dst.elem``) over the same bytes. ``have``: the thread owns
-    this chunk at all (a ragged last slot)."""
+                      lds: Value, dst: Value, spare: Value, nbytes: int,
+                      valid: Value | None = None, have: Value | None = None) -> None:
+    """One chunk, branch-free: an async copy of ``nbytes`` and an LDS store of zeros of the
+    tile's element type (``lds.elem``), both unpredicated; selects pick where each goes.
+
+    ``dst`` and ``spare`` are element indices into ``lds``: the chunk's slot, and this
+    thread's own scratch slot for this chunk (never read). In range, the copy reads the
+    chunk into ``dst`` and the zeros go to ``spare``; out of range, the copy reads the
+    buffer's first ``nbytes`` (in bounds: ``serves`` makes every buffer at least one chunk)
+    into ``spare`` and the zeros go to ``dst``. ``have``: the thread owns this chunk at all
+    (a ragged last slot); if not, both go to ``spare``. The store comes first: a copy into
+    ``spare`` is still in flight after it, and a store behind it would race; the previous
+    copy into ``spare`` was retired by the wait that began the phase."""
     pred = async_chunk_predicate(kb, valid, byte_off, num_bytes)
     copy_pred = pred if have is None else kb.and_(have, pred)
-    src = kb.gep(kb.ptr_cast(buf, i8), byte_off)
-    kb.async_copy(src, dst, nbytes, pred=copy_pred)
-    elem = dst.dtype.elem
+    fill = kb.not_(pred) if have is None else kb.and_(have, kb.not_(pred))
+    elem = lds.dtype.elem
     n = nbytes // elem.itemsize
     zero = kb.const(0.0, elem.vec(n) if n > 1 else elem)
-    kb.store(dst, zero, pred=all_of(kb, have, kb.not_(pred)), align=nbytes)
+    kb.store(kb.gep(lds, kb.select(fill, dst, spare)), zero, align=nbytes)
+    src = kb.gep(kb.ptr_cast(buf, i8), kb.select(copy_pred, byte_off, 0))
+    kb.async_copy(src, kb.gep(lds, kb.select(copy_pred, dst, spare)), nbytes)
 
 
-def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value) -> None:
-    """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``."""
+def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value,
+                spare_off: int) -> None:
+    """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``;
+    ``spare_off``: element offset of the operand's scratch slots, one chunk per (slot,
+    thread) (``spec.async_spare_bytes``), where out-of-range chunks' copies land."""
     kb, eb = op.ctx.kb, op.ctx.eb
     shift = eb.bit_length() - 1
-    for slot, (valid, off) in zip(op.slots, op.at(kt), strict=True):
-        dst = kb.gep(lds, kb.add(stage_off, kb.add(slot.lds_off, op.lds_base)))
-        copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, dst, op.width * eb,
+    block, w = op.ctx.spec.block_size, op.width
+    tid_w = kb.mul(op.ctx.tid, w)
+    for i, (slot, (valid, off)) in enumerate(zip(op.slots, op.at(kt), strict=True)):
+        dst = kb.add(stage_off, kb.add(slot.lds_off, op.lds_base))
+        spare = kb.add(tid_w, spare_off + i * block * w)
+        copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, lds, dst, spare, w * eb,
                           valid=valid, have=slot.ok)
-
