@@ -126,8 +126,8 @@ def _predicate_kernel(unsigned: bool):
     kb.barrier()
     off = kb.load(kb.gep(offs, lane))
     if unsigned:
-        copy_or_zero_fill(kb, src, off, nbytes, lds, kb.mul(lane, 8),
-                          kb.add(kb.mul(lane, 8), 32 * 8), 16)
+        copy_or_zero_fill(kb, src, off, nbytes, lds, kb.mul(lane, 8), kb.const(0, i32),
+                          32 * 8, 16)
     else:  # the upstream bug: a signed compare
         ok = kb.icmp("slt", off, nbytes)
         kb.async_copy(kb.gep(kb.ptr_cast(src, f16), kb.ashr(off, 1)), dst, 16, pred=ok)

@@ -17,23 +17,26 @@ from wgradcache.cli.console import UserError, emit_json, printable
               help="every (layer, dtype) within this factor of its best measured time")
 @click.option("--out", "out_file", type=PathParam("file"), default=None, metavar="PATH",
               help="write the geometries.yaml cover: block here")
+@click.option("--dtype", "dtypes", multiple=True, metavar="D",
+              help="only these dtypes' timings (repeatable; default: every one in the file)")
 @geometries_option
 @json_option
-def cover(timings_file, size, factor, out_file, geometries_file, as_json) -> None:
+def cover(timings_file, size, factor, out_file, dtypes, geometries_file, as_json) -> None:
     """Recompute the geometry cover from measured per-layer timings (greedy set cover).
 
     Per (layer, dtype): the best time at each measured geometry; each step takes the
     geometry that keeps the most uncovered pairs within --factor of their best over every
     measured geometry (ties: the lower time), until all are covered or --size is reached.
     Prints the cover with its reason per entry and what the layer set loses against the
-    full ladder; --out writes the cover block to paste in place of geometries.yaml's.
+    full ladder, and the current cover of the geometries file measured on the same
+    timings; --out writes the cover block to paste in place of geometries.yaml's.
     Exit 0 with a report, 2 for bad input.
     """
     from wgradcache.jobs.cover import cover_block, cover_from_file, summary_lines, write_block
     from wgradcache.jobs.timings import TimingsError
 
     try:
-        result = cover_from_file(timings_file, size, factor, geometries_file)
+        result = cover_from_file(timings_file, size, factor, geometries_file, dtypes)
         if out_file is not None:
             write_block(result, out_file)
     except TimingsError as e:

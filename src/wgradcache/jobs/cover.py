@@ -25,16 +25,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wgradcache.files.capped import Refused
 from wgradcache.files.written import write_text
 from wgradcache.jobs.geometries import MAX_COVER, default_jobdata
 from wgradcache.jobs.timings import Timing, Timings, TimingsError, load_timings
-from wgradcache.model.spec import geometry_tag
+from wgradcache.jobs.walk import LADDER_VARIANTS
+from wgradcache.model.spec import DTYPE_KEYS, geometry_tag
 
 __all__ = ["CoverPick", "PairLoss", "CoverResult", "compute_cover", "cover_block",
-           "summary_lines", "cover_from_file", "write_block", "check_options", "reason",
+           "summary_lines", "cover_from_file", "pair_losses", "walked_losses", "totals",
+           "write_block", "check_options", "reason",
            "DEFAULT_SIZE", "DEFAULT_FACTOR", "MAX_FACTOR"]
 
 Geometry = tuple[int, int, int, int, int]
@@ -81,8 +83,20 @@ class PairLoss:
         return math.inf if self.cover_ms is None else self.cover_ms / self.best_ms
 
 
+def totals(pairs: Sequence[PairLoss], dtype: str | None = None) -> tuple[float, float, int]:
+    """(cover ms, full-ladder ms, pairs left out: no cover time) over ``dtype``'s pairs
+    (every pair when None)."""
+    rows = [p for p in pairs if dtype is None or p.dtype == dtype]
+    timed = [p for p in rows if p.cover_ms is not None]
+    return (sum(p.cover_ms for p in timed), sum(p.best_ms for p in timed),  # type: ignore[misc]
+            len(rows) - len(timed))
+
+
 @dataclass(frozen=True)
 class CoverResult:
+    """The greedy cover and, beside it, the current cover of the geometries file (its
+    entries for the target) measured on the same timings: what pasting the block changes."""
+
     target: str
     factor: float
     size: int
@@ -90,14 +104,15 @@ class CoverResult:
     picks: tuple[CoverPick, ...]
     pairs: tuple[PairLoss, ...]  # every pair, sorted by (dtype, layer)
     uncovered: tuple[PairLoss, ...]  # over the factor with the cover (``size`` reached)
+    current: tuple[Geometry, ...] = ()  # the geometries file's cover for the target
+    current_pairs: tuple[PairLoss, ...] = ()  # every pair with the current cover
+    # What a cache walked with each cover would serve of the measured kernels: the cover's
+    # geometries with every variant, every other geometry with the ladder's variants.
+    walked: tuple[PairLoss, ...] = ()
+    current_walked: tuple[PairLoss, ...] = ()
 
     def totals(self, dtype: str | None = None) -> tuple[float, float, int]:
-        """(cover ms, full-ladder ms, pairs left out: no cover time) over ``dtype``'s
-        pairs (every pair when None)."""
-        rows = [p for p in self.pairs if dtype is None or p.dtype == dtype]
-        timed = [p for p in rows if p.cover_ms is not None]
-        return (sum(p.cover_ms for p in timed), sum(p.best_ms for p in timed),  # type: ignore[misc]
-                len(rows) - len(timed))
+        return totals(self.pairs, dtype)
 
     def dtypes(self) -> tuple[str, ...]:
         return tuple(sorted({p.dtype for p in self.pairs}))
@@ -106,24 +121,38 @@ class CoverResult:
         """The pair the cover slows most (first by (dtype, layer) on a tie)."""
         return max(self.pairs, key=lambda p: p.ratio)
 
+    def current_within(self) -> int:
+        return sum(p.ratio <= self.factor for p in self.current_pairs)
+
     def to_json(self) -> dict:
         cov, full, left = self.totals()
         w = self.worst()
-        return {
+        current = set(self.current)
+        doc = {
             "target": self.target, "factor": self.factor, "size": self.size,
             "geometries_measured": self.geometries_measured, "pairs": len(self.pairs),
             "cover": [{"geometry": list(p.geometry), "tag": p.tag,
+                       "in_current_cover": p.geometry in current,
                        "new": [pair_name(q) for q in p.new],
                        "covers": [pair_name(q) for q in p.covers],
                        "fastest": [pair_name(q) for q in p.fastest],
                        "reason": reason(p, self)} for p in self.picks],
             "uncovered": [_loss_json(p) for p in self.uncovered],
-            "loss": {"cover_ms": cov, "full_ms": full,
-                     "ratio": cov / full if full else None, "pairs_without_cover_time": left,
+            "loss": {**_ratio_json(cov, full, left),
                      "per_dtype": {d: _ratio_json(*self.totals(d)) for d in self.dtypes()},
                      "worst": _loss_json(w)},
             "per_pair": [_loss_json(p) for p in self.pairs],
+            "walked": _ratio_json(*totals(self.walked)),
         }
+        if self.current:
+            doc["current_cover"] = {
+                "entries": len(self.current), "within": self.current_within(),
+                "loss": {**_ratio_json(*totals(self.current_pairs)),
+                         "per_dtype": {d: _ratio_json(*totals(self.current_pairs, d))
+                                       for d in self.dtypes()}},
+                "per_pair": [_loss_json(p) for p in self.current_pairs],
+                "walked": _ratio_json(*totals(self.current_walked))}
+        return doc
 
 
 def _ratio_json(cov: float, full: float, left: int) -> dict:
@@ -157,10 +186,44 @@ def check_options(size: int, factor: float) -> tuple[bool, str]:
     return True, ""
 
 
+def pair_losses(best: dict[Pair, dict[Geometry, float]], cover: Sequence[Geometry]
+                ) -> tuple[PairLoss, ...]:
+    """Every pair (by (dtype, layer)) with the fastest of ``cover`` measured on it (the
+    earlier geometry of ``cover`` on a tie) against its best over every geometry."""
+    out = []
+    for p in sorted(best, key=_pair_order):
+        per = best[p]
+        measured = [g for g in cover if g in per]
+        cg = min(measured, key=lambda g: per[g]) if measured else None
+        bg = min(per, key=lambda g: (per[g], g))
+        out.append(PairLoss(p[0], p[1], per[bg], bg, per[cg] if cg else None, cg))
+    return tuple(out)
+
+
+def walked_losses(rows: Sequence[Timing], cover: Sequence[Geometry]) -> tuple[PairLoss, ...]:
+    """Every pair with the fastest kernel a cache walked with ``cover`` holds of those
+    measured: any variant at a cover geometry, the ladder's variants (``LADDER_VARIANTS``)
+    at any other. The cover decides variants, not geometries: the walk keeps every ladder
+    geometry, so a cover's real cost is the lost variants (two-stage, cshuffle, async)."""
+    keep = set(cover)
+    best: dict[Pair, tuple[float, Geometry]] = {}
+    served: dict[Pair, tuple[float, Geometry]] = {}
+    for r in rows:
+        p = (r.layer, r.dtype)
+        best[p] = min(best.get(p, (math.inf, r.geometry)), (r.ms, r.geometry))
+        if r.geometry in keep or r.variant in LADDER_VARIANTS:
+            served[p] = min(served.get(p, (math.inf, r.geometry)), (r.ms, r.geometry))
+    return tuple(PairLoss(p[0], p[1], best[p][0], best[p][1],
+                          served[p][0] if p in served else None,
+                          served[p][1] if p in served else None)
+                 for p in sorted(best, key=_pair_order))
+
+
 def compute_cover(timings: Timings, size: int = DEFAULT_SIZE,
-                  factor: float = DEFAULT_FACTOR) -> CoverResult:
-    """The greedy cover of ``timings`` (see the module docstring); ValueError for a size
-    or factor out of range."""
+                  factor: float = DEFAULT_FACTOR, current: Sequence[Geometry] = ()
+                  ) -> CoverResult:
+    """The greedy cover of ``timings`` (see the module docstring), and the losses of the
+    ``current`` cover beside it; ValueError for a size or factor out of range."""
     ok, why = check_options(size, factor)
     if not ok:
         raise ValueError(why)
@@ -178,22 +241,19 @@ def compute_cover(timings: Timings, size: int = DEFAULT_SIZE,
         new = tuple(sorted(within[g] & uncovered, key=_pair_order))
         chosen.append((g, new))
         uncovered -= set(new)
-    cover = [g for g, _ in chosen]
-    losses = []
-    for p in sorted(best, key=_pair_order):
-        measured = [g for g in cover if g in best[p]]
-        cg = min(measured, key=lambda g: best[p][g]) if measured else None  # first on a tie
-        losses.append(PairLoss(p[0], p[1], full[p], min(best[p], key=lambda g: (best[p][g], g)),
-                               best[p][cg] if cg else None, cg))
-    fastest: dict[Geometry, list[Pair]] = {g: [] for g in cover}
+    losses = pair_losses(best, [g for g, _ in chosen])
+    fastest: dict[Geometry, list[Pair]] = {g: [] for g, _ in chosen}
     for pl in losses:
         if pl.cover_geometry is not None:
             fastest[pl.cover_geometry].append((pl.layer, pl.dtype))
     picks = tuple(CoverPick(g, new, tuple(sorted(within[g], key=_pair_order)),
                             tuple(fastest[g])) for g, new in chosen)
     left = tuple(pl for pl in losses if (pl.layer, pl.dtype) in uncovered)
-    return CoverResult(timings.target, float(factor), size, len(geoms), picks,
-                       tuple(losses), left)
+    cover = [g for g, _ in chosen]
+    return CoverResult(timings.target, float(factor), size, len(geoms), picks, losses, left,
+                       tuple(current), pair_losses(best, tuple(current)) if current else (),
+                       walked_losses(timings.rows, cover),
+                       walked_losses(timings.rows, tuple(current)) if current else ())
 
 
 def _pair_order(p: Pair) -> tuple[str, str]:
@@ -256,6 +316,12 @@ def _loss_line(p: PairLoss) -> str:
             f"({geometry_tag(p.cover_geometry)} {p.cover_ms:.4f} ms vs {best})")
 
 
+def _ratio_text(pairs: Sequence[PairLoss]) -> str:
+    cov, full, left = totals(pairs)
+    return (f"{cov / full:.3f}x ({cov:.4f} ms vs {full:.4f} ms"
+            + (f"; {left} pairs served by no measured kernel left out" if left else "") + ")")
+
+
 def summary_lines(result: CoverResult, source: str) -> list[str]:
     """The report for people: the cover with the reason per entry, the loss against the
     full ladder (total and per dtype, the worst pair), and what ``size`` left uncovered."""
@@ -266,8 +332,10 @@ def summary_lines(result: CoverResult, source: str) -> list[str]:
            f"{n - len(result.uncovered)} of {n} (layer, dtype) pairs within "
            f"{result.factor:g}x of their best over {result.geometries_measured} measured "
            f"geometries (--size {result.size})"]
+    current = set(result.current)
     for i, p in enumerate(result.picks, 1):
-        out.append(f"{i:2d}. {p.tag}: covers {len(p.new)} new "
+        mark = " (in the current cover)" if p.geometry in current else ""
+        out.append(f"{i:2d}. {p.tag}{mark}: covers {len(p.new)} new "
                    f"({', '.join(map(pair_name, p.new))}); within {result.factor:g}x on "
                    f"{len(p.covers)}; fastest of the cover on {len(p.fastest)}"
                    + (f" ({', '.join(map(pair_name, p.fastest))})" if p.fastest else ""))
@@ -279,6 +347,19 @@ def summary_lines(result: CoverResult, source: str) -> list[str]:
                + (f"; {left} without a cover time left out" if left else "")
                + f"); {per}")
     out.append(f"worst: {_loss_line(result.worst())}")
+    if result.current:
+        ccov, cfull, cleft = totals(result.current_pairs)
+        out.append(f"the current cover ({len(result.current)} {result.target} entries): "
+                   f"{result.current_within()} of {n} pairs within {result.factor:g}x, "
+                   f"{ccov / cfull:.3f}x the total time ({ccov:.4f} ms vs {cfull:.4f} ms over "
+                   f"{n - cleft} pairs" + (f"; {cleft} without a cover time left out"
+                                           if cleft else "") + ")")
+    walked = [("this cover", result.walked)]
+    if result.current:
+        walked.append(("the current cover", result.current_walked))
+    out.append("served by a cache walked with it (every variant at the cover's geometries, "
+               "sync.default.{none,atomic} at the others): "
+               + "; ".join(f"{name} {_ratio_text(ws)}" for name, ws in walked))
     if result.uncovered:
         out.append(f"left uncovered at --size {result.size} ({len(result.uncovered)} pairs):")
         out += [f"  {_loss_line(p)}" for p in result.uncovered]
@@ -286,14 +367,26 @@ def summary_lines(result: CoverResult, source: str) -> list[str]:
 
 
 def cover_from_file(path: str, size: int = DEFAULT_SIZE, factor: float = DEFAULT_FACTOR,
-                    geometries_file: str | None = None) -> CoverResult:
-    """The cover of the timings file at ``path``, its geometries checked against the cover
-    rule of ``geometries_file`` (the shipped one when None). ``TimingsError`` (one line)
-    for a bad file or option."""
+                    geometries_file: str | None = None,
+                    dtypes: Sequence[str] = ()) -> CoverResult:
+    """The cover of the timings file at ``path`` (its ``dtypes`` rows only, when given),
+    its geometries checked against the cover rule of ``geometries_file`` (the shipped one
+    when None), whose current cover for the target is measured beside it.
+    ``TimingsError`` (one line) for a bad file or option."""
     ok, why = check_options(size, factor)
     if not ok:
         raise TimingsError(why)
-    return compute_cover(load_timings(path, default_jobdata(geometries_file)), size, factor)
+    for d in dtypes:
+        if d not in DTYPE_KEYS:
+            raise TimingsError(f"--dtype {d!r}: valid: {', '.join(DTYPE_KEYS)}")
+    jobs = default_jobdata(geometries_file)
+    tim = load_timings(path, jobs)
+    if dtypes:
+        rows = tuple(r for r in tim.rows if r.dtype in dtypes)
+        if not rows:
+            raise TimingsError(f"{tim.path}: no timings of {', '.join(dtypes)}")
+        tim = replace(tim, rows=rows)
+    return compute_cover(tim, size, factor, tuple(jobs.cover_for(tim.target)))
 
 
 def write_block(result: CoverResult, out: str) -> None:

@@ -55,6 +55,7 @@ class Timing:
     dtype: str
     label: str
     geometry: Geometry
+    variant: str  # k_loop.epilogue.reduction, from the label
     ms: float
     problem: str = ""  # the layer's N,C,H,W,K,Y,X[,...] (checked: ConvProblem.parse)
     rank: int = 0  # select's rank when the benchmark ran (0: not recorded)
@@ -172,8 +173,8 @@ def _check_row(row: object, jobs: JobData) -> tuple[str, str] | Timing:
     tf = row.get("tflops", 0.0)
     if type(tf) not in (int, float) or not (math.isfinite(tf) and tf >= 0):
         return "tflops", f"expected a finite number >= 0, got {_quote(tf)}"
-    return Timing(layer, row["dtype"], label, spec.geometry, float(ms), row["problem"],
-                  row.get("rank", 0))
+    return Timing(layer, row["dtype"], label, spec.geometry, spec.variant, float(ms),
+                  row["problem"], row.get("rank", 0))
 
 
 def load_timings(path: str | os.PathLike, jobs: JobData) -> Timings:

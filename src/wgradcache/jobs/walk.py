@@ -33,12 +33,16 @@ from wgradcache.model.spec import (
 )
 from wgradcache.model.targets import Target, get_target, kernel_target_names
 
-__all__ = ["walk", "count", "count_table", "resolve_selection", "Selection", "SelectionError"]
+__all__ = ["walk", "count", "count_table", "resolve_selection", "Selection", "SelectionError",
+           "LADDER_VARIANTS"]
 
 _LADDER_SLOTS = (("sync", "default", "none"), ("sync", "default", "atomic"))
 _COVER_SLOTS = (("sync", "cshuffle", "none"), ("sync", "cshuffle", "atomic"),
                 ("sync", "default", "two_stage"))
 _ASYNC_SLOTS = tuple(("async", e, r) for e in ("default", "cshuffle") for r in ("none", "atomic"))
+# What every ladder geometry gets, in the cover or not (``jobs.cover``: what a cache walked
+# with another cover still serves).
+LADDER_VARIANTS = frozenset(".".join(s) for s in _LADDER_SLOTS)
 
 
 class SelectionError(ValueError):

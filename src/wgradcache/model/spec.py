@@ -22,8 +22,7 @@ __all__ = [
     "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
     "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
-    "elem_bytes", "lds_bytes", "lds_bytes_for", "async_spare_bytes", "sync_stages",
-    "accumulators_per_lane", "lds_fits",
+    "elem_bytes", "lds_bytes", "lds_bytes_for", "sync_stages", "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label", "geometry_tag",
@@ -206,34 +205,21 @@ def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: in
     return 2 if 2 * one <= target.lds_bytes else 1
 
 
-def async_spare_bytes(dtype: str, tile_m: int, tile_n: int, tile_k: int,
-                      block: int) -> tuple[int, int]:
-    """Bytes of the async loop's scratch slots of A and B, after its two stages: one chunk
-    per (slot, thread), where out-of-range chunks' copies land (``loaders.copy_or_zero_fill``:
-    no exec-mask branch). A bound that holds for every chunk width: ceil(tile / chunk /
-    block) slots a thread of ``chunk`` bytes each is at most the tile plus one chunk per
-    thread."""
-    eb = elem_bytes(dtype)
-    return (tile_k * tile_m * eb + block * max(ASYNC_CHUNK_BYTES),
-            tile_k * tile_n * eb + block * max(ASYNC_CHUNK_BYTES))
-
-
 def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
-                  tile_m: int, tile_n: int, tile_k: int, block: int) -> int:
+                  tile_m: int, tile_n: int, tile_k: int) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
     The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + LDS_ROW_PAD
     elements (the pad keeps each row 16-byte aligned and spreads a wave's 128-bit fragment
     reads over the banks), ``sync_stages`` of them. The async loop's copies land as memory
-    holds them: K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages,
-    then the scratch slots of the out-of-range copies (``async_spare_bytes``; ``block``:
-    threads per workgroup).
+    holds them: K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages
+    and a third of the same layout where out-of-range chunks' copies land (no exec-mask
+    branch: ``loaders.copy_or_zero_fill``).
     The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
     loop's last barrier, so the allocation is the larger of the two.
     """
     if k_loop == "async":
-        operands = (2 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
-                    + sum(async_spare_bytes(dtype, tile_m, tile_n, tile_k, block)))
+        operands = 3 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
     else:
         operands = (sync_stages(target, dtype, tile_m, tile_n, tile_k) * (tile_m + tile_n)
                     * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype))
@@ -243,7 +229,7 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
 
 def lds_bytes(spec: KernelSpec) -> int:
     return lds_bytes_for(get_target(spec.target), spec.dtype, spec.k_loop, spec.epilogue,
-                         spec.tile_m, spec.tile_n, spec.tile_k, spec.block_size)
+                         spec.tile_m, spec.tile_n, spec.tile_k)
 
 
 # ---- the predicates: each returns (ok, reason) ---------------------------------------
@@ -282,8 +268,8 @@ def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int
 
 def lds_fits(target: Target, dtype: str, k_loop: str, epilogue: str,
              geometry: tuple[int, int, int, int, int]) -> tuple[bool, str]:
-    tm, tn, tk, wm, wn = geometry
-    need = lds_bytes_for(target, dtype, k_loop, epilogue, tm, tn, tk, wm * wn * target.wave_size)
+    tm, tn, tk = geometry[:3]
+    need = lds_bytes_for(target, dtype, k_loop, epilogue, tm, tn, tk)
     if need > target.lds_bytes:
         return False, (f"LDS {need} B ({k_loop} loop, {epilogue} epilogue) exceeds "
                        f"{target.name}'s {target.lds_bytes} B")

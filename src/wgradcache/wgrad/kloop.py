@@ -29,7 +29,7 @@ Fragment reads, per loop:
 from __future__ import annotations
 
 from wgradcache.kernel.ir import Value, f32, i32
-from wgradcache.model.spec import async_spare_bytes, loads_per_thread, sync_stages
+from wgradcache.model.spec import loads_per_thread, sync_stages
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
@@ -220,9 +220,9 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     the other stage while tile t's MMAs run.
 
     No exec-mask branch per chunk: every chunk issues one unpredicated copy and one zero
-    store, selects choosing the real slot or the thread's scratch slot for each
-    (``loaders.copy_or_zero_fill``). The phase's ``if`` (is there a tile t+1) is
-    wave-uniform: one scalar branch.
+    store, a select putting each in its stage or at the same slot of a third, scratch
+    stage that nothing reads (``loaders.copy_or_zero_fill``). The phase's ``if`` (is there
+    a tile t+1) is wave-uniform: one scalar branch.
     """
     kb, sp = ctx.kb, ctx.spec
     lds = ctx.lds_ab()
@@ -230,13 +230,10 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     b_op = b_operand(ctx, sp.chunk_b // ctx.eb)
     a_lane, b_lane = _tr_lane_bases(ctx) if _uses_tr_loads(ctx) else _lane_bases(ctx)
     zero = kb.const(0, a_lane.dtype)
-    # the scratch slots of out-of-range chunks, after the two stages (async_spare_bytes)
-    spare_a = 2 * ctx.stage_elems
-    spare_b = spare_a + async_spare_bytes(sp.dtype, sp.tile_m, sp.tile_n, sp.tile_k,
-                                          sp.block_size)[0] // ctx.eb
+    spare = 2 * ctx.stage_elems  # the scratch stage of out-of-range chunks' copies
     with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end), uniform=ctx.lay.wave_size):
-        issue_async(a_op, ctx.k_begin, lds, zero, spare_a)
-        issue_async(b_op, ctx.k_begin, lds, zero, spare_b)
+        issue_async(a_op, ctx.k_begin, lds, zero, spare)
+        issue_async(b_op, ctx.k_begin, lds, zero, spare)
     with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=zero_accumulators(ctx)) as loop:
         kt = loop.index
         parity = kb.and_(udiv_const(kb, kb.sub(kt, ctx.k_begin), sp.tile_k), 1)
@@ -246,8 +243,8 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
         kb.barrier()
         k_next = kb.add(kt, sp.tile_k)
         with kb.if_(kb.icmp("slt", k_next, ctx.k_end), uniform=ctx.lay.wave_size):
-            issue_async(a_op, k_next, lds, nxt, spare_a)
-            issue_async(b_op, k_next, lds, nxt, spare_b)
+            issue_async(a_op, k_next, lds, nxt, spare)
+            issue_async(b_op, k_next, lds, nxt, spare)
         a_base = kb.gep(lds, kb.add(a_lane, cur))
         b_base = kb.gep(lds, kb.add(b_lane, cur))
         loop.yield_(*mma_tile(ctx, a_base, b_base, list(loop.carried)))

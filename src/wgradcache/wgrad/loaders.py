@@ -397,41 +397,42 @@ def async_chunk_predicate(kb: KernelBuilder, valid: Value | None, byte_off: Valu
 
 
 def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes: Value,
-                      lds: Value, dst: Value, spare: Value, nbytes: int,
-                      valid: Value | None = None, have: Value | None = None) -> None:
+                      lds: Value, slot: Value, stage: Value, spare: Value | int, nbytes: int,
+                      valid: Value | None = None) -> None:
     """One chunk, branch-free: an async copy of ``nbytes`` and an LDS store of zeros of the
     tile's element type (``lds.elem``), both unpredicated; selects pick where each goes.
 
-    ``dst`` and ``spare`` are element indices into ``lds``: the chunk's slot, and this
-    thread's own scratch slot for this chunk (never read). In range, the copy reads the
-    chunk into ``dst`` and the zeros go to ``spare``; out of range, the copy reads the
-    buffer's first ``nbytes`` (in bounds: ``serves`` makes every buffer at least one chunk)
-    into ``spare`` and the zeros go to ``dst``. ``have``: the thread owns this chunk at all
-    (a ragged last slot); if not, both go to ``spare``. The store comes first: a copy into
-    ``spare`` is still in flight after it, and a store behind it would race; the previous
-    copy into ``spare`` was retired by the wait that began the phase."""
+    ``slot``: the chunk's element index within a stage; ``stage`` and ``spare``: element
+    offsets of the stage it belongs in and of the scratch stage, where each chunk's slot is
+    this thread's own and is never read. In range, the copy reads the chunk into the stage
+    and the zeros go to the scratch slot; out of range, the copy reads the buffer's first
+    ``nbytes`` (in bounds: ``serves`` makes every buffer at least one chunk) into the
+    scratch slot and the zeros go to the stage. The scratch slot's previous copy was
+    retired by the wait that began the phase, so nothing lands there behind a store."""
     pred = async_chunk_predicate(kb, valid, byte_off, num_bytes)
-    copy_pred = pred if have is None else kb.and_(have, pred)
-    fill = kb.not_(pred) if have is None else kb.and_(have, kb.not_(pred))
     elem = lds.dtype.elem
     n = nbytes // elem.itemsize
     zero = kb.const(0.0, elem.vec(n) if n > 1 else elem)
-    kb.store(kb.gep(lds, kb.select(fill, dst, spare)), zero, align=nbytes)
-    src = kb.gep(kb.ptr_cast(buf, i8), kb.select(copy_pred, byte_off, 0))
-    kb.async_copy(src, kb.gep(lds, kb.select(copy_pred, dst, spare)), nbytes)
+    kb.store(kb.gep(lds, kb.add(slot, kb.select(pred, spare, stage))), zero, align=nbytes)
+    src = kb.gep(kb.ptr_cast(buf, i8), kb.select(pred, byte_off, 0))
+    kb.async_copy(src, kb.gep(lds, kb.add(slot, kb.select(pred, stage, spare))), nbytes)
 
 
 def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value,
                 spare_off: int) -> None:
     """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``;
-    ``spare_off``: element offset of the operand's scratch slots, one chunk per (slot,
-    thread) (``spec.async_spare_bytes``), where out-of-range chunks' copies land."""
+    ``spare_off``: element offset of the scratch stage (``spec.lds_bytes_for``), where
+    out-of-range chunks' copies land, each at its own slot's position. A ragged last slot
+    (threads past the tile's chunks) is one ``if`` around its chunk: wave-uniform where the
+    tile's chunk count is a multiple of the wave (no geometry of the walk has one)."""
     kb, eb = op.ctx.kb, op.ctx.eb
     shift = eb.bit_length() - 1
-    block, w = op.ctx.spec.block_size, op.width
-    tid_w = kb.mul(op.ctx.tid, w)
-    for i, (slot, (valid, off)) in enumerate(zip(op.slots, op.at(kt), strict=True)):
-        dst = kb.add(stage_off, kb.add(slot.lds_off, op.lds_base))
-        spare = kb.add(tid_w, spare_off + i * block * w)
-        copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, lds, dst, spare, w * eb,
-                          valid=valid, have=slot.ok)
+    sp, wave = op.ctx.spec, op.ctx.lay.wave_size
+    total = sp.tile_k * (sp.tile_m if op.name == "dy" else sp.tile_n) // op.width  # chunks
+    for slot, (valid, off) in zip(op.slots, op.at(kt), strict=True):
+        guard = nullcontext() if slot.ok is None else \
+            kb.if_(slot.ok, uniform=wave if total % wave == 0 else 0)
+        with guard:
+            copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, lds,
+                              kb.add(slot.lds_off, op.lds_base), stage_off, spare_off,
+                              op.width * eb, valid=valid)
