@@ -5,7 +5,7 @@ the race it reports in the single-stage form."""
 from __future__ import annotations
 
 import pytest
-from wgrad_cases import AB_DTYPES, TARGETS, check, make_spec, shipped_limits
+from wgrad_cases import AB_DTYPES, TARGETS, WRAPS, check, make_spec, shipped_limits
 
 from wgradcache.jobs.walk import walk
 from wgradcache.kernel.ir import Ops
@@ -107,18 +107,6 @@ def test_one_stage_where_two_do_not_fit():
     kd = build_kernel(spec)
     assert [v.op for v in ir_walk(_loop(kd).arg.body)].count(Ops.BARRIER) == 2
     check(run_emulated(spec, PIPE), "fp16")
-
-
-# the carried B-gather coordinates (loaders.OperandLoad.advance) at every wrap pattern of
-# tile_k = q·HoWo + b·Wo + c: Wo > tile_k (c = tile_k, wo wraps over tiles), 1x1 outputs
-# (Wo = Ho = 1: b = c = 0, img steps by tile_k), stride 2 + pad + dilation (q, b, c > 0),
-# Ho wrapping into img at HoWo 15
-WRAPS = {
-    "wide": ConvProblem.parse("1,8,3,37,8,3,3,1,1"),  # Ho 3, Wo 37, wg_K 111
-    "point": ConvProblem.parse("70,8,1,1,8,1,1"),  # Ho = Wo = 1, wg_K 70
-    "s2d2": ConvProblem.parse("3,8,5,6,8,3,3,2,2,2"),  # Ho = Wo = 3, wg_K 27
-    "ho_wrap": ConvProblem.parse("5,8,3,5,8,3,3,1,1"),  # HoWo 15, wg_K 75
-}
 
 
 def _loop_ops(spec):

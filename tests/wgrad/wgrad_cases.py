@@ -27,6 +27,17 @@ PROBLEMS = {
 # one problem with every edge at once, for sweeps over geometries
 EDGE = ConvProblem.parse("1,8,7,7,40,3,3,1,1")  # wg_K 49, M 40, N 72, pad 1
 
+# the carried B-gather coordinates (loaders.OperandLoad.advance) at every wrap pattern of
+# tile_k = q·HoWo + b·Wo + c: Wo > tile_k (c = tile_k, wo wraps over tiles), 1x1 outputs
+# (Wo = Ho = 1: b = c = 0, img steps by tile_k), stride 2 + pad + dilation (q, b, c > 0),
+# Ho wrapping into img at HoWo 15
+WRAPS = {
+    "wide": ConvProblem.parse("1,8,3,37,8,3,3,1,1"),  # Ho 3, Wo 37, wg_K 111
+    "point": ConvProblem.parse("70,8,1,1,8,1,1"),  # Ho = Wo = 1, wg_K 70
+    "s2d2": ConvProblem.parse("3,8,5,6,8,3,3,2,2,2"),  # Ho = Wo = 3, wg_K 27
+    "ho_wrap": ConvProblem.parse("5,8,3,5,8,3,3,1,1"),  # HoWo 15, wg_K 75
+}
+
 # a spread of ladder geometries (tile_m, tile_n, tile_k, warp_m, warp_n)
 GEOMETRIES = ((32, 32, 32, 1, 1), (64, 64, 32, 2, 2), (128, 64, 64, 4, 2), (32, 128, 64, 1, 2),
               (64, 32, 32, 2, 1), (128, 128, 32, 4, 2), (64, 128, 64, 2, 4), (32, 64, 32, 1, 2))

@@ -227,15 +227,21 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     kb, sp = ctx.kb, ctx.spec
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
-    b_op = b_operand(ctx, sp.chunk_b // ctx.eb)
+    b_op = b_operand(ctx, sp.chunk_b // ctx.eb, one_row=True)
     a_lane, b_lane = _tr_lane_bases(ctx) if _uses_tr_loads(ctx) else _lane_bases(ctx)
     zero = kb.const(0, a_lane.dtype)
     spare = 2 * ctx.stage_elems  # the scratch stage of out-of-range chunks' copies
+    # one carried gather row per thread where its B slots share a k row
+    state0 = b_op.row_state(ctx.k_begin) if b_op.shares_row() else []
     with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end), uniform=ctx.lay.wave_size):
         issue_async(a_op, ctx.k_begin, lds, zero, spare)
-        issue_async(b_op, ctx.k_begin, lds, zero, spare)
-    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k, carried=zero_accumulators(ctx)) as loop:
-        kt = loop.index
+        issue_async(b_op, ctx.k_begin, lds, zero, spare, state0 or None)
+    n_acc = len(zero_accumulators(ctx))
+    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k,
+                 carried=[*zero_accumulators(ctx), *(v for st in state0 for v in st)]) as loop:
+        kt, c = loop.index, list(loop.carried)
+        accs, flat = c[:n_acc], c[n_acc:]
+        nxt_state = b_op.advance([tuple(flat)]) if flat else None
         parity = kb.and_(udiv_const(kb, kb.sub(kt, ctx.k_begin), sp.tile_k), 1)
         cur = kb.mul(parity, ctx.stage_elems)
         nxt = kb.sub(ctx.stage_elems, cur)
@@ -244,8 +250,8 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
         k_next = kb.add(kt, sp.tile_k)
         with kb.if_(kb.icmp("slt", k_next, ctx.k_end), uniform=ctx.lay.wave_size):
             issue_async(a_op, k_next, lds, nxt, spare)
-            issue_async(b_op, k_next, lds, nxt, spare)
+            issue_async(b_op, k_next, lds, nxt, spare, nxt_state)
         a_base = kb.gep(lds, kb.add(a_lane, cur))
         b_base = kb.gep(lds, kb.add(b_lane, cur))
-        loop.yield_(*mma_tile(ctx, a_base, b_base, list(loop.carried)))
-    return list(loop.results)
+        loop.yield_(*mma_tile(ctx, a_base, b_base, accs), *(nxt_state[0] if flat else ()))
+    return list(loop.results[:n_acc])

@@ -45,9 +45,14 @@ from wgradcache.kernel.ir import Value, i8, i32
 from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
 __all__ = ["Slot", "tile_slots", "kc_tile_slots", "transpose_depth", "OperandLoad",
-           "INVALID_OFFSET",
+           "INVALID_OFFSET", "ROW_SEGMENT_BYTES", "row_tile_slots",
            "a_operand", "b_operand", "load_sync", "store_sync", "issue_async",
            "async_chunk_predicate", "copy_or_zero_fill"]
+
+
+# the shortest run of adjacent threads' vectors in one row that row_tile_slots may give:
+# one 32-byte memory sector, so the bytes a wave fetches stay those of the plain layout
+ROW_SEGMENT_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,30 @@ def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, 
             urem_const(kb, idx, per_row)
         lds_off = kb.add(kb.mul(k_row, lds_row), col)
         out.append(Slot(k_row, col, lds_off, ok, False, sign))
+    return out
+
+
+def row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int,
+                   width: int, lds_row: int) -> list[Slot] | None:
+    """Slots of a K-outer tile with every slot of a thread in ONE k row, or None where the
+    shape does not allow it (``ROW_SEGMENT_BYTES``).
+
+    ``block // rows`` threads share a row; thread ``tid`` takes row tid // T at vectors
+    tid % T + j·T (T = block // rows), so for each j adjacent threads still take adjacent
+    vectors of a row: runs of T vectors. The slots share one ``k_row`` value (one gather
+    state per thread: ``OperandLoad.row_state``)."""
+    per_row = cols // width
+    if block % rows or per_row % (block // rows):
+        return None
+    t = block // rows
+    k_row = udiv_const(kb, tid, t)
+    base = kb.mul(k_row, lds_row)
+    lane = urem_const(kb, tid, t)
+    out = []
+    for j in range(per_row // t):
+        v = kb.add(lane, j * t) if j else lane
+        col = kb.mul(v, width) if width > 1 else v
+        out.append(Slot(k_row, col, kb.add(base, col), None))
     return out
 
 
@@ -154,7 +183,10 @@ class OperandLoad:
     def nbytes(self) -> Value:
         return self.ctx.a[f"{self.name}_bytes"]
 
-    def at(self, kt: Value) -> list[tuple[Value, Value]]:
+    def at(self, kt: Value, state: list[tuple[Value, Value, Value]] | None = None
+           ) -> list[tuple[Value, Value]]:
+        """Per slot (valid predicate, element offset) of K tile ``kt``; B with ``state``
+        (``row_state``, advanced): from the one carried row, no division."""
         kb, a = self.ctx.kb, self.ctx.a
         k_left = kb.sub(self.ctx.k_end, kt)  # rows k_row < k_left are inside the slice
         out = []
@@ -163,6 +195,16 @@ class OperandLoad:
             for slot, h in zip(self.slots, self.hoisted, strict=True):
                 valid = all_of(kb, slot.ok, h["col_ok"], kb.icmp("slt", slot.k_row, k_left))
                 out.append((valid, kb.add(kt_off, h["off"])))
+            return out
+        if state is not None:  # one carried row for every slot (row_tile_slots)
+            ((wo, ho, row_off),) = state
+            hs, ws = kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"])
+            row_ok = kb.icmp("slt", self.slots[0].k_row, k_left)
+            for slot, h in zip(self.slots, self.hoisted, strict=True):
+                valid = all_of(kb, slot.ok, h["col_ok"], row_ok,
+                               kb.icmp("ult", kb.add(hs, h["h_base"]), a["H"]),
+                               kb.icmp("ult", kb.add(ws, h["w_base"]), a["W"]))
+                out.append((valid, kb.add(row_off, h["tap"])))
             return out
         for slot, h in zip(self.slots, self.hoisted, strict=True):
             k = kb.add(kt, slot.k_row)
@@ -182,6 +224,22 @@ class OperandLoad:
         tile at ``k0``, from the two magic divisions; ``advance`` steps it a tile on."""
         self._steps()  # defined here, before the loop that advances the state
         return self._coords(k0)
+
+    def shares_row(self) -> bool:
+        """Every slot of the thread reads the same k row (``row_tile_slots``)."""
+        return len({id(s.k_row) for s in self.slots}) == 1
+
+    def row_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
+        """B with ``shares_row`` only: the one (wo, ho, pixel offset) of the thread's k row
+        in the K tile at ``k0``, the tap left out (pixel offset = ((img·H + ho·s)·W +
+        wo·s)·C; a slot adds its column's ``tap``); ``advance`` steps it as any state."""
+        kb, a = self.ctx.kb, self.ctx.a
+        self._steps()
+        img, r = divmod_magic(kb, kb.add(k0, self.slots[0].k_row), a, "HoWo")
+        ho, wo = divmod_magic(kb, r, a, "Wo")
+        hs, ws = kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"])
+        pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hs), a["W"]), ws)
+        return [(wo, ho, kb.mul(pix, a["C"]))]
 
     def _coords(self, k0: Value) -> list[tuple[Value, Value, Value]]:
         kb, a = self.ctx.kb, self.ctx.a
@@ -325,10 +383,18 @@ def a_operand(ctx: WgradContext, width: int) -> OperandLoad:
     return OperandLoad(ctx, "dy", width, slots, hoisted, 0, depth)
 
 
-def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
-    """X tile (tile_k × tile_n) gathered through the filter taps, vectors along cpg."""
+def b_operand(ctx: WgradContext, width: int, one_row: bool = False) -> OperandLoad:
+    """X tile (tile_k × tile_n) gathered through the filter taps, vectors along cpg.
+    ``one_row`` (K-outer async tile): each thread's slots in one k row where
+    ``row_tile_slots`` allows it and the runs are at least ``ROW_SEGMENT_BYTES``."""
     kb, a, sp = ctx.kb, ctx.a, ctx.spec
-    slots, depth = _slots(ctx, sp.tile_n, width, ctx.row_b)
+    row_slots = None
+    if one_row and not ctx.k_contiguous and sp.block_size % sp.tile_k == 0 \
+            and sp.block_size // sp.tile_k * width * ctx.eb >= ROW_SEGMENT_BYTES:
+        row_slots = row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
+                                   ctx.row_b)
+    slots, depth = (row_slots, 0) if row_slots is not None else \
+        _slots(ctx, sp.tile_n, width, ctx.row_b)
     chan0 = kb.mul(ctx.group, a["cpg"])
 
     def cols(s: Slot) -> dict:
@@ -340,6 +406,14 @@ def b_operand(ctx: WgradContext, width: int) -> OperandLoad:
                 "h_base": kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
                 "w_base": kb.sub(kb.mul(x, a["dilation"]), a["pad"]),
                 "chan": kb.add(chan0, c)}
+
+    def with_tap(h: dict) -> dict:  # the column's offset from its k row's pixel (row_state)
+        tap = kb.add(kb.mul(h["h_base"], a["W"]), h["w_base"])
+        return {**h, "tap": kb.add(kb.mul(tap, a["C"]), h["chan"])}
+    if row_slots is not None:
+        slots = row_slots
+        hoisted = [with_tap(h) for h in _per_column(slots, cols)]
+        return OperandLoad(ctx, "x", width, slots, hoisted, ctx.b_offset, depth)
     return OperandLoad(ctx, "x", width, slots, _per_column(slots, cols), ctx.b_offset, depth)
 
 
@@ -419,7 +493,8 @@ def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes:
 
 
 def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value,
-                spare_off: int) -> None:
+                spare_off: int, state: list[tuple[Value, Value, Value]] | None = None
+                ) -> None:
     """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``;
     ``spare_off``: element offset of the scratch stage (``spec.lds_bytes_for``), where
     out-of-range chunks' copies land, each at its own slot's position. A ragged last slot
@@ -429,7 +504,7 @@ def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value,
     shift = eb.bit_length() - 1
     sp, wave = op.ctx.spec, op.ctx.lay.wave_size
     total = sp.tile_k * (sp.tile_m if op.name == "dy" else sp.tile_n) // op.width  # chunks
-    for slot, (valid, off) in zip(op.slots, op.at(kt), strict=True):
+    for slot, (valid, off) in zip(op.slots, op.at(kt, state), strict=True):
         guard = nullcontext() if slot.ok is None else \
             kb.if_(slot.ok, uniform=wave if total % wave == 0 else 0)
         with guard:
