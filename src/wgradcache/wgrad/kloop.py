@@ -223,16 +223,21 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     store, a select putting each in its stage or at the same slot of a third, scratch
     stage that nothing reads (``loaders.copy_or_zero_fill``). The phase's ``if`` (is there
     a tile t+1) is wave-uniform: one scalar branch.
+
+    No division per tile in B's gather where ``loaders.row_tile_slots`` lays the thread's
+    B chunks in at most ``GATHER_STATE_MAX_SLOTS`` k rows: one (wo, ho, offset) per row is
+    carried and stepped by ``OperandLoad.advance`` (as in ``sync_k_loop``), and a chunk
+    pays only its tap's two bounds and one add. Elsewhere each chunk divides per tile.
     """
     kb, sp = ctx.kb, ctx.spec
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
-    b_op = b_operand(ctx, sp.chunk_b // ctx.eb, one_row=True)
+    b_op = b_operand(ctx, sp.chunk_b // ctx.eb, max_rows=GATHER_STATE_MAX_SLOTS)
     a_lane, b_lane = _tr_lane_bases(ctx) if _uses_tr_loads(ctx) else _lane_bases(ctx)
     zero = kb.const(0, a_lane.dtype)
     spare = 2 * ctx.stage_elems  # the scratch stage of out-of-range chunks' copies
-    # one carried gather row per thread where its B slots share a k row
-    state0 = b_op.row_state(ctx.k_begin) if b_op.shares_row() else []
+    # one carried gather state per k row of the thread's B slots (loaders.row_tile_slots)
+    state0 = b_op.row_state(ctx.k_begin) if b_op.row_of else []
     with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end), uniform=ctx.lay.wave_size):
         issue_async(a_op, ctx.k_begin, lds, zero, spare)
         issue_async(b_op, ctx.k_begin, lds, zero, spare, state0 or None)
@@ -241,7 +246,8 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
                  carried=[*zero_accumulators(ctx), *(v for st in state0 for v in st)]) as loop:
         kt, c = loop.index, list(loop.carried)
         accs, flat = c[:n_acc], c[n_acc:]
-        nxt_state = b_op.advance([tuple(flat)]) if flat else None
+        state = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
+        nxt_state = b_op.advance(state) if flat else None
         parity = kb.and_(udiv_const(kb, kb.sub(kt, ctx.k_begin), sp.tile_k), 1)
         cur = kb.mul(parity, ctx.stage_elems)
         nxt = kb.sub(ctx.stage_elems, cur)
@@ -253,5 +259,6 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
             issue_async(b_op, k_next, lds, nxt, spare, nxt_state)
         a_base = kb.gep(lds, kb.add(a_lane, cur))
         b_base = kb.gep(lds, kb.add(b_lane, cur))
-        loop.yield_(*mma_tile(ctx, a_base, b_base, accs), *(nxt_state[0] if flat else ()))
+        accs = mma_tile(ctx, a_base, b_base, accs)
+        loop.yield_(*accs, *(v for st in nxt_state or () for v in st))
     return list(loop.results[:n_acc])

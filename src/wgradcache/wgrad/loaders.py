@@ -86,27 +86,34 @@ def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, 
 
 
 def row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int,
-                   width: int, lds_row: int) -> list[Slot] | None:
-    """Slots of a K-outer tile with every slot of a thread in ONE k row, or None where the
-    shape does not allow it (``ROW_SEGMENT_BYTES``).
+                   width: int, lds_row: int, eb: int, max_rows: int
+                   ) -> tuple[list[Slot], tuple[int, ...]] | None:
+    """Slots of a K-outer tile in which a thread's slots sit in few k rows, each row's
+    slots sharing one ``k_row`` value (one carried gather state per row:
+    ``OperandLoad.row_state``), and the row of each slot; None where the shape does not
+    allow it or a thread would get more than ``max_rows`` rows.
 
-    ``block // rows`` threads share a row; thread ``tid`` takes row tid // T at vectors
-    tid % T + j·T (T = block // rows), so for each j adjacent threads still take adjacent
-    vectors of a row: runs of T vectors. The slots share one ``k_row`` value (one gather
-    state per thread: ``OperandLoad.row_state``)."""
+    T threads share a row, the fewest that still give runs of ``ROW_SEGMENT_BYTES``:
+    thread ``tid`` takes rows tid // T + p·(block / T) at vectors tid % T + j·T, so for
+    each slot adjacent threads take adjacent vectors of one row (runs of T vectors), and
+    the bytes a wave fetches are those of ``tile_slots``' layout, sector for sector."""
     per_row = cols // width
-    if block % rows or per_row % (block // rows):
+    t = max(-(-block // rows), -(-ROW_SEGMENT_BYTES // (width * eb)))
+    if per_row % t or block % t or (rows * t) % block or rows * t // block > max_rows:
         return None
-    t = block // rows
-    k_row = udiv_const(kb, tid, t)
-    base = kb.mul(k_row, lds_row)
+    step = block // t  # rows per pass of the block
+    k0 = udiv_const(kb, tid, t)
     lane = urem_const(kb, tid, t)
-    out = []
-    for j in range(per_row // t):
-        v = kb.add(lane, j * t) if j else lane
-        col = kb.mul(v, width) if width > 1 else v
-        out.append(Slot(k_row, col, kb.add(base, col), None))
-    return out
+    out, row_of = [], []
+    for p in range(rows * t // block):
+        k_row = kb.add(k0, p * step) if p else k0
+        base = kb.mul(k_row, lds_row)
+        for j in range(per_row // t):
+            v = kb.add(lane, j * t) if j else lane
+            col = kb.mul(v, width) if width > 1 else v
+            out.append(Slot(k_row, col, kb.add(base, col), None))
+            row_of.append(p)
+    return out, tuple(row_of)
 
 
 def transpose_depth(rows: int, cols: int, width: int, block: int, k_step: int) -> int:
@@ -174,6 +181,7 @@ class OperandLoad:
     lds_base: int  # element offset of this operand's tile inside a stage
     depth: int = 0  # k rows per transposed group (K-contiguous tile); 0: K-outer tile
     step_vals: tuple[Value, ...] | None = None  # _steps, made once
+    row_of: tuple[int, ...] | None = None  # B, row_tile_slots: each slot's row of the thread
 
     @property
     def buf(self) -> Value:
@@ -196,11 +204,13 @@ class OperandLoad:
                 valid = all_of(kb, slot.ok, h["col_ok"], kb.icmp("slt", slot.k_row, k_left))
                 out.append((valid, kb.add(kt_off, h["off"])))
             return out
-        if state is not None:  # one carried row for every slot (row_tile_slots)
-            ((wo, ho, row_off),) = state
-            hs, ws = kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"])
-            row_ok = kb.icmp("slt", self.slots[0].k_row, k_left)
-            for slot, h in zip(self.slots, self.hoisted, strict=True):
+        if state is not None:  # one carried state per row (row_tile_slots)
+            rows = []
+            for (wo, ho, row_off), slot in zip(state, self._row_heads(), strict=True):
+                rows.append((kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
+                             kb.icmp("slt", slot.k_row, k_left)))
+            for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
+                hs, ws, row_off, row_ok = rows[r]
                 valid = all_of(kb, slot.ok, h["col_ok"], row_ok,
                                kb.icmp("ult", kb.add(hs, h["h_base"]), a["H"]),
                                kb.icmp("ult", kb.add(ws, h["w_base"]), a["W"]))
@@ -225,21 +235,25 @@ class OperandLoad:
         self._steps()  # defined here, before the loop that advances the state
         return self._coords(k0)
 
-    def shares_row(self) -> bool:
-        """Every slot of the thread reads the same k row (``row_tile_slots``)."""
-        return len({id(s.k_row) for s in self.slots}) == 1
+    def _row_heads(self) -> list[Slot]:
+        """The first slot of each row (``row_of``)."""
+        r = self.row_of
+        return [s for i, s in enumerate(self.slots) if not i or r[i - 1] != r[i]]
 
     def row_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
-        """B with ``shares_row`` only: the one (wo, ho, pixel offset) of the thread's k row
-        in the K tile at ``k0``, the tap left out (pixel offset = ((img·H + ho·s)·W +
-        wo·s)·C; a slot adds its column's ``tap``); ``advance`` steps it as any state."""
+        """B with ``row_of`` only: per k row of the thread, (wo, ho, pixel offset) in the K
+        tile at ``k0``, the tap left out (pixel offset = ((img·H + ho·s)·W + wo·s)·C; a
+        slot adds its column's ``tap``); ``advance`` steps it as any state."""
         kb, a = self.ctx.kb, self.ctx.a
         self._steps()
-        img, r = divmod_magic(kb, kb.add(k0, self.slots[0].k_row), a, "HoWo")
-        ho, wo = divmod_magic(kb, r, a, "Wo")
-        hs, ws = kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"])
-        pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hs), a["W"]), ws)
-        return [(wo, ho, kb.mul(pix, a["C"]))]
+        out = []
+        for slot in self._row_heads():
+            img, r = divmod_magic(kb, kb.add(k0, slot.k_row), a, "HoWo")
+            ho, wo = divmod_magic(kb, r, a, "Wo")
+            hs, ws = kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"])
+            pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hs), a["W"]), ws)
+            out.append((wo, ho, kb.mul(pix, a["C"])))
+        return out
 
     def _coords(self, k0: Value) -> list[tuple[Value, Value, Value]]:
         kb, a = self.ctx.kb, self.ctx.a
@@ -383,17 +397,14 @@ def a_operand(ctx: WgradContext, width: int) -> OperandLoad:
     return OperandLoad(ctx, "dy", width, slots, hoisted, 0, depth)
 
 
-def b_operand(ctx: WgradContext, width: int, one_row: bool = False) -> OperandLoad:
+def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> OperandLoad:
     """X tile (tile_k × tile_n) gathered through the filter taps, vectors along cpg.
-    ``one_row`` (K-outer async tile): each thread's slots in one k row where
-    ``row_tile_slots`` allows it and the runs are at least ``ROW_SEGMENT_BYTES``."""
+    ``max_rows`` (K-outer tile only; 0: off): the slots of ``row_tile_slots`` where it
+    gives a thread at most that many k rows."""
     kb, a, sp = ctx.kb, ctx.a, ctx.spec
-    row_slots = None
-    if one_row and not ctx.k_contiguous and sp.block_size % sp.tile_k == 0 \
-            and sp.block_size // sp.tile_k * width * ctx.eb >= ROW_SEGMENT_BYTES:
-        row_slots = row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
-                                   ctx.row_b)
-    slots, depth = (row_slots, 0) if row_slots is not None else \
+    rows = row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width, ctx.row_b,
+                          ctx.eb, max_rows) if max_rows and not ctx.k_contiguous else None
+    slots, depth = (rows[0], 0) if rows is not None else \
         _slots(ctx, sp.tile_n, width, ctx.row_b)
     chan0 = kb.mul(ctx.group, a["cpg"])
 
@@ -410,10 +421,9 @@ def b_operand(ctx: WgradContext, width: int, one_row: bool = False) -> OperandLo
     def with_tap(h: dict) -> dict:  # the column's offset from its k row's pixel (row_state)
         tap = kb.add(kb.mul(h["h_base"], a["W"]), h["w_base"])
         return {**h, "tap": kb.add(kb.mul(tap, a["C"]), h["chan"])}
-    if row_slots is not None:
-        slots = row_slots
+    if rows is not None:
         hoisted = [with_tap(h) for h in _per_column(slots, cols)]
-        return OperandLoad(ctx, "x", width, slots, hoisted, ctx.b_offset, depth)
+        return OperandLoad(ctx, "x", width, slots, hoisted, ctx.b_offset, depth, row_of=rows[1])
     return OperandLoad(ctx, "x", width, slots, _per_column(slots, cols), ctx.b_offset, depth)
 
 
