@@ -66,10 +66,11 @@ if [ -f devcache/pergeo.tar.xz ]; then
 fi
 # 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
 if command -v ncu >/dev/null 2>&1; then
-  timeout 120 ncu --kernel-name regex:wgrad --launch-skip 3 --launch-count 1 \
+  timeout 120 ncu --kernel-name regex:^wgrad_ --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section Occupancy \
-    --section MemoryWorkloadAnalysis python3 benchmarks/device_speed.py \
-    --cache-dir "$DEVCACHE" --layer "${NCU_LAYER:-resnet50/l3.conv2}" --dtype fp16 --top 1 \
+    --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" python3 benchmarks/device_speed.py \
+    --cache-dir "$DEVCACHE" --layer "${NCU_LAYER:-resnet50/l3.conv2}" --dtype fp16 --top 1 --spin 0 \
     --warmup 3 --iters 1 --out /tmp/ncu-speed.json > "$OUT/ncu.txt" 2>&1
   echo "ncu exit $?" >> "$OUT/ncu.txt"
 fi
