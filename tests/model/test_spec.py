@@ -13,6 +13,7 @@ from wgradcache.model.spec import (
     from_label,
     geometry_fits,
     lds_bytes,
+    sync_row_pad,
     validate,
 )
 from wgradcache.model.targets import get_target
@@ -91,6 +92,27 @@ def test_lds_budget_is_the_targets():
         False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
     assert validate(huge, limits=DEFAULT_LIMITS)[1] == (
         "tile_k 128 is 8 k-steps of the 16x16x16 atom, over the budget 2")
+
+
+@pytest.mark.parametrize("target, tile_k, pad", [
+    ("gfx1250", 32, 8), ("gfx1250", 64, 8), ("gfx1201", 32, 8), ("gfx942", 32, 8),
+    ("sm_90", 32, 16), ("sm_90", 64, 16), ("sm_90", 16, 0)])
+def test_sync_row_pad_makes_the_pitch_an_odd_multiple_of_the_span(target, tile_k, pad):
+    t = get_target(target)
+    assert sync_row_pad(t, "fp16", tile_k) == pad == sync_row_pad(t, "bf16", tile_k)
+    pitch = (tile_k + pad) * 2
+    # the rows of one 128-byte phase start on distinct bank groups
+    starts = {(r * pitch) % 128 // t.lds_row_span for r in range(128 // t.lds_row_span)}
+    assert len(starts) == 128 // t.lds_row_span
+
+
+def test_sm90_sync_lds_uses_its_own_pad():
+    s = dataclasses.replace(BASE, target="sm_90", tile_k=64)
+    assert lds_bytes(s) == 2 * (64 + 64) * (64 + 16) * 2  # two stages, 80-element rows
+    assert validate(s, limits=Limits(max_k_steps=4)) == (True, "")
+    # two 128x64x64 stages would be 61440 B, over the 48 KB: one stage and two barriers
+    one = dataclasses.replace(s, tile_m=128, warp_m=2, warp_n=2)
+    assert lds_bytes(one) == (128 + 64) * (64 + 16) * 2
 
 
 def test_limits_are_required_and_none_checks_the_rules_alone():

@@ -20,7 +20,7 @@ from wgradcache.model.targets import Target, get_target
 
 __all__ = [
     "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
-    "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "DEFAULT_WS_REPLICAS",
+    "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "sync_row_pad", "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
     "elem_bytes", "lds_bytes", "lds_bytes_for", "sync_stages", "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
@@ -38,7 +38,7 @@ REDUCTIONS = ("none", "atomic", "two_stage")
 VARIANT_KEYS = tuple(f"{k}.{e}.{r}" for k in K_LOOPS for e in EPILOGUES for r in REDUCTIONS)
 ASYNC_CHUNK_BYTES = (4, 8, 16)
 VEC_WIDTHS = (1, 2, 4, 8)
-LDS_ROW_PAD = 8  # elements added to each LDS row, either layout (bank spread; upstream's pad)
+LDS_ROW_PAD = 8  # elements added to each K-outer LDS row (bank spread; upstream's pad)
 DEFAULT_WS_REPLICAS = 8
 _SCHEMA = 1  # bump when the meaning of a field changes: every identity key changes with it
 
@@ -194,14 +194,30 @@ def accumulators_per_lane(tile_m: int, tile_n: int, warp_m: int, warp_n: int, wa
     return (tile_m // warp_m) * (tile_n // warp_n) // wave
 
 
+def sync_row_pad(target: Target, dtype: str, tile_k: int) -> int:
+    """Elements added to each K-contiguous LDS row of the sync loop: the fewest that make the
+    row pitch an odd multiple of ``target.lds_row_span``. One 128-byte shared-memory phase
+    reads ``span`` bytes from each of 128 / span rows at the same column; at an odd
+    multiple those rows start on distinct span-sized bank groups (no conflict). AMD's
+    16-byte span gives upstream's 8-element pad at tile_k 32 and 64; m16n8k16's 32-byte
+    span (4 lanes x 64-bit reads per row) needs 16: at 8, rows g and g+1 of one phase share
+    4 banks (a 2-way conflict; the H200 measured +6 % aggregate at 16, benchmarks/README.md).
+    """
+    span, eb = target.lds_row_span, elem_bytes(dtype)
+    pad = 0
+    while ((tile_k + pad) * eb) % span or ((tile_k + pad) * eb // span) % 2 == 0:
+        pad += 1
+    return pad
+
+
 def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int) -> int:
     """LDS stages of the sync K loop: 2 (the pipelined loop writes tile t+1 while tile t is
     read, one barrier per K tile) where two fit the target's LDS, else 1 (the same loop
     with a second barrier per tile). One stage is tile_m + tile_n K-contiguous rows of
-    tile_k + LDS_ROW_PAD elements; two fit every WMMA ladder geometry (at most 40 KiB on
+    tile_k + sync_row_pad elements; two fit every WMMA ladder geometry (at most 40 KiB on
     the 64 KiB targets, whose tile_k is 32) and gfx950's; gfx942's 256-wide tiles take one.
     """
-    one = (tile_m + tile_n) * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype)
+    one = (tile_m + tile_n) * (tile_k + sync_row_pad(target, dtype, tile_k)) * elem_bytes(dtype)
     return 2 if 2 * one <= target.lds_bytes else 1
 
 
@@ -209,9 +225,9 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
                   tile_m: int, tile_n: int, tile_k: int) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
-    The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + LDS_ROW_PAD
-    elements (the pad keeps each row 16-byte aligned and spreads a wave's 128-bit fragment
-    reads over the banks), ``sync_stages`` of them. The async loop's copies land as memory
+    The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + sync_row_pad
+    elements (the pad keeps each row 16-byte aligned and spreads a wave's fragment reads
+    over the banks), ``sync_stages`` of them. The async loop's copies land as memory
     holds them: K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages
     and a third of the same layout where out-of-range chunks' copies land (no exec-mask
     branch: ``loaders.copy_or_zero_fill``).
@@ -222,7 +238,7 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
         operands = 3 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
     else:
         operands = (sync_stages(target, dtype, tile_m, tile_n, tile_k) * (tile_m + tile_n)
-                    * (tile_k + LDS_ROW_PAD) * elem_bytes(dtype))
+                    * (tile_k + sync_row_pad(target, dtype, tile_k)) * elem_bytes(dtype))
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
 

@@ -83,6 +83,10 @@ class Target:
     # bits 12-18 nonzero, OOB_SELECT (28-29) = 3, the raw offset check; 0 = no buffer loads
     buffer_rsrc_word3: int = 0
     vendor: str = "amd"  # "amd" (AMDGPU backend, ld.lld, .hsaco) or "nvidia" (NVPTX, ptxas)
+    # bytes of one K-contiguous LDS row that the lanes of one 128-byte shared-memory phase
+    # read side by side (model/spec.sync_row_pad pads rows by it): AMD's 128-bit fragment
+    # reads take 16 B of 8 rows; m16n8k16's 64-bit reads take 4 lanes x 8 B of 4 rows
+    lds_row_span: int = 16
     # ds_load_tr16_b128 (llvm.amdgcn.ds.load.tr16.b128): the transposing 128-bit LDS read
     lds_load_tr16: bool = False
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
@@ -222,14 +226,16 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 16, "m16n8k16"),
             lds_bytes=49152, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=True, e_mach=90, vendor="nvidia",
+            has_kernels=True, e_mach=90, vendor="nvidia", lds_row_span=32,
             sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
                      "lds_bytes": "CUDA Programming Guide: 48 KB static shared per block; "
                                   "ptxas limit 0xc000 (tests/compile)",
                      "async_lds_copy": "cp.async exists (PTX ISA 9.7.9.25); kernels: not yet",
                      "packed_atomics_native": "PTX ISA red.global.add.noftz.f16x2/bf16x2",
                      "float_atomics_validated": "PTX ISA red.global.add.f32",
-                     "e_mach": "cubin e_flags bits 8-15 = 90 (ptxas 13 probe)"},
+                     "e_mach": "cubin e_flags bits 8-15 = 90 (ptxas 13 probe)",
+                     "lds_row_span": "PTX ISA 9.7.14.5.8: lanes 4g..4g+3 hold row g's k; "
+                                     "H200 ncu: L1 82 % busy at 8-element pad, +6 % at 16"},
         ),
     )
 }

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import DType, Value, bf16, f16, f32, i32, i64
-from wgradcache.model.spec import LDS_ROW_PAD, KernelSpec, elem_bytes, lds_bytes
+from wgradcache.model.spec import LDS_ROW_PAD, KernelSpec, elem_bytes, lds_bytes, sync_row_pad
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.abi import WGRAD_ARGS, declare
 
@@ -117,7 +117,8 @@ class WgradContext:
     @property
     def row_k(self) -> int:
         """Elements per K-contiguous LDS row (one m of A or one n of B)."""
-        return self.spec.tile_k + LDS_ROW_PAD
+        s = self.spec
+        return s.tile_k + sync_row_pad(get_target(s.target), s.dtype, s.tile_k)
 
     @property
     def row_a(self) -> int:
