@@ -8,10 +8,15 @@
 #   4. verify --device cuda --level numerics --no-reproduce (the device machine has not the
 #      build's libLLVM-22) on the prebuilt sm_90 cache carried in the tree: devcache/cache,
 #      or devcache/sm90-cache.tar.xz unpacked into /tmp ($DEVCACHE overrides; numerics on a
-#      sample of it: $VERIFY_SAMPLE, default 0.1).
+#      sample of it: $VERIFY_SAMPLE, default 0.1);
+#   5. the pipelined sync loop at every geometry of the walk: verify every entry of
+#      devcache/pergeo.tar.xz (`build --target sm_90 --variant sync.default.none --dtype fp16`);
+#   6. Nsight Compute (when ncu is there) on select's pick for $NCU_LAYER: speed of light,
+#      occupancy, memory and the stall reasons per issued instruction.
 # Each step has a timeout so one call of the device tool (600 s) returns all results.
 # Writes into $OUT (default ./device-out): env.txt, planted.txt/json, speed.txt/json,
-# verify.txt/json. Exit status: verify's, else the benchmark's.
+# verify.txt/json, pergeo.txt/json, ncu.txt (the device tool brings back at most 8 files:
+# keep $OUT to these). Exit status: verify's, else the benchmark's.
 set -u
 OUT=${OUT:-$PWD/device-out}
 if [ -z "${DEVCACHE:-}" ] && [ -f devcache/sm90-cache.tar.xz ]; then
