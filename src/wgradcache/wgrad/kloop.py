@@ -241,9 +241,10 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end), uniform=ctx.lay.wave_size):
         issue_async(a_op, ctx.k_begin, lds, zero, spare)
         issue_async(b_op, ctx.k_begin, lds, zero, spare, state0 or None)
-    n_acc = len(zero_accumulators(ctx))
+    accs0 = zero_accumulators(ctx)
+    n_acc = len(accs0)
     with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k,
-                 carried=[*zero_accumulators(ctx), *(v for st in state0 for v in st)]) as loop:
+                 carried=[*accs0, *(v for st in state0 for v in st)]) as loop:
         kt, c = loop.index, list(loop.carried)
         accs, flat = c[:n_acc], c[n_acc:]
         state = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]

@@ -244,28 +244,28 @@ class OperandLoad:
         """B with ``row_of`` only: per k row of the thread, (wo, ho, pixel offset) in the K
         tile at ``k0``, the tap left out (pixel offset = ((img·H + ho·s)·W + wo·s)·C; a
         slot adds its column's ``tap``); ``advance`` steps it as any state."""
-        kb, a = self.ctx.kb, self.ctx.a
         self._steps()
-        out = []
-        for slot in self._row_heads():
-            img, r = divmod_magic(kb, kb.add(k0, slot.k_row), a, "HoWo")
-            ho, wo = divmod_magic(kb, r, a, "Wo")
-            hs, ws = kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"])
-            pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hs), a["W"]), ws)
-            out.append((wo, ho, kb.mul(pix, a["C"])))
-        return out
+        return [self._gather_coords(k0, slot, None) for slot in self._row_heads()]
 
     def _coords(self, k0: Value) -> list[tuple[Value, Value, Value]]:
+        return [self._gather_coords(k0, slot, h)
+                for slot, h in zip(self.slots, self.hoisted, strict=True)]
+
+    def _gather_coords(self, k0: Value, slot: Slot, h: dict | None
+                       ) -> tuple[Value, Value, Value]:
+        """(wo, ho, element offset) of ``slot``'s k row in the K tile at ``k0``, by the two
+        magic divisions; ``h``: the column's tap and channel added (None: the row's pixel
+        alone, ``row_state``)."""
         kb, a = self.ctx.kb, self.ctx.a
-        out = []
-        for slot, h in zip(self.slots, self.hoisted, strict=True):
-            img, r = divmod_magic(kb, kb.add(k0, slot.k_row), a, "HoWo")
-            ho, wo = divmod_magic(kb, r, a, "Wo")
-            hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
-            wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
-            pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
-            out.append((wo, ho, kb.add(kb.mul(pix, a["C"]), h["chan"])))
-        return out
+        img, r = divmod_magic(kb, kb.add(k0, slot.k_row), a, "HoWo")
+        ho, wo = divmod_magic(kb, r, a, "Wo")
+        hi = kb.mul(ho, a["stride"])
+        hi = hi if h is None else kb.add(hi, h["h_base"])
+        wi = kb.mul(wo, a["stride"])
+        wi = wi if h is None else kb.add(wi, h["w_base"])
+        pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
+        off = kb.mul(pix, a["C"])
+        return wo, ho, (off if h is None else kb.add(off, h["chan"]))
 
     def advance(self, state: list[tuple[Value, Value, Value]]) -> list[tuple[Value, Value, Value]]:
         """``gather_state`` one K tile later, without a division: tile_k = q·HoWo + b·Wo + c
