@@ -1,5 +1,7 @@
-"""ds_load_tr16_b128 (gfx1250): the emulator's lane semantics against an independent model,
-what it rejects (a misaligned address, part of a wave), and the lowering."""
+"""The transposing LDS reads (gfx1250 ds_load_tr16_b128, NVIDIA ldmatrix .x4 .trans): the
+emulator's lane semantics against independent models written from the sources, what it
+rejects (a misaligned address, part of a wave), that each feeds its atom form's fragments
+exactly (the lane maps of kernel/mma.py), and the lowerings."""
 
 from __future__ import annotations
 
@@ -7,15 +9,18 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 
+from wgradcache.kernel import mma
 from wgradcache.kernel.builder import BuildError, KernelBuilder
 from wgradcache.kernel.emulate import EmulationError, emulate
 from wgradcache.kernel.ir import f16, i16, i32, ptr
-from wgradcache.kernel.lower_llvm import LoweringError, lower
+from wgradcache.kernel.lower import lower
+from wgradcache.kernel.lower_llvm import LoweringError
 
 ROWS = 64  # 16-byte rows of LDS, 8 x i16 each
 
 
-def _kernel(block: int = 64, shift: int = 0, partial: bool = False):
+def _kernel(block: int = 64, shift: int = 0, partial: bool = False,
+            read: str = "ds_load_tr16_b128"):
     """LDS row j holds 8 j + e (e = 0..7); lane l reads through the row rows[l] (+ shift
     bytes) and writes its 8 results to out[l]."""
     kb = KernelBuilder("tr", block)
@@ -30,9 +35,9 @@ def _kernel(block: int = 64, shift: int = 0, partial: bool = False):
     at = kb.gep(lds, kb.add(kb.mul(row, 8), shift // 2))
     if partial:
         with kb.if_(kb.icmp("ult", tid, 16)):
-            kb.store(kb.gep(out, kb.mul(tid, 8)), kb.lds_load_tr(at), align=16)
+            kb.store(kb.gep(out, kb.mul(tid, 8)), kb.lds_load_tr(at, read), align=16)
     else:
-        kb.store(kb.gep(out, kb.mul(tid, 8)), kb.lds_load_tr(at), align=16)
+        kb.store(kb.gep(out, kb.mul(tid, 8)), kb.lds_load_tr(at, read), align=16)
     return kb.finish()
 
 
@@ -61,24 +66,81 @@ def test_lanes_may_share_a_row():
     assert got[9].tolist() == [41] * 8  # group 1: row 5, element 1
 
 
-def test_misaligned_address_is_rejected():
+def test_ldmatrix_x4_trans_lane_map():
+    """PTX ISA ldmatrix: lanes 8j .. 8j+7 address the rows of matrix j; with .trans, lane
+    4g + t holds in register j elements (row 2t, col g) and (row 2t + 1, col g)."""
+    rng = np.random.default_rng(11)
+    rows = rng.permutation(ROWS)
+    got = _run(_kernel(read="ldmatrix_x4_trans"), rows)
+    for w in range(2):  # two warps of the 64-thread block, each its own instruction
+        for lane in range(32):
+            g, t = divmod(lane, 4)
+            want = [8 * rows[32 * w + 8 * j + 2 * t + e] + g for j in range(4) for e in range(2)]
+            assert got[32 * w + lane].tolist() == want, (w, lane)
+
+
+@pytest.mark.parametrize("name", sorted(mma.TRANSPOSED_READS))
+def test_a_transposing_read_of_a_k_outer_tile_gives_the_form_s_fragment(name):
+    """Each lane addresses the row ``addressed`` names (+ the read's k offset); what it
+    receives must be, slot for slot, the (row, k) that ``a_map`` of the form assigns it:
+    the generator's K-outer fragments are the atom's operands exactly."""
+    read = mma.transposed_read(name)
+    lay = mma.layout(read.form)
+    kb = KernelBuilder("frag", 32)
+    out = kb.arg("out", ptr(i16))
+    pitch = 24  # elements per K-outer row: 16 columns + a pad, 16-byte aligned
+    lds = kb.ptr_cast(kb.lds("t", lay.k * pitch * 2), i16)
+    tid = kb.thread_id()
+    for j in range(lay.k * pitch // 32):  # element (k, col) holds 64 k + col
+        e = kb.add(tid, j * 32)
+        k, col = kb.udiv(e, pitch), kb.urem(e, pitch)
+        kb.store(kb.gep(lds, e), kb.trunc(kb.add(kb.mul(k, 64), col), i16))
+    kb.barrier()
+    k_row, col = read.addressed(np.arange(32))
+    base = [int(r) * pitch + int(c) for r, c in zip(k_row, col, strict=True)]
+    table = kb.arg("base", ptr(i32))
+    at = kb.load(kb.gep(table, tid))
+    for j, k_off in enumerate(read.k_reads):
+        v = kb.lds_load_tr(kb.gep(lds, kb.add(at, k_off * pitch)), name)
+        kb.store(kb.gep(out, kb.add(kb.mul(tid, 8 * len(read.k_reads)), 8 * j)), v, align=16)
+    got = np.zeros((32, 8 * len(read.k_reads)), np.int16)
+    emulate(kb.finish(), (1, 1, 1), {"out": got, "base": np.asarray(base, np.int32)})
+    lane = np.arange(32)[:, None]
+    row, k = lay.a_map(lane, np.arange(lay.ab_elems)[None, :])
+    assert np.array_equal(got, np.broadcast_to(64 * k + row, got.shape))
+
+
+@pytest.mark.parametrize("read", sorted(mma.TRANSPOSED_READS))
+def test_misaligned_address_is_rejected(read):
     with pytest.raises(EmulationError, match="not 16-byte aligned"):
-        _run(_kernel(shift=8), np.arange(64) % 32)
+        _run(_kernel(shift=8, read=read), np.arange(64) % 32)
 
 
-def test_part_of_a_wave_is_rejected():
+@pytest.mark.parametrize("read", sorted(mma.TRANSPOSED_READS))
+def test_part_of_a_wave_is_rejected(read):
     with pytest.raises(EmulationError, match="part of its lanes"):
-        _run(_kernel(partial=True), np.arange(64))
+        _run(_kernel(partial=True, read=read), np.arange(64))
 
 
-def test_lowering_gfx1250_only():
+def test_lowering_each_read_on_its_target_only():
     kd = _kernel()
     text = lower(kd, "gfx1250")
     assert 'call <8 x i16> @"llvm.amdgcn.ds.load.tr16.b128.v8i16"(ptr addrspace(3)' in text
     llvm.parse_assembly(text).verify()
     with pytest.raises(LoweringError, match="no ds_load_tr16_b128 on this target"):
         lower(kd, "gfx1201")
+    with pytest.raises(LoweringError, match="no ds_load_tr16_b128 on this target"):
+        lower(kd, "sm_90")
+    nv = _kernel(read="ldmatrix_x4_trans")
+    text = lower(nv, "sm_90")
+    assert ('call {i32, i32, i32, i32} @"llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16.p3"'
+            '(ptr addrspace(3)') in text
+    assert "bitcast <4 x i32>" in text and "to <8 x i16>" in text
+    with pytest.raises(LoweringError, match="no ldmatrix_x4_trans on this target"):
+        lower(nv, "gfx1250")
     kb = KernelBuilder("bad", 32)
     with pytest.raises(BuildError, match="16-bit elements"):
-        kb.lds_load_tr(kb.lds("x", 64, i32))
-    assert kb.lds_load_tr(kb.lds("h", 64, f16)).dtype == f16.vec(8)
+        kb.lds_load_tr(kb.lds("x", 64, i32), "ldmatrix_x4_trans")
+    with pytest.raises(BuildError, match="unknown transposing read 'ldsm'"):
+        kb.lds_load_tr(kb.lds("y", 64, f16), "ldsm")
+    assert kb.lds_load_tr(kb.lds("h", 64, f16), "ds_load_tr16_b128").dtype == f16.vec(8)

@@ -210,7 +210,8 @@ def _cas_and_main_loop(names: list[str], loops: list[tuple[int, int]], is_cas, i
 def ptx_stats(ptx: str) -> dict[str, int]:
     """Instruction counts of a PTX listing under the keys ``verify`` reads
     (``pipeline.verify.isa_problems``): MMAs, async copies and waits, barriers, atomics by
-    kind, fences, CAS loops, and the main loop's (the loop with the most MMAs)."""
+    kind, fences, CAS loops, shared reads (``ld.shared`` and ``ldmatrix``) and writes, and the
+    main loop's (the loop with the most MMAs)."""
     code, labels = _instructions(ptx)
     names = [_mnemonic(c) for c in code]
     n = Counter(names)
@@ -249,7 +250,7 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         "global_atomic_cmpswap": tally(is_cas),
         "device_cache_ops": tally(lambda m: m.startswith(("fence.", "membar."))),
         "cas_loops": len(cas),
-        "ds_loads": tally(lambda m: m.startswith("ld.shared")),
+        "ds_loads": tally(lambda m: m.startswith(("ld.shared", "ldmatrix"))),
         "ds_stores": tally(lambda m: m.startswith("st.shared")),
         "global_loads": tally(lambda m: m.startswith("ld.global")),
         "global_stores": tally(lambda m: m.startswith("st.global")),
@@ -262,7 +263,7 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         "main_loop_barriers": tally(lambda m: m.startswith(("bar.", "barrier.")), body),
         "main_loop_async_copies": tally(lambda m: m.startswith("cp.async.") and "wait" not in m
                                         and "commit" not in m, body),
-        "main_loop_ds_loads": tally(lambda m: m.startswith("ld.shared"), body),
+        "main_loop_ds_loads": tally(lambda m: m.startswith(("ld.shared", "ldmatrix")), body),
         "main_loop_ds_stores": tally(lambda m: m.startswith("st.shared"), body),
         "main_loop_global_loads": tally(lambda m: m.startswith("ld.global"), body),
     })

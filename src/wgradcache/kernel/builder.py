@@ -617,14 +617,18 @@ class KernelBuilder:
             raise BuildError(f"bounded_load of {dt.nbytes} bytes (one of {_BOUNDED_BYTES})")
         return self._emit(Ops.BOUNDED_LOAD, dt, (p, byte_off, num_bytes), self._align(align, dt))
 
-    def lds_load_tr(self, p: Value) -> Value:
-        """gfx1250 ``ds_load_tr16_b128``: each lane gives the LDS address of a 16-byte row of
-        8 16-bit elements; lane 8G+c of each 8-lane group receives, in slot r, element c of
-        the row lane 8G+r addressed. A wave op: all lanes of the wave together, addresses
-        16-byte aligned (the emulator checks both)."""
+    def lds_load_tr(self, p: Value, read: str) -> Value:
+        """A transposing LDS read (``mma.TRANSPOSED_READS[read]``: gfx1250's
+        ds_load_tr16_b128, NVIDIA's ldmatrix .x4 .trans): each lane gives the LDS address of
+        a 16-byte row of 8 16-bit elements and receives 8 elements of the rows the lanes of
+        its transpose group addressed, as the read's lane map says. A wave op: all lanes of
+        the wave together, addresses 16-byte aligned (the emulator checks both)."""
         if not (p.dtype.is_ptr and p.dtype.addrspace == LDS and p.dtype.elem.bits == 16):
             raise BuildError(f"lds_load_tr needs an LDS pointer to 16-bit elements, got {p!r}")
-        return self._emit(Ops.LDS_LOAD_TR, p.dtype.elem.vec(8), (p,), 16)
+        if read not in _mma.TRANSPOSED_READS:
+            raise BuildError(f"unknown transposing read {read!r}; valid: "
+                             f"{', '.join(_mma.TRANSPOSED_READS)}")
+        return self._emit(Ops.LDS_LOAD_TR, p.dtype.elem.vec(8), (p,), read)
 
     def atomic_add(self, p: Value, value: Value, *, pred: Value | None = None) -> None:
         """``*p += value`` atomically (agent scope, monotonic, no return).

@@ -650,46 +650,42 @@ def _bounded_load(m: _Machine, v: Value, mask):
     m.env[v.id] = out if dt.is_vector else out[..., 0]
 
 
-_TR_GROUP = 8  # lanes per ds_load_tr16_b128 transpose group: 8 rows of 8 x 16-bit
-
-
 def _lds_load_tr(m: _Machine, v: Value, mask):
-    """gfx1250 ``ds_load_tr16_b128``: in each group of 8 consecutive lanes (8G .. 8G+7), lane
-    8G+r gives the LDS address of a row of 8 16-bit elements (16 bytes); afterwards lane
-    8G+c holds, in slot r, element c of the row lane 8G+r addressed: an 8x8 transpose.
-
-    Sources, all secondary (no AMD document in our reach states the map; unverified on
-    hardware, medium-low confidence, see shared/reference/mma-lane-maps.md §5 and
-    kernel-speed-facts.md): Triton PR #7616 states the same 8-lane, 4-VGPR 8x8 transpose for
-    the gfx12 sibling global_load_tr_b128, and a third-party gfx1250 demo expects lane L <-
-    LDS[0..7][L]; Triton's TargetInfo.cpp queryLDSTransLoadParams (gfx1250: 128 bits for
-    16-bit types, 8-lane groups) and CK amd_transpose_load.hpp agree on the shape.
+    """A transposing LDS read, by its lane map (``mma.TRANSPOSED_READS[v.arg]``, which cites
+    the sources per read): each lane addresses a 16-byte row of 8 16-bit elements; lane
+    ``l`` receives in slot ``s`` the 2 bytes of element ``read.elem(l)`` of the row lane
+    ``read.src(l, s)`` addressed. gfx1250's ds_load_tr16_b128: 8-lane groups, lane 8G+c
+    gets element c of row 8G+s; NVIDIA's ldmatrix .x4 .trans: lane 4g+t gets element g of
+    rows 8(s//2) + 2t + s%2 (the four 8x8 matrices, each read column-major).
 
     Rejected as the hardware does not do them as documented: a wave with only part of its
-    lanes active (the intrinsic is convergent, IntrinsicsAMDGPU.td: assume EXEC all ones)
-    and an address that is not 16-byte aligned (one source says it silently degrades to a
-    plain b128 load). LDS races are tracked per byte for the lane that receives it.
+    lanes active (ds_load_tr is convergent, IntrinsicsAMDGPU.td: assume EXEC all ones;
+    ldmatrix is ``.sync.aligned``: every thread of the warp executes the same one) and an
+    address that is not 16-byte aligned (PTX ISA: ldmatrix's row addresses must be; one
+    source says ds_load_tr silently degrades to a plain b128 load). LDS races are tracked
+    per byte for the lane that receives it.
     """
     (src,) = v.src
+    read = _mma.transposed_read(v.arg)
     p = m.val(src)
-    W = _ASYNC_WAVE  # gfx1250 only: wave32
+    W = _ASYNC_WAVE  # wave32 on both targets that have one
     waves = mask.reshape(m.G, -1, W)
     active = waves.any(axis=-1)
     partial = active & ~waves.all(axis=-1)
     if partial.any():
         g, wv = (int(x[0]) for x in np.nonzero(partial))
-        m.fail(v, f"wave {wv} of workgroup {m.wg_name(g)} runs ds_load_tr16_b128 with part of "
-                  "its lanes (EXEC must be all ones)")
+        m.fail(v, f"wave {wv} of workgroup {m.wg_name(g)} runs {read.name} with part of "
+                  "its lanes (every lane must take part)")
     out = np.zeros((m.G, m.L, 8), _np(v.dtype))
     w, lane = np.nonzero(mask)
     if len(w):
         off = m.addresses(v, p, w, lane, 16, 16)  # [A], in (workgroup, lane) order
-        # lane 8G+c, slot r: bytes 2c, 2c+1 of the row at off[8G+r] (whole waves: groups
-        # of 8 are contiguous in this order)
-        rows = off.reshape(-1, _TR_GROUP)  # [A/8, r]
-        c = np.arange(_TR_GROUP)
-        byte = rows[:, None, :, None] + 2 * c[None, :, None, None] + np.arange(2)
-        byte = byte.reshape(-1, _TR_GROUP * 2)  # per receiving lane: [A, 8 slots x 2 bytes]
+        # whole waves are active, contiguous in this order: off[wave_start + src(l, s)]
+        ln = np.arange(W)
+        src_lane = read.src(ln[:, None], np.arange(8)[None, :])  # [W, 8]
+        rows = off.reshape(-1, W)[:, src_lane]  # [A/W, W, 8]
+        byte = rows[..., None] + 2 * read.elem(ln)[None, :, None, None] + np.arange(2)
+        byte = byte.reshape(-1, 16)  # per receiving lane: 8 slots x 2 bytes
         idx = (w * m.lds.shape[1] + m.lds_base[p.name])[:, None] + byte
         m.race_check(v, w, lane, idx, False, p.name)
         out[w, lane] = m.lds.reshape(-1)[idx].reshape(-1, 16).view(_np(v.dtype))

@@ -215,9 +215,10 @@ class Ops(enum.Enum):
     # off >= num_bytes; an access across num_bytes is an error (chip-dependent). No branch:
     # an invalid element gets an offset past the range instead of a predicate.
     BOUNDED_LOAD = enum.auto()
-    # src=(lds_ptr,): gfx1250 ds_load_tr16_b128, a wave op (EXEC all ones); dtype <8 x 16-bit>.
-    # In each group of 8 lanes, lane 8G+c gets element c of the 16-byte row that lane 8G+r
-    # addresses, in slot r (an 8x8 transpose); every address 16-byte aligned (emulate cites)
+    # src=(lds_ptr,), arg=read name (kernel/mma.TRANSPOSED_READS: gfx1250 ds_load_tr16_b128,
+    # NVIDIA ldmatrix .x4 .trans); a wave op (every lane active); dtype <8 x 16-bit>. Each
+    # lane addresses one 16-byte row and receives, slot by slot, elements of the rows
+    # other lanes addressed (8x8 transposes, the read's lane map); addresses 16-byte aligned
     LDS_LOAD_TR = enum.auto()
 
     # ** 11 -- matrix **

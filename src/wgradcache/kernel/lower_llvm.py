@@ -574,8 +574,9 @@ class _Lowering:
         return self.predicated(v, 2, lambda: self.call(f, [p, d, ("i32", "0"), ("i32", "0")]))
 
     def lds_load_tr(self, v: Value, name: str) -> LValue:
-        if not self.target.lds_load_tr16:
-            self.fail(v, "no ds_load_tr16_b128 on this target (gfx1250 only)")
+        if v.arg != "ds_load_tr16_b128" or self.target.lds_read_tr != v.arg:
+            self.fail(v, f"no {v.arg} on this target (its transposing read: "
+                         f"{self.target.lds_read_tr or 'none'})")
         ty = ltype(v.dtype)
         f = self.intrinsic(f"llvm.amdgcn.ds.load.tr16.b128.{_mangle(v.dtype)}", ty,
                            ["ptr addrspace(3)"])

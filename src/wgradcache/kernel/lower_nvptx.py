@@ -20,6 +20,8 @@ target's own pieces differ, each overridden here:
   packed ``<2 x half>`` / ``<2 x bfloat>`` through inline PTX
   ``red.relaxed.gpu.global.add.noftz.{f16x2,bf16x2}``: LLVM 22 turns the ``atomicrmw`` of
   a 32-bit vector into a compare-and-swap loop (probe, issue 19);
+* transposing LDS read: ``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`` (lane map
+  ``mma.TRANSPOSED_READS``), its four registers bitcast to the IR's <8 x 16-bit>;
 * MMA: the ``m16n8k16`` atom is two calls of the NVVM mma intrinsic (``mma.INTRINSICS``) whose
   registers are gathered from the IR's fragment slots as ``kernel/mma.py`` says
   (``MmaIntrinsic.a_regs`` / ``b_regs`` / ``c_slots``).
@@ -51,6 +53,8 @@ _SREG = {"tid": "llvm.nvvm.read.ptx.sreg.tid.x",
          0: "llvm.nvvm.read.ptx.sreg.ctaid.x", 1: "llvm.nvvm.read.ptx.sreg.ctaid.y",
          2: "llvm.nvvm.read.ptx.sreg.ctaid.z"}
 _BARRIER = "llvm.nvvm.barrier.cta.sync.aligned.all"
+# PTX ISA 9.7.14.5.15 ldmatrix (sm_75+); IntrinsicsNVVM.td, shared-space pointer form
+_LDMATRIX_X4_T = "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16.p3"
 # packed 16-bit reductions: PTX ISA 9.7.13.6 "red" (.noftz.f16x2 sm_60+, .bf16x2 sm_90)
 _RED_PACKED = {"f16": "red.relaxed.gpu.global.add.noftz.f16x2",
                "bf16": "red.relaxed.gpu.global.add.noftz.bf16x2"}
@@ -131,6 +135,20 @@ class _NvLowering(_Lowering):
                       f'"l,r,~{{memory}}"({pt} {p}, i32 {bits[1]})')
         return self.predicated(v, 2, emit)
 
+    def lds_load_tr(self, v: Value, name: str) -> LValue:
+        """ldmatrix .x4 .trans: four 32-bit registers, register j holding slots 2j, 2j+1
+        (``mma.TRANSPOSED_READS``), put together as the IR's <8 x 16-bit> vector."""
+        if v.arg != "ldmatrix_x4_trans" or self.target.lds_read_tr != v.arg:
+            self.fail(v, f"no {v.arg} on this target (its transposing read: "
+                         f"{self.target.lds_read_tr or 'none'})")
+        ret = "{i32, i32, i32, i32}"
+        f = self.intrinsic(_LDMATRIX_X4_T, ret, ["ptr addrspace(3)"])
+        d = self.call(f, [self.val(v.src[0])], f"{name}.m")
+        regs = [self.emit(f"{name}.r{j}", "i32", f"extractvalue {ret} {d[1]}, {j}")
+                for j in range(4)]
+        vec = self.build("<4 x i32>", regs, f"{name}.v")
+        return self.cast("bitcast", vec, ltype(v.dtype), name)
+
     def mma(self, v: Value, name: str) -> LValue:
         form = v.arg
         if form not in self.forms:
@@ -172,5 +190,6 @@ class _NvLowering(_Lowering):
 
 _NvLowering.rules = {**_RULES, Ops.BARRIER: _NvLowering.barrier, Ops.MMA: _NvLowering.mma,
                      Ops.BOUNDED_LOAD: _NvLowering.bounded_load,
+                     Ops.LDS_LOAD_TR: _NvLowering.lds_load_tr,
                      **dict.fromkeys((Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY),
                                      _NvLowering.memory)}

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["MmaLayout", "LAYOUTS", "layout", "k_runs", "lds_k_order", "MmaIntrinsic",
-           "INTRINSICS", "intrinsic"]
+           "INTRINSICS", "intrinsic", "TransposedRead", "TRANSPOSED_READS", "transposed_read"]
 
 
 @dataclass(frozen=True)
@@ -320,3 +320,85 @@ def intrinsic(form: str, elem: str) -> MmaIntrinsic:
     except KeyError:
         raise KeyError(f"no MMA intrinsic for form {form!r} with {elem} operands; valid: "
                        f"{', '.join(f'{f}/{e}' for f, e in INTRINSICS)}") from None
+
+
+@dataclass(frozen=True)
+class TransposedRead:
+    """A wave-wide LDS read that transposes 8x8 blocks of 16-bit elements: what lets a
+    K-outer tile (rows of k, contiguous along m / n, as memory holds it) feed an atom whose
+    lane holds k values of one row (A) or column (B), at 128 bits a lane, with no transpose
+    at LDS-write time.
+
+    Every lane addresses one 16-byte row of 8 elements; lane ``l`` addresses k row
+    ``8·((l >> row_bit) & 1) + (l & 7)`` at columns ``8·((l >> col_bit) & 1)`` .. + 7 of the
+    fragment's 16-row (m or n) block, at k offset ``k_reads[j]`` for read j of a fragment.
+    Afterwards lane ``l`` holds, in slot ``s``, element ``elem(l)`` of the row lane
+    ``src(l, s)`` addressed. ``tests/kernel`` proves, for each read, that this gives every
+    lane exactly the (row, k) its form's ``a_map`` names, slot for slot.
+    """
+
+    name: str  # the IR op's arg
+    form: str  # the atom form whose fragments it reads
+    row_bit: int
+    col_bit: int
+    k_reads: tuple[int, ...]
+    source: str
+    secondary_only: bool  # no vendor document states the lane map (say so in ``show``)
+
+    def src(self, lane, slot):
+        """The lane whose addressed row lane ``lane`` receives in ``slot``."""
+        lane, slot = np.asarray(lane), np.asarray(slot)
+        if self.name == "ds_load_tr16_b128":
+            return 8 * (lane // 8) + slot
+        return 8 * (slot // 2) + 2 * (lane % 4) + slot % 2
+
+    def elem(self, lane):
+        """The element (column, 0-7) of that row lane ``lane`` receives."""
+        lane = np.asarray(lane)
+        return lane % 8 if self.name == "ds_load_tr16_b128" else lane // 4
+
+    def addressed(self, lane):
+        """(k row, first column) lane ``lane`` addresses for read 0 of a fragment."""
+        lane = np.asarray(lane)
+        return 8 * ((lane >> self.row_bit) & 1) + (lane & 7), 8 * ((lane >> self.col_bit) & 1)
+
+
+TRANSPOSED_READS: dict[str, TransposedRead] = {
+    # gfx1250 ds_load_tr16_b128 (llvm.amdgcn.ds.load.tr16.b128): in each 8-lane group G,
+    # lane 8G+c receives in slot r element c of the row lane 8G+r addressed. Secondary
+    # sources only (mma-lane-maps.md §5, kernel-speed-facts.md): Triton PR #7616 (the same
+    # 8-lane 8x8 transpose for gfx12's global_load_tr_b128), a third-party gfx1250 demo
+    # (lane L <- LDS[0..7][L]); Triton TargetInfo.cpp queryLDSTransLoadParams and CK
+    # amd_transpose_load.hpp agree on the shape. Two reads per gfx1250 fragment (k 0-15 and
+    # 16-31 of the k-step, lane group g = l // 16 taking rows 8g .. 8g+7 of each).
+    "ds_load_tr16_b128": TransposedRead(
+        "ds_load_tr16_b128", "gfx1250", row_bit=4, col_bit=3, k_reads=(0, 16),
+        source="Triton PR #7616, TargetInfo.cpp queryLDSTransLoadParams; CK "
+               "amd_transpose_load.hpp (secondary: no AMD document states the lane map)",
+        secondary_only=True),
+    # NVIDIA ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_75+), LLVM
+    # llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16 -> {i32 x 4}: lanes 8j .. 8j+7 give
+    # the row addresses of matrix j; lane l receives one 32-bit register per matrix, and
+    # with .trans register j holds elements [2(l%4)][l/4] and [2(l%4)+1][l/4] of matrix j
+    # (row, column). Source 1: PTX ISA §9.7.14.5.15 "Warp-level matrix load instruction:
+    # ldmatrix" (thread-to-row-address table; fragment layout "each thread receives 2
+    # elements of a row": row = lane / 4; .trans = the matrix read column-major).
+    # Source 2: CUTLASS include/cute/atom/copy_traits_sm75.hpp, Copy_Traits<SM75_U16x8_LDSM_T>
+    # (SrcLayout: 8 threads x 128 bits per matrix; DstLayout: thread (t%4, t/4) holds
+    # 2 x 16-bit of a column). The matrices feed m16n8k16 as a0a1 (k 0-7, m 0-7), a2a3
+    # (k 8-15, m 0-7), a4a5 (k 0-7, m 8-15), a6a7: lane l addresses k row 8·((l>>3)&1) +
+    # l%8 at column 8·(l>>4), one read per 16x16 fragment, and B's (k, n) the same way.
+    "ldmatrix_x4_trans": TransposedRead(
+        "ldmatrix_x4_trans", "m16n8k16", row_bit=3, col_bit=4, k_reads=(0,),
+        source="PTX ISA §9.7.14.5.15 ldmatrix (.x4, .trans); CUTLASS cute copy_traits_sm75.hpp "
+               "SM75_U16x8_LDSM_T",
+        secondary_only=False),
+}
+
+
+def transposed_read(name: str) -> TransposedRead:
+    try:
+        return TRANSPOSED_READS[name]
+    except KeyError:
+        raise KeyError(f"unknown transposing LDS read {name!r}; valid: "
+                       f"{', '.join(TRANSPOSED_READS)}") from None

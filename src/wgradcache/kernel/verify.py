@@ -186,7 +186,7 @@ class _Verifier:
     def check_lds_load_tr(self, v: Value):
         (p,) = v.src
         if not (p.dtype.is_ptr and p.dtype.addrspace == LDS and p.dtype.elem.bits == 16
-                and v.dtype == p.dtype.elem.vec(8) and v.arg == 16):
+                and v.dtype == p.dtype.elem.vec(8) and v.arg in _mma.TRANSPOSED_READS):
             self.fail(v, f"transposing LDS load of {v.dtype!r} through {p.dtype!r}")
 
     def check_bounded_load(self, v: Value):

@@ -20,7 +20,8 @@ from wgradcache.model.targets import Target, get_target
 
 __all__ = [
     "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
-    "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "sync_row_pad", "DEFAULT_WS_REPLICAS",
+    "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "sync_row_pad", "sync_k_outer",
+    "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
     "elem_bytes", "lds_bytes", "lds_bytes_for", "sync_stages", "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
@@ -210,14 +211,32 @@ def sync_row_pad(target: Target, dtype: str, tile_k: int) -> int:
     return pad
 
 
+def sync_k_outer(target: Target, dtype: str) -> bool:
+    """The sync loop's LDS tiles are K-outer (tile_k rows of tile_mn + LDS_ROW_PAD, stored as
+    loaded, fragments read by the target's transposing read) rather than K-contiguous
+    (transposed in registers on the way in): where the target says so and has such a read
+    of 16-bit elements. The one rule the LDS size, the stage count and the generator read.
+    """
+    return target.sync_k_outer and bool(target.lds_read_tr) and elem_bytes(dtype) == 2
+
+
+def _sync_stage_bytes(target: Target, dtype: str, tile_m: int, tile_n: int,
+                      tile_k: int) -> int:
+    eb = elem_bytes(dtype)
+    if sync_k_outer(target, dtype):
+        return tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * eb
+    return (tile_m + tile_n) * (tile_k + sync_row_pad(target, dtype, tile_k)) * eb
+
+
 def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int) -> int:
     """LDS stages of the sync K loop: 2 (the pipelined loop writes tile t+1 while tile t is
     read, one barrier per K tile) where two fit the target's LDS, else 1 (the same loop
     with a second barrier per tile). One stage is tile_m + tile_n K-contiguous rows of
-    tile_k + sync_row_pad elements; two fit every WMMA ladder geometry (at most 40 KiB on
-    the 64 KiB targets, whose tile_k is 32) and gfx950's; gfx942's 256-wide tiles take one.
+    tile_k + sync_row_pad elements (or, ``sync_k_outer``, tile_k K-outer rows); two fit
+    every WMMA ladder geometry (at most 40 KiB on the 64 KiB targets, whose tile_k is 32)
+    and gfx950's; gfx942's 256-wide tiles take one.
     """
-    one = (tile_m + tile_n) * (tile_k + sync_row_pad(target, dtype, tile_k)) * elem_bytes(dtype)
+    one = _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k)
     return 2 if 2 * one <= target.lds_bytes else 1
 
 
@@ -227,18 +246,18 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
 
     The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + sync_row_pad
     elements (the pad keeps each row 16-byte aligned and spreads a wave's fragment reads
-    over the banks), ``sync_stages`` of them. The async loop's copies land as memory
-    holds them: K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages
-    and a third of the same layout where out-of-range chunks' copies land (no exec-mask
-    branch: ``loaders.copy_or_zero_fill``).
+    over the banks), ``sync_stages`` of them; K-outer ones where ``sync_k_outer``. The
+    async loop's copies land as memory holds them: K-outer tiles, tile_k rows of tile_mn +
+    LDS_ROW_PAD elements, two stages and a third of the same layout where out-of-range
+    chunks' copies land (no exec-mask branch: ``loaders.copy_or_zero_fill``).
     The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
     loop's last barrier, so the allocation is the larger of the two.
     """
     if k_loop == "async":
         operands = 3 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
     else:
-        operands = (sync_stages(target, dtype, tile_m, tile_n, tile_k) * (tile_m + tile_n)
-                    * (tile_k + sync_row_pad(target, dtype, tile_k)) * elem_bytes(dtype))
+        operands = (sync_stages(target, dtype, tile_m, tile_n, tile_k)
+                    * _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k))
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
 

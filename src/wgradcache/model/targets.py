@@ -87,8 +87,12 @@ class Target:
     # read side by side (model/spec.sync_row_pad pads rows by it): AMD's 128-bit fragment
     # reads take 16 B of 8 rows; m16n8k16's 64-bit reads take 4 lanes x 8 B of 4 rows
     lds_row_span: int = 16
-    # ds_load_tr16_b128 (llvm.amdgcn.ds.load.tr16.b128): the transposing 128-bit LDS read
-    lds_load_tr16: bool = False
+    # the transposing 16-bit LDS read the target has (kernel/mma.TRANSPOSED_READS): gfx1250's
+    # ds_load_tr16_b128, sm_90's ldmatrix .x4 .trans; "" none
+    lds_read_tr: str = ""
+    # the sync loop keeps K-outer LDS tiles and reads them with ``lds_read_tr`` instead of
+    # transposing in registers on the way in (model/spec.sync_k_outer, wgrad/kloop say why)
+    sync_k_outer: bool = False
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def atom(self, dtype_ab: str) -> MmaAtom | None:
@@ -161,10 +165,10 @@ TARGETS: dict[str, Target] = {
             # LLVM 22 repacks the resource for gfx1250's 45-bit num_records (probe: the
             # count lands at bit 57 up, word 3 becomes 0); no public source gives gfx1250's
             # word 3: CK's gfx12 value, unverified on hardware
-            buffer_rsrc_word3=0x31004000, lds_load_tr16=True,
+            buffer_rsrc_word3=0x31004000, lds_read_tr="ds_load_tr16_b128",
             sources={**_COMMON_SOURCES,
-                     "lds_load_tr16": f"{_PROBE} §3 (ds.load.tr16.b128 selects on gfx1250 "
-                                      "only); lane map: kernel/emulate._lds_load_tr",
+                     "lds_read_tr": f"{_PROBE} §3 (ds.load.tr16.b128 selects on gfx1250 "
+                                    "only); lane map: kernel/mma.TRANSPOSED_READS",
                      "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)"},
         ),
         Target(
@@ -227,6 +231,7 @@ TARGETS: dict[str, Target] = {
             lds_bytes=49152, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=True, e_mach=90, vendor="nvidia", lds_row_span=32,
+            lds_read_tr="ldmatrix_x4_trans", sync_k_outer=True,
             sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
                      "lds_bytes": "CUDA Programming Guide: 48 KB static shared per block; "
                                   "ptxas limit 0xc000 (tests/compile)",
@@ -235,7 +240,11 @@ TARGETS: dict[str, Target] = {
                      "float_atomics_validated": "PTX ISA red.global.add.f32",
                      "e_mach": "cubin e_flags bits 8-15 = 90 (ptxas 13 probe)",
                      "lds_row_span": "PTX ISA 9.7.14.5.8: lanes 4g..4g+3 hold row g's k; "
-                                     "H200 ncu: L1 82 % busy at 8-element pad, +6 % at 16"},
+                                     "H200 ncu: L1 82 % busy at 8-element pad, +6 % at 16",
+                     "lds_read_tr": "PTX ISA 9.7.14.5.15 ldmatrix (sm_75+); llc-22 selects "
+                                    "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (probe)",
+                     "sync_k_outer": "H200 ncu: the register transpose's shared stores took "
+                                     "24 wavefronts each (9.5 M conflicts) on l3.conv2"},
         ),
     )
 }

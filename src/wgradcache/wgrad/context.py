@@ -13,7 +13,9 @@ LDS (``spec.lds_bytes``, one allocation), in one of two layouts:
   one contiguous run, read at 128 bits (``kloop`` says why this layout); the loaders
   transpose in registers on the way in.
 * async loop, K-outer: per stage, A as tile_k rows of tile_m + 8 elements, then B as tile_k
-  rows of tile_n + 8 (the copies land as memory holds them); two stages.
+  rows of tile_n + 8 (the copies land as memory holds them); two stages. The sync loop
+  takes this layout too where the target reads it with a transposing read
+  (``spec.sync_k_outer``: sm_90's ldmatrix .trans), its stores then plain row vectors.
 
 The cshuffle staging (f32 tile_m × tile_n) reuses the same bytes after the K loop.
 """
@@ -25,7 +27,14 @@ from dataclasses import dataclass
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import DType, Value, bf16, f16, f32, i32, i64
-from wgradcache.model.spec import LDS_ROW_PAD, KernelSpec, elem_bytes, lds_bytes, sync_row_pad
+from wgradcache.model.spec import (
+    LDS_ROW_PAD,
+    KernelSpec,
+    elem_bytes,
+    lds_bytes,
+    sync_k_outer,
+    sync_row_pad,
+)
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.abi import WGRAD_ARGS, declare
 
@@ -111,8 +120,10 @@ class WgradContext:
 
     @property
     def k_contiguous(self) -> bool:
-        """The LDS layout: K-contiguous rows (sync loop) or K-outer rows (async loop)."""
-        return self.spec.k_loop == "sync"
+        """The LDS layout: K-contiguous rows (sync loop) or K-outer rows (async loop, and the
+        sync loop where ``spec.sync_k_outer``)."""
+        s = self.spec
+        return s.k_loop == "sync" and not sync_k_outer(get_target(s.target), s.dtype)
 
     @property
     def row_k(self) -> int:

@@ -28,6 +28,7 @@ Fragment reads, per loop:
 
 from __future__ import annotations
 
+from wgradcache.kernel import mma
 from wgradcache.kernel.ir import Value, f32, i32
 from wgradcache.model.spec import loads_per_thread, sync_stages
 from wgradcache.model.targets import get_target
@@ -71,23 +72,34 @@ def _lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
     return a, kb.add(b, ctx.b_offset)
 
 
-def _uses_tr_loads(ctx: WgradContext) -> bool:
-    """K-outer fragments through ds_load_tr16_b128: gfx1250's atom (two 8-k runs per lane)
-    and a target that has the instruction."""
-    return (not ctx.k_contiguous and ctx.lay.form == "gfx1250" and ctx.eb == 2
-            and get_target(ctx.spec.target).lds_load_tr16)
+def _tr_read(ctx: WgradContext) -> mma.TransposedRead | None:
+    """The transposing read that feeds this kernel's K-outer fragments: the target's
+    (``Target.lds_read_tr``) where it reads this atom form's 16-bit fragments; else None."""
+    name = get_target(ctx.spec.target).lds_read_tr
+    if ctx.k_contiguous or not name or ctx.eb != 2:
+        return None
+    read = mma.transposed_read(name)
+    return read if read.form == ctx.lay.form else None
 
 
-def _tr_lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
+def _tr_lane_bases(ctx: WgradContext, read: mma.TransposedRead) -> tuple[Value, Value]:
     """Per-lane element index, in the K-outer A and B tiles, of the row this lane addresses
-    for atom (0, 0), k-step 0, first run: lane l of 8-lane group G = l // 8 addresses k row
-    8·(l // 16) + l % 8 at columns 8·(G % 2) .. + 7 of the wave's sub-tile."""
+    for atom (0, 0), k-step 0, read 0 (``TransposedRead.addressed``): k row
+    8·((l >> row_bit) & 1) + l % 8 at columns 8·((l >> col_bit) & 1) .. + 7 of the wave's
+    sub-tile (gfx1250: row bit 4, the lane group; ldmatrix: row bit 3, column bit 4)."""
     kb = ctx.kb
-    k_row = kb.add(kb.mul(ctx.lane_grp, 8), kb.and_(ctx.lane, 7))
-    col = kb.mul(kb.and_(kb.lshr(ctx.lane, 3), 1), 8)
+    k_row = kb.add(kb.mul(kb.and_(kb.lshr(ctx.lane, read.row_bit), 1), 8),
+                   kb.and_(ctx.lane, 7))
+    col = kb.mul(kb.and_(kb.lshr(ctx.lane, read.col_bit), 1), 8)
     a = kb.add(kb.mul(k_row, ctx.row_a), kb.add(kb.mul(ctx.wave_m, ctx.sub_m), col))
     b = kb.add(kb.mul(k_row, ctx.row_b), kb.add(kb.mul(ctx.wave_n, ctx.sub_n), col))
     return a, kb.add(b, ctx.b_offset)
+
+
+def lane_bases(ctx: WgradContext) -> tuple[Value, Value]:
+    """The lane's fragment-read base in the A and B tiles, for the loop's layout."""
+    read = _tr_read(ctx)
+    return _tr_lane_bases(ctx, read) if read is not None else _lane_bases(ctx)
 
 
 def _fragment_align(ctx: WgradContext) -> int:
@@ -109,7 +121,7 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     am, an = atoms(ctx)
     accs = list(accs)
     align = _fragment_align(ctx) if ctx.k_contiguous else 0
-    tr = _uses_tr_loads(ctx)
+    tr = _tr_read(ctx)
     for ks in range(sp.tile_k // lay.k):
         def frag(base: Value, row: int, first: int, ks: int = ks) -> Value:
             # one run of ``lay.run`` k values (lds_k_order) per row block of the fragment;
@@ -118,9 +130,10 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
                 runs = [kb.load(kb.gep(base, (first + r) * ctx.row_k + ks * lay.k), lay.run,
                                 align=align) for r in lay.row_offsets]
                 return runs[0] if len(runs) == 1 else kb.concat(*runs)
-            if tr:  # base: _tr_lane_bases; runs k 8g.. and 16 + 8g.. of the k-step
-                return kb.concat(*(kb.lds_load_tr(kb.gep(base, (ks * lay.k + 16 * j) * row
-                                                         + first)) for j in range(2)))
+            if tr is not None:  # base: _tr_lane_bases; one read per k offset of tr
+                reads = [kb.lds_load_tr(kb.gep(base, (ks * lay.k + j) * row + first), tr.name)
+                         for j in tr.k_reads]
+                return reads[0] if len(reads) == 1 else kb.concat(*reads)
             return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + first + r))
                             for r in lay.row_offsets for k in lay.k_offsets))
         a_frags = [frag(a_base, ctx.row_a, i * lay.m) for i in range(am)]
@@ -177,7 +190,7 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
                                 sp.vec_b) <= PREFETCH_MAX_LOADS
     lds = ctx.lds_ab()
     a_op, b_op = a_operand(ctx, sp.vec_a), b_operand(ctx, sp.vec_b)
-    a_lane, b_lane = _lane_bases(ctx)
+    a_lane, b_lane = lane_bases(ctx)
     accs0 = zero_accumulators(ctx)
     # the B gather's (wo, ho, offset) per slot, carried and advanced without a division
     gather = len(b_op.slots) <= GATHER_STATE_MAX_SLOTS
@@ -233,7 +246,7 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
     b_op = b_operand(ctx, sp.chunk_b // ctx.eb, max_rows=GATHER_STATE_MAX_SLOTS)
-    a_lane, b_lane = _tr_lane_bases(ctx) if _uses_tr_loads(ctx) else _lane_bases(ctx)
+    a_lane, b_lane = lane_bases(ctx)
     zero = kb.const(0, a_lane.dtype)
     spare = 2 * ctx.stage_elems  # the scratch stage of out-of-range chunks' copies
     # one carried gather state per k row of the thread's B slots (loaders.row_tile_slots)
