@@ -42,7 +42,7 @@ def test_cubin_structure_from_the_elf(atomic_obj):
     co = read_code_object(data)  # the bytes alone: no ptxas report
     assert co.mach == 90 and co.target == "nvptx64-nvidia-cuda--sm_90"
     assert co.symbol == "wgrad_" + ATOMIC.replace("-", "_") and co.has_descriptor
-    assert co.group_segment_fixed_size == lds_bytes(spec) == 24576  # two stages, 48-element rows
+    assert co.group_segment_fixed_size == lds_bytes(spec) == 18432  # two K-outer stages, 72-element rows
     assert co.max_flat_workgroup_size == spec.block_size == 128
     # every parameter where runtime/abi.py packs it, and the block's size
     assert [(a.offset, a.size) for a in co.args] == [(o, s) for _, o, s in
@@ -62,8 +62,10 @@ def test_sass_statistics_of_the_atomic_kernel(atomic_obj):
     assert atomic_obj.listing == "disassembly"
     # 2x2 waves of 32x32: 2x2 atoms of 16x16, 2 k-steps, 2 m16n8k16 each = 16 per K tile
     assert isa["main_loop_mma"] == 16 == isa["mma"]
-    # the pipelined loop over two LDS stages: one barrier per K tile
-    assert isa["main_loop_barriers"] == 1 and isa["main_loop_ds_loads"] == 16
+    # the pipelined loop over two LDS stages: one barrier per K tile; fragments read from
+    # the K-outer tiles by one ldmatrix .x4 .trans per 16x16 fragment: (2 + 2) x 2 k-steps
+    assert isa["main_loop_barriers"] == 1 and isa["main_loop_ds_loads"] == 8
+    assert atomic_obj.asm.count("LDSM.16.MT88.4") == 8
     # a lane holds (c, c+1) pairs: 2x2 atoms x 4 pairs, one packed REDG each
     assert isa["global_atomic_pk_add_f16"] == 16 == isa["global_atomics"]
     assert isa["cas_loops"] == 0 == isa["global_atomic_cmpswap"] == isa["device_cache_ops"]
@@ -73,6 +75,7 @@ def test_sass_statistics_of_the_atomic_kernel(atomic_obj):
     assert ptx.listing == "ptx" and ptx.hsaco == atomic_obj.hsaco
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx.asm
     assert "red.relaxed.gpu.global.add.noftz.f16x2" in ptx.asm
+    assert ptx.asm.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 8
     p = isa_stats(ptx.asm)
     assert (p["mma"], p["global_atomic_pk_add_f16"], p["main_loop_barriers"]) == (16, 16, 1)
 

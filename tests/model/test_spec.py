@@ -13,6 +13,7 @@ from wgradcache.model.spec import (
     from_label,
     geometry_fits,
     lds_bytes,
+    sync_k_outer,
     sync_row_pad,
     validate,
 )
@@ -106,13 +107,20 @@ def test_sync_row_pad_makes_the_pitch_an_odd_multiple_of_the_span(target, tile_k
     assert len(starts) == 128 // t.lds_row_span
 
 
-def test_sm90_sync_lds_uses_its_own_pad():
+def test_sm90_sync_lds_is_k_outer():
+    """sm_90's sync loop keeps K-outer tiles (read with ldmatrix .trans): tile_k rows of
+    tile_mn + 8 elements per operand, as the async loop's, two stages where they fit."""
     s = dataclasses.replace(BASE, target="sm_90", tile_k=64)
-    assert lds_bytes(s) == 2 * (64 + 64) * (64 + 16) * 2  # two stages, 80-element rows
+    assert sync_k_outer(get_target("sm_90"), "fp16") and sync_k_outer(get_target("sm_90"), "bf16")
+    assert not sync_k_outer(get_target("gfx1201"), "fp16")
+    assert lds_bytes(s) == 2 * 64 * (64 + 8 + 64 + 8) * 2  # two stages
     assert validate(s, limits=Limits(max_k_steps=4)) == (True, "")
-    # two 128x64x64 stages would be 61440 B, over the 48 KB: one stage and two barriers
+    # two 128x64x64 stages would be 53248 B, over the 48 KB: one stage and two barriers
     one = dataclasses.replace(s, tile_m=128, warp_m=2, warp_n=2)
-    assert lds_bytes(one) == (128 + 64) * (64 + 16) * 2
+    assert lds_bytes(one) == 64 * (128 + 8 + 64 + 8) * 2
+    # 128x128x32: two stages fit now (34816 B; 2 x 24576 K-contiguous did not)
+    wide = dataclasses.replace(s, tile_m=128, tile_n=128, tile_k=32, warp_m=2, warp_n=4)
+    assert lds_bytes(wide) == 2 * 32 * (128 + 8 + 128 + 8) * 2
 
 
 def test_limits_are_required_and_none_checks_the_rules_alone():
