@@ -13,7 +13,8 @@
 #      devcache/pergeo.tar.xz (`build --target sm_90 --variant sync.default.none --dtype fp16`);
 #   6. Nsight Compute (when ncu is there) on select's pick for $NCU_LAYER: speed of light,
 #      occupancy, memory and the stall reasons per issued instruction.
-# Each step has a timeout so one call of the device tool (600 s) returns all results.
+# Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu") picks the steps
+# of one call, so two calls of the device tool (600 s each) can split them.
 # Writes into $OUT (default ./device-out): env.txt, planted.txt/json, speed.txt/json,
 # verify.txt/json, pergeo.txt/json, ncu.txt: 10 files, and the device tool brings back 8 at
 # most (on 12-04 it left verify.* out): skip a step (unset its input) to keep one. Exit status: verify's, else the benchmark's.
@@ -25,6 +26,9 @@ if [ -z "${DEVCACHE:-}" ] && [ -f devcache/sm90-cache.tar.xz ]; then
 fi
 DEVCACHE=${DEVCACHE:-devcache/cache}
 VERIFY_SAMPLE=${VERIFY_SAMPLE:-0.1}
+STEPS=${STEPS:-planted speed verify pergeo ncu}
+step() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+rc=0 rc2=0
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -42,7 +46,7 @@ export PATH
   python3 -m wgradcache toolchain 2>&1 | tail -20; } > "$OUT/env.txt" 2>&1
 # 1. the planted off-by-one (benchmarks/device_plant.py, built here on the CPU side): verify
 #    must fail exactly the label in planted.txt and pass the rest of that small cache.
-if [ -f devcache/planted/planted.txt ]; then
+if step planted && [ -f devcache/planted/planted.txt ]; then
   timeout 120 python3 -m wgradcache verify --from-cache --cache-dir devcache/planted/cache \
     --target sm_90 --level numerics --device cuda --no-reproduce --json \
     > "$OUT/planted.json" 2> "$OUT/planted.txt"
@@ -50,19 +54,23 @@ if [ -f devcache/planted/planted.txt ]; then
     >> "$OUT/planted.txt"
 fi
 # 2. the speed benchmark (its JSON is rewritten after each dtype: a timeout keeps fp16)
-timeout "${SPEED_TIMEOUT:-330}" python3 benchmarks/device_speed.py --cache-dir "$DEVCACHE" \
-  --top "${SPEED_TOP:-12}" --out "$OUT/speed.json" > "$OUT/speed.txt" 2>&1
-rc2=$?
-echo "device_speed exit $rc2" >> "$OUT/speed.txt"
+if step speed; then
+  timeout "${SPEED_TIMEOUT:-330}" python3 benchmarks/device_speed.py --cache-dir "$DEVCACHE" \
+    --top "${SPEED_TOP:-12}" --out "$OUT/speed.json" > "$OUT/speed.txt" 2>&1
+  rc2=$?
+  echo "device_speed exit $rc2" >> "$OUT/speed.txt"
+fi
 # 3. numerics of a sample of the cache on the device
-timeout "${VERIFY_TIMEOUT:-240}" python3 -m wgradcache verify --from-cache \
-  --cache-dir "$DEVCACHE" --target sm_90 --level numerics --device cuda --no-reproduce \
-  --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" 2> "$OUT/verify.txt"
-rc=$?
-echo "verify exit $rc" >> "$OUT/verify.txt"
+if step verify; then
+  timeout "${VERIFY_TIMEOUT:-240}" python3 -m wgradcache verify --from-cache \
+    --cache-dir "$DEVCACHE" --target sm_90 --level numerics --device cuda --no-reproduce \
+    --sample "$VERIFY_SAMPLE" --json > "$OUT/verify.json" 2> "$OUT/verify.txt"
+  rc=$?
+  echo "verify exit $rc" >> "$OUT/verify.txt"
+fi
 # 4. the pipelined sync loop at every geometry of the walk (fp16 sync.default.none, one
 #    kernel per geometry: devcache/pergeo.tar.xz), every entry on the device
-if [ -f devcache/pergeo.tar.xz ]; then
+if step pergeo && [ -f devcache/pergeo.tar.xz ]; then
   mkdir -p /tmp/pergeo && tar -xJf devcache/pergeo.tar.xz -C /tmp/pergeo &&
   timeout "${PERGEO_TIMEOUT:-200}" python3 -m wgradcache verify --from-cache \
     --cache-dir /tmp/pergeo/cache --target sm_90 --level numerics --device cuda \
@@ -70,7 +78,7 @@ if [ -f devcache/pergeo.tar.xz ]; then
   echo "pergeo verify exit $?" >> "$OUT/pergeo.txt"
 fi
 # 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
-if command -v ncu >/dev/null 2>&1; then
+if step ncu && command -v ncu >/dev/null 2>&1; then
   timeout 120 ncu --kernel-name regex:^wgrad_ --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section Occupancy \
     --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis \
@@ -80,6 +88,6 @@ if command -v ncu >/dev/null 2>&1; then
   echo "ncu exit $?" >> "$OUT/ncu.txt"
 fi
 tail -n 5 "$OUT/planted.txt" "$OUT/pergeo.txt" 2>/dev/null
-tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt"
+tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt" 2>/dev/null
 [ $rc -ne 0 ] && exit $rc
 exit $rc2

@@ -42,7 +42,7 @@ def test_cubin_structure_from_the_elf(atomic_obj):
     co = read_code_object(data)  # the bytes alone: no ptxas report
     assert co.mach == 90 and co.target == "nvptx64-nvidia-cuda--sm_90"
     assert co.symbol == "wgrad_" + ATOMIC.replace("-", "_") and co.has_descriptor
-    assert co.group_segment_fixed_size == lds_bytes(spec) == 18432  # two K-outer stages, 72-element rows
+    assert co.group_segment_fixed_size == lds_bytes(spec) == 18432  # 2 K-outer stages
     assert co.max_flat_workgroup_size == spec.block_size == 128
     # every parameter where runtime/abi.py packs it, and the block's size
     assert [(a.offset, a.size) for a in co.args] == [(o, s) for _, o, s in

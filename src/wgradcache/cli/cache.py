@@ -69,11 +69,6 @@ _SHOWN = (
 )
 
 
-# ds_load_tr16_b128's lane map has no primary public source (kernel/emulate._lds_load_tr)
-_TR_SOURCES = ("secondary sources only (Triton PR #7616 for the gfx12 sibling, a "
-               "third-party gfx1250 demo); unverified on hardware")
-
-
 def _field(entry: dict, path: tuple[str, ...]):
     v = entry
     for k in path:
@@ -89,6 +84,7 @@ def show(key_or_label, cache_dir, as_json) -> None:
     """One entry: label, variant, blob, registers, LDS, ISA figures (--json: the whole entry)."""
     from wgradcache.cache.catalog import EntryNotFound, find_entry
     from wgradcache.cache.store import blob_suffix
+    from wgradcache.kernel.mma import transposed_read_provenance
 
     try:
         found = find_entry(cache_dir, key_or_label)
@@ -105,7 +101,7 @@ def show(key_or_label, cache_dir, as_json) -> None:
     rows = head + [(name, _field(e, path)) for name, path in _SHOWN
                    if _field(e, path) is not None]
     if _field(e, ("isa", "main_loop_ds_loads_tr")):
-        rows.append(("transposing read lane map", _TR_SOURCES))
+        rows.append(("transposing read lane map", transposed_read_provenance(found.target)))
     table(str(e.get("label")), ("field", "value"),
           [(k, "" if v is None else v) for k, v in rows], numeric_from=1)
 

@@ -264,6 +264,8 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         "main_loop_async_copies": tally(lambda m: m.startswith("cp.async.") and "wait" not in m
                                         and "commit" not in m, body),
         "main_loop_ds_loads": tally(lambda m: m.startswith(("ld.shared", "ldmatrix")), body),
+        "main_loop_ds_loads_tr": tally(lambda m: m.startswith("ldmatrix") and ".trans" in m,
+                                       body),
         "main_loop_ds_stores": tally(lambda m: m.startswith("st.shared"), body),
         "main_loop_global_loads": tally(lambda m: m.startswith("ld.global"), body),
     })
@@ -408,6 +410,7 @@ def sass_stats(sass: str) -> dict[str, int]:
         "main_loop_barriers": tally(is_bar, body),
         "main_loop_async_copies": tally(is_async, body),
         "main_loop_ds_loads": tally(lambda m: m.startswith("LDS"), body),
+        "main_loop_ds_loads_tr": tally(lambda m: m.startswith("LDSM") and ".MT" in m, body),
         "main_loop_ds_stores": tally(lambda m: m.startswith("STS"), body),
         "main_loop_global_loads": tally(lambda m: m.startswith("LDG") and not is_async(m),
                                         body),

@@ -34,8 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wgradcache.model.targets import get_target
+
 __all__ = ["MmaLayout", "LAYOUTS", "layout", "k_runs", "lds_k_order", "MmaIntrinsic",
-           "INTRINSICS", "intrinsic", "TransposedRead", "TRANSPOSED_READS", "transposed_read"]
+           "INTRINSICS", "intrinsic", "TransposedRead", "TRANSPOSED_READS", "transposed_read",
+           "transposed_read_provenance"]
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,12 @@ class TransposedRead:
     source: str
     secondary_only: bool  # no vendor document states the lane map (say so in ``show``)
 
+    def provenance(self) -> str:
+        """What ``wgradcache show`` says of this read's lane map."""
+        head = "secondary sources only" if self.secondary_only else "documented"
+        tail = ", unverified on hardware" if self.secondary_only else ""
+        return f"{head} ({self.name}: {self.source}){tail}"
+
     def src(self, lane, slot):
         """The lane whose addressed row lane ``lane`` receives in ``slot``."""
         lane, slot = np.asarray(lane), np.asarray(slot)
@@ -376,22 +385,27 @@ TRANSPOSED_READS: dict[str, TransposedRead] = {
         source="Triton PR #7616, TargetInfo.cpp queryLDSTransLoadParams; CK "
                "amd_transpose_load.hpp (secondary: no AMD document states the lane map)",
         secondary_only=True),
-    # NVIDIA ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_75+), LLVM
-    # llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16 -> {i32 x 4}: lanes 8j .. 8j+7 give
-    # the row addresses of matrix j; lane l receives one 32-bit register per matrix, and
-    # with .trans register j holds elements [2(l%4)][l/4] and [2(l%4)+1][l/4] of matrix j
-    # (row, column). Source 1: PTX ISA §9.7.14.5.15 "Warp-level matrix load instruction:
-    # ldmatrix" (thread-to-row-address table; fragment layout "each thread receives 2
-    # elements of a row": row = lane / 4; .trans = the matrix read column-major).
+    # NVIDIA ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_75+, PTX 6.5), LLVM
+    # llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16.p3 -> {i32 x 4} (IntrinsicsNVVM.td
+    # NVVM_LDMATRIX, overloaded on the pointer): lanes 8j .. 8j+7 give the row addresses of
+    # matrix j; lane l receives one 32-bit register per matrix, and with .trans register j
+    # holds elements [2(l%4)][l/4] and [2(l%4)+1][l/4] of matrix j (row, column).
+    # Source 1: PTX ISA §9.7.14.5.15 "Warp-level matrix load instruction: ldmatrix" (anchor
+    # #warp-level-matrix-instructions-ldmatrix): the thread-to-row-address table, "a group of
+    # four threads loads an entire row" (the element layout is a figure), ".trans indicates
+    # that the matrix is loaded in column-major format", row addresses naturally aligned
+    # (16 bytes), .sync.aligned: every thread of the warp executes the same ldmatrix.
     # Source 2: CUTLASS include/cute/atom/copy_traits_sm75.hpp, Copy_Traits<SM75_U16x8_LDSM_T>
-    # (SrcLayout: 8 threads x 128 bits per matrix; DstLayout: thread (t%4, t/4) holds
-    # 2 x 16-bit of a column). The matrices feed m16n8k16 as a0a1 (k 0-7, m 0-7), a2a3
-    # (k 8-15, m 0-7), a4a5 (k 0-7, m 8-15), a6a7: lane l addresses k row 8·((l>>3)&1) +
-    # l%8 at column 8·(l>>4), one read per 16x16 fragment, and B's (k, n) the same way.
+    # DstLayout ((4,8),(16,2,4)):((256,16),(1,128,1024)): thread t, register r, half v holds
+    # stored element [2(t%4)+v][t/4] of matrix r (decoded for all 32 lanes: the formula
+    # above). Apache TVM's ldmatrix docs agree (lane 8·matrix + row gives the address).
+    # The matrices feed m16n8k16 as a0a1 (k 0-7, m 0-7), a2a3 (k 8-15, m 0-7), a4a5 (k 0-7,
+    # m 8-15), a6a7: lane l addresses k row 8·((l>>3)&1) + l%8 at column 8·(l>>4), one read
+    # per 16x16 fragment, and B's (k, n) the same way.
     "ldmatrix_x4_trans": TransposedRead(
         "ldmatrix_x4_trans", "m16n8k16", row_bit=3, col_bit=4, k_reads=(0,),
-        source="PTX ISA §9.7.14.5.15 ldmatrix (.x4, .trans); CUTLASS cute copy_traits_sm75.hpp "
-               "SM75_U16x8_LDSM_T",
+        source="PTX ISA §9.7.14.5.15 ldmatrix (.x4, .trans; element layout in its figure); "
+               "CUTLASS cute copy_traits_sm75.hpp SM75_U16x8_LDSM_T DstLayout",
         secondary_only=False),
 }
 
@@ -402,3 +416,9 @@ def transposed_read(name: str) -> TransposedRead:
     except KeyError:
         raise KeyError(f"unknown transposing LDS read {name!r}; valid: "
                        f"{', '.join(TRANSPOSED_READS)}") from None
+
+
+def transposed_read_provenance(target: str) -> str:
+    """The sources of ``target``'s transposing read's lane map, for ``show``."""
+    name = get_target(target).lds_read_tr
+    return transposed_read(name).provenance() if name else "none"

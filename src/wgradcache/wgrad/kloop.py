@@ -7,7 +7,7 @@ with the lane maps of ``kernel/mma.py`` (the emulator scatters with the same map
 
 Fragment reads, per loop:
 
-* sync: K-contiguous LDS (CK's route, every target): the loaders transpose once at
+* sync, AMD: K-contiguous LDS (CK's route, every WMMA/MFMA target): the loaders transpose once at
   LDS-write time, so a lane's fragment, a row of A or a column of B at ``ab_elems`` k
   values, is one contiguous run: one vector read, 128 bits per 16 bytes of fragment (2
   reads per gfx1250 / gfx11 fragment, 1 per gfx12 one). The lane maps fix which k each slot
@@ -23,7 +23,19 @@ Fragment reads, per loop:
   values, one run of the gfx1250 k-map (k = 16*(i//8) + 8*g + i%8): two reads per
   fragment, as on the K-contiguous tile, with no transpose at LDS-write time (the async
   copy cannot do one). The lane map of that instruction has secondary sources only
-  (``emulate._lds_load_tr``); targets without it read each element at 16 bits.
+  (``mma.TRANSPOSED_READS``); targets without it read each element at 16 bits.
+* sync, sm_90 (``Target.sync_k_outer``): K-outer LDS as in the async loop, each loaded
+  vector stored as it came (a 16-byte row segment, adjacent lanes adjacent segments: no
+  bank conflict), fragments read by ``ldmatrix.x4.trans``, one per 16x16 fragment (lane
+  l addresses k row 8·((l >> 3) & 1) + l % 8 at columns 8·(l >> 4) ..; rows of tile_mn + 8
+  elements, an odd multiple of 16 bytes, so each 8x8 matrix's 8 rows hit 8 distinct
+  4-bank groups). Why not the K-contiguous route there: its register transpose stores each
+  lane's k run into rows ``width`` apart, a multiple of 128 bytes across a warp, and on the
+  H200 those stores took 24 wavefronts each (Nsight Compute on l3.conv2: 10.9 M store
+  wavefronts against 2.7 M for the reads; benchmarks/README.md); and the K-outer stage is
+  smaller (no per-row k pad), so 128x128x32 gets two stages in the 48 KB. The AMD sync
+  loop keeps its route: only gfx1250 has a transposing read, and its instruction count
+  measured both ways is in benchmarks/README.md.
 """
 
 from __future__ import annotations
