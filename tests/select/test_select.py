@@ -247,9 +247,27 @@ def test_more_waves_on_a_small_tile_rank_below_one():
     got = select("sm_90", p, [_spec("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic"),
                               _spec("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic")],
                  prune=False)
+    # 4 waves of CTAs x warps x (49 K tiles x slots + epilogue: 1 per accumulator) / 4
     assert [(c.spec.label(), c.degree, c.grid, c.score) for c in got] == [
-        ("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", 64, (8, 2, 64), 1568.0),
-        ("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic", 64, (8, 2, 64), 1960.0)]
+        ("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", 64, (8, 2, 64),
+         4 * 1 * (49 * 32 + 32) / 4),
+        ("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic", 64, (8, 2, 64),
+         4 * 4 * (49 * 10 + 8) / 4)]
+
+
+def test_cshuffle_ranks_below_its_default_twin():
+    """Same geometry, split and grid: the cshuffle epilogue's LDS round trip costs slots
+    (3 per accumulator against 1). Before, the two tied and cshuffle won by name; on the
+    H200 (12-04, ldmatrix kernels) it was ~1.2x slower on every such layer."""
+    from wgradcache.pipeline.select import warp_issue_epilogue
+
+    p = ConvProblem.parse("32,256,56,56,512,1,1,2,0")
+    cs = _spec("sm_90-fp16-t128x64x32-w2x2-v8x8-sync-cshuffle-atomic")
+    df = _spec("sm_90-fp16-t128x64x32-w2x2-v8x8-sync-default-atomic")
+    assert (warp_issue_epilogue(df), warp_issue_epilogue(cs)) == (64, 192)  # 4x2 atoms
+    got = select("sm_90", p, [cs, df], prune=False)
+    assert [c.spec.label() for c in got] == [df.label(), cs.label()]
+    assert got[0].grid == got[1].grid and got[0].score < got[1].score
 
 
 def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
@@ -261,9 +279,9 @@ def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
                  [_spec("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8"),
                   _spec("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8")],
                  prune=False)
-    # waves x (CTA waves x K tiles x slots / 4) x 1.1 (stage 2)
+    # CTA waves x warps x (K tiles x slots + 32 epilogue) / 4 x 1.1 (stage 2)
     assert [(c.spec.label(), c.grid, round(c.score, 3)) for c in got] == [
         ("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8", (5, 1, 128),
-         round(3 * 2 * 98 * 56 / 4 * 1.1, 3)),
+         round(3 * 2 * (98 * 56 + 32) / 4 * 1.1, 3)),
         ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", (5, 2, 102),
-         round(4 * 1 * 123 * 88 / 4 * 1.1, 3))]
+         round(4 * 1 * (123 * 88 + 32) / 4 * 1.1, 3))]
