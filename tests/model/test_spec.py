@@ -111,8 +111,15 @@ def test_sm90_sync_lds_is_k_outer():
     """sm_90's sync loop keeps K-outer tiles (read with ldmatrix .trans): tile_k rows of
     tile_mn + 8 elements per operand, as the async loop's, two stages where they fit."""
     s = dataclasses.replace(BASE, target="sm_90", tile_k=64)
-    assert sync_k_outer(get_target("sm_90"), "fp16") and sync_k_outer(get_target("sm_90"), "bf16")
-    assert not sync_k_outer(get_target("gfx1201"), "fp16")
+    sm90, g1250 = get_target("sm_90"), get_target("gfx1250")
+    assert sync_k_outer(sm90, "fp16", 8, 8) and sync_k_outer(sm90, "bf16", 1, 1)
+    assert not sync_k_outer(get_target("gfx1201"), "fp16", 8, 8)
+    # gfx1250: only where both vectors are 8 elements (a narrow K-outer store is narrow)
+    assert sync_k_outer(g1250, "fp16", 8, 8) and not sync_k_outer(g1250, "fp16", 8, 1)
+    k_outer = dataclasses.replace(BASE, target="gfx1250", tile_m=128, tile_n=128,
+                                  warp_m=2, warp_n=4)
+    assert lds_bytes(k_outer) == 2 * 32 * (128 + 8 + 128 + 8) * 2
+    assert lds_bytes(dataclasses.replace(k_outer, vec_b=1)) == 2 * 256 * (32 + 8) * 2
     assert lds_bytes(s) == 2 * 64 * (64 + 8 + 64 + 8) * 2  # two stages
     assert validate(s, limits=Limits(max_k_steps=4)) == (True, "")
     # two 128x64x64 stages would be 53248 B, over the 48 KB: one stage and two barriers

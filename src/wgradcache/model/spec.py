@@ -21,6 +21,7 @@ from wgradcache.model.targets import Target, get_target
 __all__ = [
     "AB_DTYPES", "DW_DTYPES", "DTYPE_KEYS", "K_LOOPS", "EPILOGUES", "REDUCTIONS",
     "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "sync_row_pad", "sync_k_outer",
+    "spec_sync_k_outer",
     "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
     "elem_bytes", "lds_bytes", "lds_bytes_for", "sync_stages", "accumulators_per_lane", "lds_fits",
@@ -211,60 +212,80 @@ def sync_row_pad(target: Target, dtype: str, tile_k: int) -> int:
     return pad
 
 
-def sync_k_outer(target: Target, dtype: str) -> bool:
+def sync_k_outer(target: Target, dtype: str, vec_a: int, vec_b: int) -> bool:
     """The sync loop's LDS tiles are K-outer (tile_k rows of tile_mn + LDS_ROW_PAD, stored as
     loaded, fragments read by the target's transposing read) rather than K-contiguous
-    (transposed in registers on the way in): where the target says so and has such a read
-    of 16-bit elements. The one rule the LDS size, the stage count and the generator read.
+    (transposed in registers on the way in): where the target has such a read of 16-bit
+    elements and both load vectors have at least ``target.sync_k_outer_min_vec`` elements
+    (sm_90: any; gfx1250: 8, since a K-outer store of a narrow vector is a narrow LDS store
+    where the transpose packs 8 k values into one). The one rule the LDS size, the stage
+    count and the generator read.
     """
-    return target.sync_k_outer and bool(target.lds_read_tr) and elem_bytes(dtype) == 2
+    need = target.sync_k_outer_min_vec
+    return (need > 0 and bool(target.lds_read_tr) and elem_bytes(dtype) == 2
+            and min(vec_a, vec_b) >= need)
 
 
 def _sync_stage_bytes(target: Target, dtype: str, tile_m: int, tile_n: int,
-                      tile_k: int) -> int:
+                      tile_k: int, k_outer: bool) -> int:
     eb = elem_bytes(dtype)
-    if sync_k_outer(target, dtype):
+    if k_outer:
         return tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * eb
     return (tile_m + tile_n) * (tile_k + sync_row_pad(target, dtype, tile_k)) * eb
 
 
-def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int) -> int:
+def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int,
+                k_outer: bool = False) -> int:
     """LDS stages of the sync K loop: 2 (the pipelined loop writes tile t+1 while tile t is
     read, one barrier per K tile) where two fit the target's LDS, else 1 (the same loop
     with a second barrier per tile). One stage is tile_m + tile_n K-contiguous rows of
-    tile_k + sync_row_pad elements (or, ``sync_k_outer``, tile_k K-outer rows); two fit
-    every WMMA ladder geometry (at most 40 KiB on the 64 KiB targets, whose tile_k is 32)
-    and gfx950's; gfx942's 256-wide tiles take one.
+    tile_k + sync_row_pad elements (or, ``k_outer``: ``sync_k_outer``, tile_k K-outer
+    rows); two fit every WMMA ladder geometry (at most 40 KiB on the 64 KiB targets, whose
+    tile_k is 32) and gfx950's; gfx942's 256-wide tiles take one.
     """
-    one = _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k)
+    one = _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k, k_outer)
     return 2 if 2 * one <= target.lds_bytes else 1
 
 
 def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
-                  tile_m: int, tile_n: int, tile_k: int) -> int:
+                  tile_m: int, tile_n: int, tile_k: int,
+                  vecs: tuple[int, int] | None = None) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
     The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + sync_row_pad
     elements (the pad keeps each row 16-byte aligned and spreads a wave's fragment reads
-    over the banks), ``sync_stages`` of them; K-outer ones where ``sync_k_outer``. The
-    async loop's copies land as memory holds them: K-outer tiles, tile_k rows of tile_mn +
-    LDS_ROW_PAD elements, two stages and a third of the same layout where out-of-range
-    chunks' copies land (no exec-mask branch: ``loaders.copy_or_zero_fill``).
+    over the banks), ``sync_stages`` of them; K-outer ones where ``sync_k_outer`` (which
+    reads the load widths ``vecs``; None, as the ladder's geometry filter asks: the larger
+    of the layouts the target may use). The async loop's copies land as memory holds them:
+    K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages and a third of
+    the same layout where out-of-range chunks' copies land (no exec-mask branch:
+    ``loaders.copy_or_zero_fill``).
     The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
     loop's last barrier, so the allocation is the larger of the two.
     """
     if k_loop == "async":
         operands = 3 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
     else:
-        operands = (sync_stages(target, dtype, tile_m, tile_n, tile_k)
-                    * _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k))
+        if vecs is not None:
+            layouts: tuple[bool, ...] = (sync_k_outer(target, dtype, *vecs),)
+        else:
+            layouts = (False, True) if sync_k_outer(target, dtype, 8, 8) else (False,)
+        operands = max(sync_stages(target, dtype, tile_m, tile_n, tile_k, ko)
+                       * _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k, ko)
+                       for ko in layouts)
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
 
 
 def lds_bytes(spec: KernelSpec) -> int:
     return lds_bytes_for(get_target(spec.target), spec.dtype, spec.k_loop, spec.epilogue,
-                         spec.tile_m, spec.tile_n, spec.tile_k)
+                         spec.tile_m, spec.tile_n, spec.tile_k, (spec.vec_a, spec.vec_b))
+
+
+def spec_sync_k_outer(spec: KernelSpec) -> bool:
+    """``sync_k_outer`` of a spec's sync loop (False for the async loop's)."""
+    return spec.k_loop == "sync" and sync_k_outer(get_target(spec.target), spec.dtype,
+                                                  spec.vec_a, spec.vec_b)
 
 
 # ---- the predicates: each returns (ok, reason) ---------------------------------------

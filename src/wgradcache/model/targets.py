@@ -91,8 +91,9 @@ class Target:
     # ds_load_tr16_b128, sm_90's ldmatrix .x4 .trans; "" none
     lds_read_tr: str = ""
     # the sync loop keeps K-outer LDS tiles and reads them with ``lds_read_tr`` instead of
-    # transposing in registers on the way in (model/spec.sync_k_outer, wgrad/kloop say why)
-    sync_k_outer: bool = False
+    # transposing in registers on the way in, where both load vectors have at least this
+    # many elements; 0: never (model/spec.sync_k_outer, wgrad/kloop say why)
+    sync_k_outer_min_vec: int = 0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def atom(self, dtype_ab: str) -> MmaAtom | None:
@@ -166,9 +167,13 @@ TARGETS: dict[str, Target] = {
             # count lands at bit 57 up, word 3 becomes 0); no public source gives gfx1250's
             # word 3: CK's gfx12 value, unverified on hardware
             buffer_rsrc_word3=0x31004000, lds_read_tr="ds_load_tr16_b128",
+            sync_k_outer_min_vec=8,
             sources={**_COMMON_SOURCES,
                      "lds_read_tr": f"{_PROBE} §3 (ds.load.tr16.b128 selects on gfx1250 "
                                     "only); lane map: kernel/mma.TRANSPOSED_READS",
+                     "sync_k_outer_min_vec": "isa_quality 12-04: 128x128x64 v8x8 11.2x the "
+                                             "WMMA bound (13.8-15.8x K-contiguous); v1x1 "
+                                             "129.8x (47.9x): wide loads only",
                      "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)"},
         ),
         Target(
@@ -231,7 +236,7 @@ TARGETS: dict[str, Target] = {
             lds_bytes=49152, async_lds_copy=False, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=True, e_mach=90, vendor="nvidia", lds_row_span=32,
-            lds_read_tr="ldmatrix_x4_trans", sync_k_outer=True,
+            lds_read_tr="ldmatrix_x4_trans", sync_k_outer_min_vec=1,
             sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
                      "lds_bytes": "CUDA Programming Guide: 48 KB static shared per block; "
                                   "ptxas limit 0xc000 (tests/compile)",
@@ -243,8 +248,9 @@ TARGETS: dict[str, Target] = {
                                      "H200 ncu: L1 82 % busy at 8-element pad, +6 % at 16",
                      "lds_read_tr": "PTX ISA 9.7.14.5.15 ldmatrix (sm_75+); llc-22 selects "
                                     "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (probe)",
-                     "sync_k_outer": "H200 ncu: the register transpose's shared stores took "
-                                     "24 wavefronts each (9.5 M conflicts) on l3.conv2"},
+                     "sync_k_outer_min_vec": "H200 ncu: the register transpose's shared "
+                                             "stores took 24 wavefronts each (9.5 M "
+                                             "conflicts) on l3.conv2"},
         ),
     )
 }

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wgradcache.model.spec import KernelSpec, lds_bytes, sync_stages
+from wgradcache.model.spec import KernelSpec, lds_bytes, spec_sync_k_outer, sync_stages
 from wgradcache.model.targets import get_target
 
 __all__ = ["ATOMIC_FENCES", "isa_problems", "binary_facts", "record_differences",
@@ -78,7 +78,8 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     # where only one stage fits, spec.sync_stages); LLVM drops s_barrier when the block is
     # one wave (flat-work-group-size <= wave); ptxas keeps a one-warp block's bar.sync.
     per_step = 1 if spec.k_loop == "async" or sync_stages(
-        target, spec.dtype, spec.tile_m, spec.tile_n, spec.tile_k) == 2 else 2
+        target, spec.dtype, spec.tile_m, spec.tile_n, spec.tile_k,
+        spec_sync_k_outer(spec)) == 2 else 2
     want = per_step if spec.block_size > target.wave_size or target.is_nvidia else 0
     got = isa.get("main_loop_barriers", 0)
     need(got == want, f"{spec.k_loop} loop takes {got} barriers per K step, not {want}")

@@ -15,7 +15,8 @@ LDS (``spec.lds_bytes``, one allocation), in one of two layouts:
 * async loop, K-outer: per stage, A as tile_k rows of tile_m + 8 elements, then B as tile_k
   rows of tile_n + 8 (the copies land as memory holds them); two stages. The sync loop
   takes this layout too where the target reads it with a transposing read
-  (``spec.sync_k_outer``: sm_90's ldmatrix .trans), its stores then plain row vectors.
+  (``spec.sync_k_outer``: sm_90's ldmatrix .trans; gfx1250's ds_load_tr16_b128 with
+  8-element loads), its stores then plain row vectors.
 
 The cshuffle staging (f32 tile_m × tile_n) reuses the same bytes after the K loop.
 """
@@ -32,7 +33,7 @@ from wgradcache.model.spec import (
     KernelSpec,
     elem_bytes,
     lds_bytes,
-    sync_k_outer,
+    spec_sync_k_outer,
     sync_row_pad,
 )
 from wgradcache.model.targets import get_target
@@ -122,8 +123,7 @@ class WgradContext:
     def k_contiguous(self) -> bool:
         """The LDS layout: K-contiguous rows (sync loop) or K-outer rows (async loop, and the
         sync loop where ``spec.sync_k_outer``)."""
-        s = self.spec
-        return s.k_loop == "sync" and not sync_k_outer(get_target(s.target), s.dtype)
+        return self.spec.k_loop == "sync" and not spec_sync_k_outer(self.spec)
 
     @property
     def row_k(self) -> int:

@@ -33,9 +33,14 @@ Fragment reads, per loop:
   lane's k run into rows ``width`` apart, a multiple of 128 bytes across a warp, and on the
   H200 those stores took 24 wavefronts each (Nsight Compute on l3.conv2: 10.9 M store
   wavefronts against 2.7 M for the reads; benchmarks/README.md); and the K-outer stage is
-  smaller (no per-row k pad), so 128x128x32 gets two stages in the 48 KB. The AMD sync
-  loop keeps its route: only gfx1250 has a transposing read, and its instruction count
-  measured both ways is in benchmarks/README.md.
+  smaller (no per-row k pad), so 128x128x32 gets two stages in the 48 KB.
+* sync, gfx1250 with 8-element loads on both operands (``Target.sync_k_outer_min_vec``):
+  the same K-outer route through ``ds_load_tr16_b128`` (two reads per fragment). Measured
+  (isa_quality, benchmarks/README.md): the 128x128x64 v8x8 kernels go from 13.8-15.8x to
+  11.2x llvm-mca's WMMA bound, the wide median from 23.4 to 22.3 instructions per MMA;
+  with narrow vectors the K-outer store of each vector is a narrow LDS store where the
+  register transpose packs 8 k values into one 128-bit store (128x128x64 v1x1: 129.8x
+  against 47.9x), so those, and gfx11/gfx12 (no transposing read), keep CK's route.
 """
 
 from __future__ import annotations
@@ -197,7 +202,7 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     kb, sp = ctx.kb, ctx.spec
     target = get_target(sp.target)
     stages = 1 if planted_race else sync_stages(target, sp.dtype, sp.tile_m, sp.tile_n,
-                                                 sp.tile_k)
+                                                 sp.tile_k, not ctx.k_contiguous)
     prefetch = loads_per_thread(sp.dtype, "sync", sp.geometry, target.wave_size, sp.vec_a,
                                 sp.vec_b) <= PREFETCH_MAX_LOADS
     lds = ctx.lds_ab()
