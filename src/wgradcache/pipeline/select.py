@@ -84,15 +84,19 @@ def _two_stage_wanted(spec: KernelSpec, problem: ConvProblem) -> bool:
 
 
 ISSUE_PER_CU = 4  # warp instructions one CU/SM issues per clock (4 SIMDs / 4 SMSPs)
+# Per K tile and wave, besides the atoms and the memory ops: the one barrier and the loop's
+# branch. Without it a tile_k 64 kernel cost exactly two tile_k 32 iterations, and on the
+# H200 (12-04) t64x64x64 beat its t64x64x32 twin on the 7x7 layers by 1.2-1.3x.
+LOOP_SLOTS = 2
 
 
 def warp_issue_per_k_tile(spec: KernelSpec) -> float:
     """Warp instructions one wave issues per K tile, from the target's MMA atom: the atoms
-    of its warp tile, one fragment read per atom row and column per k-step, and per global
-    vector a load plus (sync loop) its LDS store. Why: a CTA's time is the slots its waves
-    take, not its tile area; at equal MACs, more waves over the same tile (16x16 warp tiles)
-    or narrower loads cost more slots, which the H200 run measured (a 32x32 tile on 4
-    waves 1.7x slower than on one)."""
+    of its warp tile, one fragment read per atom row and column per k-step, per global
+    vector a load plus (sync loop) its LDS store, and ``LOOP_SLOTS``. Why: a CTA's time is
+    the slots its waves take, not its tile area; at equal MACs, more waves over the same
+    tile (16x16 warp tiles) or narrower loads cost more slots, which the H200 run measured
+    (a 32x32 tile on 4 waves 1.7x slower than on one)."""
     t = get_target(spec.target)
     atom = t.atoms[spec.dtype]
     wtm, wtn = spec.tile_m // spec.warp_m, spec.tile_n // spec.warp_n
@@ -101,7 +105,7 @@ def warp_issue_per_k_tile(spec: KernelSpec) -> float:
     per_vec = 1 if spec.k_loop == "async" else 2  # the copy writes LDS itself
     loads = loads_per_thread(spec.dtype, "sync", spec.geometry, t.wave_size,
                              spec.load_vec_a, spec.load_vec_b)
-    return steps * (am * an + am + an) + per_vec * loads
+    return steps * (am * an + am + an) + per_vec * loads + LOOP_SLOTS
 
 
 # Epilogue issue slots per f32 accumulator a lane holds: the default epilogue converts and
