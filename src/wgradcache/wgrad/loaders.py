@@ -69,9 +69,12 @@ class Slot:
 
 
 def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
-               lds_row: int) -> list[Slot]:
+               lds_row: int, wave: int) -> list[Slot]:
     per_row = cols // width
     total = rows * per_row
+    # idx = s·block + tid: with total and block multiples of the wave, idx < total holds for
+    # a whole wave or for none of it
+    uniform = total % wave == 0 and block % wave == 0
     out = []
     for s in range(-(-total // block)):
         idx = kb.add(tid, s * block) if s else tid
@@ -81,7 +84,7 @@ def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, 
         col = kb.mul(urem_const(kb, idx, per_row), width) if width > 1 else \
             urem_const(kb, idx, per_row)
         lds_off = kb.add(kb.mul(k_row, lds_row), col)
-        out.append(Slot(k_row, col, lds_off, ok, False, sign))
+        out.append(Slot(k_row, col, lds_off, ok, uniform, sign))
     return out
 
 
@@ -368,7 +371,8 @@ def _slots(ctx: WgradContext, cols: int, width: int, row: int) -> tuple[list[Slo
     """The operand's slots in the context's LDS layout, and the transpose depth (0: none)."""
     kb, sp = ctx.kb, ctx.spec
     if not ctx.k_contiguous:
-        return tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, cols, width, row), 0
+        return tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, cols, width, row,
+                          ctx.lay.wave_size), 0
     depth = transpose_depth(sp.tile_k, cols, width, sp.block_size, ctx.lay.k)
     return kc_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, cols, width, ctx.row_k,
                          ctx.lay, depth), depth
@@ -450,8 +454,12 @@ def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:
     if not op.depth:
         align = op.width * op.ctx.eb
         for slot, v in zip(op.slots, regs, strict=True):
-            kb.store(kb.gep(lds, kb.add(slot.lds_off, op.lds_base)), v, pred=slot.ok,
-                     align=align)
+            at = kb.gep(lds, kb.add(slot.lds_off, op.lds_base))
+            if slot.ok is not None and slot.ok_uniform:  # a scalar branch, no exec mask
+                with kb.if_(slot.ok, uniform=op.ctx.lay.wave_size):
+                    kb.store(at, v, align=align)
+            else:
+                kb.store(at, v, pred=slot.ok, align=align)
         return
     d, row = op.depth, op.ctx.row_k
     for g in range(0, len(op.slots), d):
