@@ -30,6 +30,7 @@ and the lowering and ``compile.samples`` both build their calls from it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -336,8 +337,9 @@ class TransposedRead:
     ``8·((l >> row_bit) & 1) + (l & 7)`` at columns ``8·((l >> col_bit) & 1)`` .. + 7 of the
     fragment's 16-row (m or n) block, at k offset ``k_reads[j]`` for read j of a fragment.
     Afterwards lane ``l`` holds, in slot ``s``, element ``elem(l)`` of the row lane
-    ``src(l, s)`` addressed. ``tests/kernel`` proves, for each read, that this gives every
-    lane exactly the (row, k) its form's ``a_map`` names, slot for slot.
+    ``src(l, s)`` addressed (both maps are data: functions of numpy lane / slot arrays).
+    ``tests/kernel`` proves, for each read, that this gives every lane exactly the (row, k)
+    its form's ``a_map`` names, slot for slot.
     """
 
     name: str  # the IR op's arg
@@ -345,6 +347,8 @@ class TransposedRead:
     row_bit: int
     col_bit: int
     k_reads: tuple[int, ...]
+    src_map: Callable  # (lane, slot) -> the lane whose addressed row fills that slot
+    elem_map: Callable  # lane -> the element (column, 0-7) of that row it receives
     source: str
     secondary_only: bool  # no vendor document states the lane map (say so in ``show``)
 
@@ -356,15 +360,11 @@ class TransposedRead:
 
     def src(self, lane, slot):
         """The lane whose addressed row lane ``lane`` receives in ``slot``."""
-        lane, slot = np.asarray(lane), np.asarray(slot)
-        if self.name == "ds_load_tr16_b128":
-            return 8 * (lane // 8) + slot
-        return 8 * (slot // 2) + 2 * (lane % 4) + slot % 2
+        return self.src_map(np.asarray(lane), np.asarray(slot))
 
     def elem(self, lane):
         """The element (column, 0-7) of that row lane ``lane`` receives."""
-        lane = np.asarray(lane)
-        return lane % 8 if self.name == "ds_load_tr16_b128" else lane // 4
+        return self.elem_map(np.asarray(lane))
 
     def addressed(self, lane):
         """(k row, first column) lane ``lane`` addresses for read 0 of a fragment."""
@@ -382,6 +382,7 @@ TRANSPOSED_READS: dict[str, TransposedRead] = {
     # 16-31 of the k-step, lane group g = l // 16 taking rows 8g .. 8g+7 of each).
     "ds_load_tr16_b128": TransposedRead(
         "ds_load_tr16_b128", "gfx1250", row_bit=4, col_bit=3, k_reads=(0, 16),
+        src_map=lambda lane, slot: 8 * (lane // 8) + slot, elem_map=lambda lane: lane % 8,
         source="Triton PR #7616, TargetInfo.cpp queryLDSTransLoadParams; CK "
                "amd_transpose_load.hpp (secondary: no AMD document states the lane map)",
         secondary_only=True),
@@ -404,6 +405,8 @@ TRANSPOSED_READS: dict[str, TransposedRead] = {
     # per 16x16 fragment, and B's (k, n) the same way.
     "ldmatrix_x4_trans": TransposedRead(
         "ldmatrix_x4_trans", "m16n8k16", row_bit=3, col_bit=4, k_reads=(0,),
+        src_map=lambda lane, slot: 8 * (slot // 2) + 2 * (lane % 4) + slot % 2,
+        elem_map=lambda lane: lane // 4,
         source="PTX ISA §9.7.14.5.15 ldmatrix (.x4, .trans; element layout in its figure); "
                "CUTLASS cute copy_traits_sm75.hpp SM75_U16x8_LDSM_T DstLayout",
         secondary_only=False),

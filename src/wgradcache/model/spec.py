@@ -221,13 +221,19 @@ def sync_k_outer(target: Target, dtype: str, vec_a: int, vec_b: int) -> bool:
     where the transpose packs 8 k values into one). The one rule the LDS size, the stage
     count and the generator read.
     """
-    need = target.sync_k_outer_min_vec
-    return (need > 0 and bool(target.lds_read_tr) and elem_bytes(dtype) == 2
-            and min(vec_a, vec_b) >= need)
+    return _k_outer_possible(target, dtype) and min(vec_a, vec_b) >= target.sync_k_outer_min_vec
 
 
-def _sync_stage_bytes(target: Target, dtype: str, tile_m: int, tile_n: int,
-                      tile_k: int, k_outer: bool) -> int:
+def _k_outer_possible(target: Target, dtype: str) -> bool:
+    """The target's sync loop goes K-outer for some load widths of ``dtype``."""
+    return (target.sync_k_outer_min_vec > 0 and bool(target.lds_read_tr)
+            and elem_bytes(dtype) == 2)
+
+
+def _stage_bytes(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int,
+                 k_outer: bool) -> int:
+    """One LDS stage of both operand tiles: K-outer (tile_k rows of tile_mn + LDS_ROW_PAD)
+    or K-contiguous (tile_mn rows of tile_k + sync_row_pad)."""
     eb = elem_bytes(dtype)
     if k_outer:
         return tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * eb
@@ -243,7 +249,7 @@ def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: in
     rows); two fit every WMMA ladder geometry (at most 40 KiB on the 64 KiB targets, whose
     tile_k is 32) and gfx950's; gfx942's 256-wide tiles take one.
     """
-    one = _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k, k_outer)
+    one = _stage_bytes(target, dtype, tile_m, tile_n, tile_k, k_outer)
     return 2 if 2 * one <= target.lds_bytes else 1
 
 
@@ -264,14 +270,14 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
     loop's last barrier, so the allocation is the larger of the two.
     """
     if k_loop == "async":
-        operands = 3 * tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * elem_bytes(dtype)
+        operands = 3 * _stage_bytes(target, dtype, tile_m, tile_n, tile_k, True)
     else:
         if vecs is not None:
             layouts: tuple[bool, ...] = (sync_k_outer(target, dtype, *vecs),)
         else:
-            layouts = (False, True) if sync_k_outer(target, dtype, 8, 8) else (False,)
+            layouts = (False, True) if _k_outer_possible(target, dtype) else (False,)
         operands = max(sync_stages(target, dtype, tile_m, tile_n, tile_k, ko)
-                       * _sync_stage_bytes(target, dtype, tile_m, tile_n, tile_k, ko)
+                       * _stage_bytes(target, dtype, tile_m, tile_n, tile_k, ko)
                        for ko in layouts)
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)

@@ -90,6 +90,13 @@ ISSUE_PER_CU = 4  # warp instructions one CU/SM issues per clock (4 SIMDs / 4 SM
 LOOP_SLOTS = 2
 
 
+def _warp_atoms(spec: KernelSpec) -> tuple[int, int]:
+    """MMA atoms along M and N of one wave's warp tile."""
+    atom = get_target(spec.target).atoms[spec.dtype]
+    return (-(-(spec.tile_m // spec.warp_m) // atom.m),
+            -(-(spec.tile_n // spec.warp_n) // atom.n))
+
+
 def warp_issue_per_k_tile(spec: KernelSpec) -> float:
     """Warp instructions one wave issues per K tile, from the target's MMA atom: the atoms
     of its warp tile, one fragment read per atom row and column per k-step, per global
@@ -98,10 +105,8 @@ def warp_issue_per_k_tile(spec: KernelSpec) -> float:
     tile (16x16 warp tiles) or narrower loads cost more slots, which the H200 run measured
     (a 32x32 tile on 4 waves 1.7x slower than on one)."""
     t = get_target(spec.target)
-    atom = t.atoms[spec.dtype]
-    wtm, wtn = spec.tile_m // spec.warp_m, spec.tile_n // spec.warp_n
-    am, an = -(-wtm // atom.m), -(-wtn // atom.n)
-    steps = -(-spec.tile_k // atom.k)
+    am, an = _warp_atoms(spec)
+    steps = -(-spec.tile_k // t.atoms[spec.dtype].k)
     per_vec = 1 if spec.k_loop == "async" else 2  # the copy writes LDS itself
     loads = loads_per_thread(spec.dtype, "sync", spec.geometry, t.wave_size,
                              spec.load_vec_a, spec.load_vec_b)
@@ -119,11 +124,10 @@ EPILOGUE_SLOTS = {"default": 1, "cshuffle": 3}
 def warp_issue_epilogue(spec: KernelSpec) -> int:
     """Warp instructions one wave issues in the epilogue (``EPILOGUE_SLOTS`` per
     accumulator element of its warp tile's atoms)."""
-    atom = get_target(spec.target).atoms[spec.dtype]
-    am = -(-(spec.tile_m // spec.warp_m) // atom.m)
-    an = -(-(spec.tile_n // spec.warp_n) // atom.n)
-    acc = am * an * atom.m * atom.n // get_target(spec.target).wave_size
-    return EPILOGUE_SLOTS[spec.epilogue] * acc
+    t = get_target(spec.target)
+    atom = t.atoms[spec.dtype]
+    am, an = _warp_atoms(spec)
+    return EPILOGUE_SLOTS[spec.epilogue] * am * an * atom.m * atom.n // t.wave_size
 
 
 def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, int]) -> float:

@@ -520,11 +520,10 @@ def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value,
     tile's chunk count is a multiple of the wave (no geometry of the walk has one)."""
     kb, eb = op.ctx.kb, op.ctx.eb
     shift = eb.bit_length() - 1
-    sp, wave = op.ctx.spec, op.ctx.lay.wave_size
-    total = sp.tile_k * (sp.tile_m if op.name == "dy" else sp.tile_n) // op.width  # chunks
+    wave = op.ctx.lay.wave_size
     for slot, (valid, off) in zip(op.slots, op.at(kt, state), strict=True):
         guard = nullcontext() if slot.ok is None else \
-            kb.if_(slot.ok, uniform=wave if total % wave == 0 else 0)
+            kb.if_(slot.ok, uniform=wave if slot.ok_uniform else 0)
         with guard:
             copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, lds,
                               kb.add(slot.lds_off, op.lds_base), stage_off, spare_off,
