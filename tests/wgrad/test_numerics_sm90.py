@@ -11,6 +11,7 @@ from wgrad_cases import AB_DTYPES, EDGE, PROBLEMS, check, geometry_for, make_spe
 from wgradcache.jobs.walk import walk
 from wgradcache.model.problem import ConvProblem
 from wgradcache.pipeline.emulate import run_emulated
+from wgradcache.wgrad.emit import emit_ir
 
 T = "sm_90"
 K7 = ConvProblem.parse("2,8,10,10,16,3,3,1,1")  # wg_K 200: 7 tiles of 32, the last partial
@@ -92,3 +93,60 @@ def test_ladder_spread_with_every_edge(i):
     dtype = AB_DTYPES[i % 2]
     spec = make_spec(T, dtype, g, EDGE, vec=(8, 8) if i % 10 else (4, 4))
     check(run_emulated(spec, EDGE, seed=i), dtype)
+
+
+# ---- the async loop: cp.async with zero fill (ASYNC_COPY_ZFILL), two LDS stages ----------
+
+def _async_geometries():
+    return sorted({(s.geometry, s.chunk_a, s.chunk_b) for s in walk(T, ["fp16"])
+                   if s.k_loop == "async" and s.variant == "async.default.none"})
+
+
+def test_async_walk_has_two_stages_and_no_scratch_stage():
+    """sm_90 walks the async loop at every geometry whose two K-outer stages fit 48 KB (no
+    third, scratch stage: the copy zero-fills), with both chunk pairs."""
+    from wgradcache.model.spec import lds_bytes
+
+    specs = [s for s in walk(T, ["fp16"]) if s.k_loop == "async"]
+    assert {(s.chunk_a, s.chunk_b) for s in specs} == {(16, 16), (4, 4)}
+    for s in specs:
+        stage = s.tile_k * (s.tile_m + 8 + s.tile_n + 8) * 2
+        assert lds_bytes(s) == max(2 * stage, s.tile_m * s.tile_n * 4 * (s.epilogue ==
+                                                                          "cshuffle"))
+        assert lds_bytes(s) <= 49152
+    text = emit_ir(specs[0]).ir_text
+    assert "llvm.nvvm.cp.async.cg.shared.global.16.s" in text and "amdgcn" not in text
+
+
+@pytest.mark.parametrize("i", range(len(_async_geometries())))
+def test_async_every_walked_geometry_on_the_edge_problem(i):
+    g, ca, cb = _async_geometries()[i]
+    dtype = AB_DTYPES[i % 2]
+    spec = make_spec(T, dtype, g, EDGE, k_loop="async", chunk_a=ca, chunk_b=cb)
+    check(run_emulated(spec, EDGE, seed=i), dtype)
+
+
+@pytest.mark.parametrize("name", ["3x3s2", "dil2", "groups2", "oddK", "partialMN", "1x1"])
+@pytest.mark.parametrize("chunks", [(16, 16), (4, 4)])
+def test_async_edge_problems(name, chunks):
+    p = PROBLEMS[name]
+    dtype = "bf16" if chunks == (4, 4) else "fp16"
+    spec = make_spec(T, dtype, (32, 64, 32, 1, 2), p, k_loop="async", chunk_a=chunks[0],
+                     chunk_b=chunks[1])
+    check(run_emulated(spec, p, seed=len(name)), dtype)
+
+
+@pytest.mark.parametrize("degree", (1, 2, 3, 7, 8))
+def test_async_atomic_at_every_degree(degree):
+    """Split-K slices of the async loop, degree 8 with an empty slice (the loop's first
+    tile guard: no copy is issued, none is waited for)."""
+    spec = make_spec(T, "fp16", (32, 64, 32, 1, 2), K7, reduction="atomic", k_loop="async",
+                     chunk_a=16, chunk_b=16)
+    _run(spec, K7, degree, "fp16", seed=degree)
+
+
+@pytest.mark.parametrize("dtype, dw, degree", [("bf16", "fp32", 3), ("fp16", "fp16", 2)])
+def test_async_cshuffle_atomic_and_fp32_dw(dtype, dw, degree):
+    spec = make_spec(T, dtype, (64, 64, 32, 2, 2), K7G, dw=dw, epilogue="cshuffle",
+                     reduction="atomic", k_loop="async", chunk_a=16, chunk_b=16)
+    _run(spec, K7G, degree, dw)

@@ -54,6 +54,7 @@ Memory (``pred``: an i1 per lane; False => no access at all, a load yields 0)::
     bounded_load(p, byte_off, num_bytes, vec=1, *, align=None)   # no branch: zero past range
     lds_load_tr(p) -> <8 x elem>          # gfx1250: 8x8 transpose per 8 lanes (16-bit elems)
     async_copy(src, dst, nbytes, *, pred=None)        # gfx1250: global -> LDS, 4|8|16 bytes
+    async_copy_zfill(src, dst, nbytes, keep)  # NVIDIA cp.async: zeros where not keep
     async_wait(n=0)                       # until <= n async copies of this wave in flight
     barrier()                             # workgroup barrier (LDS release/acquire)
 
@@ -647,16 +648,30 @@ class KernelBuilder:
 
         The data lands in LDS at some point before the ``async_wait`` that retires it.
         """
+        self._check_async(src, dst, nbytes)
+        self._emit(Ops.ASYNC_COPY, void, (src, dst, *self._pred(pred)), int(nbytes))
+
+    @staticmethod
+    def _check_async(src: Value, dst: Value, nbytes: int) -> None:
         if not (src.dtype.is_ptr and src.dtype.addrspace == GLOBAL):
             raise BuildError(f"async_copy source must be a global pointer, got {src.dtype!r}")
         if not (dst.dtype.is_ptr and dst.dtype.addrspace == LDS):
             raise BuildError(f"async_copy destination must be an LDS pointer, got {dst.dtype!r}")
         if nbytes not in (4, 8, 16):
             raise BuildError(f"async_copy of {nbytes} bytes (4, 8 or 16)")
-        self._emit(Ops.ASYNC_COPY, void, (src, dst, *self._pred(pred)), int(nbytes))
+
+    def async_copy_zfill(self, src: Value, dst: Value, nbytes: int, keep: Value) -> None:
+        """NVIDIA: copy ``nbytes`` (4|8|16) per lane from global ``src`` to LDS ``dst`` where
+        ``keep``; elsewhere ``nbytes`` zeros land and ``src`` is not read (cp.async's
+        src-size 0). Lands before this lane's own ``async_wait`` retires it."""
+        self._check_async(src, dst, nbytes)
+        if keep.dtype != i1:
+            raise BuildError(f"async_copy_zfill keep must be i1, got {keep.dtype!r}")
+        self._emit(Ops.ASYNC_COPY_ZFILL, void, (src, dst, keep), int(nbytes))
 
     def async_wait(self, n: int = 0) -> None:
-        """Wait until at most ``n`` async copies issued by this wave are in flight."""
+        """Wait until at most ``n`` async copies issued by this wave (``async_copy``) or
+        this lane (``async_copy_zfill``) are in flight."""
         if not 0 <= n < 64:
             raise BuildError(f"async_wait({n})")
         self._emit(Ops.ASYNC_WAIT, void, (), int(n))

@@ -23,7 +23,8 @@ Checks (each raises ``EmulationError`` naming the op, the buffer, its size and t
   (``_lds_load_tr``) with part of a wave active or a misaligned address;
 * LDS races since the last barrier, in both directions: a read of a byte another lane of
   the workgroup wrote, a write to a byte another lane read or wrote;
-* async copies (gfx1250): the data lands at the ``async_wait`` that retires it; any access
+* async copies (gfx1250's counted per wave, NVIDIA's zero-filling cp.async per lane): the
+  data lands at the ``async_wait`` that retires it; any access
   to the destination bytes before then (by any lane, the issuing one included), a copy
   into bytes another lane read or wrote since the last barrier, and a kernel that ends
   with copies in flight are errors;
@@ -77,7 +78,7 @@ _NP = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": n
 _UNSIGNED = {np.dtype(np.int8): np.uint8, np.dtype(np.int16): np.uint16,
              np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
 _NONE, _MANY = -1, -2  # race-tracking states of a byte besides "this one lane"
-_ASYNC_WAVE = 32  # async copies exist on gfx1250 only: wave32, one ASYNCcnt per wave
+_ASYNC_WAVE = 32  # gfx1250's async copies: wave32, one ASYNCcnt per wave
 
 
 def f32_to_bf16(x) -> np.ndarray:
@@ -169,7 +170,10 @@ class _AsyncRecord:
     """One async copy op execution: per copying lane, its LDS bytes and data."""
 
     op: str
-    issued: np.ndarray  # [G, waves] bool: waves that issued it (counted by ASYNCcnt)
+    # lanes that share one completion counter: a wave (gfx1250's ASYNCcnt) or one lane
+    # (NVIDIA's cp.async groups are the executing thread's)
+    scope: int
+    issued: np.ndarray  # [G, L / scope] bool: counters that count it
     wg: np.ndarray  # [A] workgroup of each copying lane
     lane: np.ndarray  # [A]
     lds_idx: np.ndarray  # [A, nbytes] index into the flattened [G, bytes] LDS
@@ -184,7 +188,6 @@ class _Machine:
         self.grid = tuple(grid)
         self.L = kd.block_size
         self.check_races = check_races
-        self.n_waves = -(-self.L // _ASYNC_WAVE)
         self.globals: dict[str, np.ndarray] = {}
         self.scalars: dict[str, np.ndarray] = {}
         for a in kd.args:
@@ -745,39 +748,81 @@ def _atomic_add(m: _Machine, v: Value, mask):
 
 
 def _async_copy(m: _Machine, v: Value, mask):
+    """gfx1250 global_load_async_to_lds: the active lanes' copies, counted per wave."""
     src, dst = m.val(v.src[0]), m.val(v.src[1])
     nbytes = v.arg
     w, lane = m.lanes(mask, _pred_of(m, v, 2))
     if not len(w):
         return
-    m.counts["async_copies"] += 1
     # the copy's alignment rules are not in our sources: we require dword alignment
     goff = m.addresses(v, src, w, lane, nbytes, 4)
-    loff = m.addresses(v, dst, w, lane, nbytes, 4)
+    data = m.globals[src.name][goff[:, None] + np.arange(nbytes)]
+    _async_issue(m, v, dst, w, lane, data, _ASYNC_WAVE, 4)
+
+
+def _async_copy_zfill(m: _Machine, v: Value, mask):
+    """NVIDIA cp.async with src-size: every active lane's copy lands ``nbytes``; where
+    ``keep`` is false they are zeros and the source is not read (src-size 0; PTX ISA
+    §9.7.9.25 "cp.async": the bytes of cp-size past src-size are filled with zeros;
+    CUTLASS cute/arch/copy_sm80.hpp ``SM80_CP_ASYNC_CACHEGLOBAL_ZFILL`` passes src-size 0
+    for a false predicate, and never an out-of-range read). Both addresses aligned to the
+    copy size (PTX ISA "Addresses as Operands": naturally aligned). Counted per lane:
+    "cp.async.wait_group / cp.async.wait_all" make the executing thread wait for its own
+    cp.async-groups, so another lane's wait, even in the same warp, retires nothing of
+    this lane's."""
+    src, dst, keep = (m.val(s) for s in v.src)
+    nbytes = v.arg
+    w, lane = m.lanes(mask, None)
+    if not len(w):
+        return
+    kept = np.broadcast_to(keep, (m.G, m.L))[w, lane]
+    data = np.zeros((len(w), nbytes), np.uint8)
+    goff = np.broadcast_to(src.off, (m.G, m.L))[w, lane]
+    mis = goff % nbytes != 0  # the address operand is aligned even where nothing is read
+    if mis.any():
+        j = int(np.argmax(mis))
+        m.fail(v, f"byte {int(goff[j])} of buffer {src.name!r} is not {nbytes}-byte aligned "
+                  f"(lane {int(lane[j])})", buffer=src.name, index=int(goff[j]))
+    if kept.any():
+        goff = m.addresses(v, src, w[kept], lane[kept], nbytes, nbytes)
+        data[kept] = m.globals[src.name][goff[:, None] + np.arange(nbytes)]
+    _async_issue(m, v, dst, w, lane, data, 1, nbytes)
+
+
+def _async_issue(m: _Machine, v: Value, dst, w, lane, data: np.ndarray, scope: int,
+                 align: int) -> None:
+    """Put one copy op's bytes in flight: they land at the wait that retires them."""
+    m.counts["async_copies"] += 1
+    nbytes = data.shape[1]
+    loff = m.addresses(v, dst, w, lane, nbytes, align)
     idx = m.lds_flat(dst, w, loff, nbytes)
     # into bytes another lane read or wrote since the last barrier, or still in flight: a race;
     # the bytes count as written by the issuing lane (they are its own once they land)
     m.race_check(v, w, lane, idx, True, dst.name)
     m.pend.reshape(-1)[idx.ravel()] = np.repeat(lane, nbytes)
-    issued = np.zeros((m.G, m.n_waves), bool)
-    issued[w, lane // _ASYNC_WAVE] = True
-    data = m.globals[src.name][goff[:, None] + np.arange(nbytes)]
-    m.records.append(_AsyncRecord(f"ASYNC_COPY %{v.id}", issued, w, lane, idx, data))
+    issued = np.zeros((m.G, -(-m.L // scope)), bool)
+    issued[w, lane // scope] = True
+    m.records.append(_AsyncRecord(f"{v.op.name} %{v.id}", scope, issued, w, lane, idx, data))
 
 
 def _async_wait(m: _Machine, v: Value, mask):
-    """Each wave with an active lane retires its copies until <= n are in flight; waves
-    count only copies they issued with at least one active lane (never over-count)."""
+    """Each counter (a wave, or a lane: ``_AsyncRecord.scope``) with an active lane retires
+    its copies until <= n are in flight; counters count only copies they issued with at
+    least one active lane (never over-count)."""
     n = v.arg
-    waves = np.zeros((m.G, m.n_waves), bool)
     w, lane = np.nonzero(mask)
-    waves[w, lane // _ASYNC_WAVE] = True
-    newer = np.zeros_like(waves, dtype=np.int32)
+    waiting: dict[int, np.ndarray] = {}
+    newer: dict[int, np.ndarray] = {}
+    for scope in {r.scope for r in m.records}:
+        waiting[scope] = np.zeros((m.G, -(-m.L // scope)), bool)
+        waiting[scope][w, lane // scope] = True
+        newer[scope] = np.zeros(waiting[scope].shape, np.int32)
     keep: list[_AsyncRecord] = []
     for rec in reversed(m.records):
-        lands = waves & rec.issued & (newer >= n)
-        newer += rec.issued
-        land_lane = lands[rec.wg, rec.lane // _ASYNC_WAVE]
+        s = rec.scope
+        lands = waiting[s] & rec.issued & (newer[s] >= n)
+        newer[s] += rec.issued
+        land_lane = lands[rec.wg, rec.lane // s]
         if land_lane.any():
             il = rec.lds_idx[land_lane]
             m.lds.reshape(-1)[il] = rec.data[land_lane]
@@ -791,8 +836,8 @@ def _async_wait(m: _Machine, v: Value, mask):
                 st[il] = np.where((prior == _NONE) | (prior == lanes), lanes, _MANY)
         if not land_lane.all():
             rest = ~land_lane
-            keep.append(_AsyncRecord(rec.op, rec.issued & ~lands, rec.wg[rest], rec.lane[rest],
-                                     rec.lds_idx[rest], rec.data[rest]))
+            keep.append(_AsyncRecord(rec.op, s, rec.issued & ~lands, rec.wg[rest],
+                                     rec.lane[rest], rec.lds_idx[rest], rec.data[rest]))
     m.records = keep[::-1]
 
 
@@ -912,7 +957,8 @@ _HANDLERS = {
     Ops.VBUILD: _vbuild, Ops.VEXTRACT: _vextract, Ops.VINSERT: _vinsert,
     Ops.VSHUFFLE: _vshuffle,
     Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, Ops.ATOMIC_ADD: _atomic_add,
-    Ops.ASYNC_COPY: _async_copy, Ops.ASYNC_WAIT: _async_wait, Ops.BARRIER: _barrier,
+    Ops.ASYNC_COPY: _async_copy, Ops.ASYNC_COPY_ZFILL: _async_copy_zfill,
+    Ops.ASYNC_WAIT: _async_wait, Ops.BARRIER: _barrier,
     Ops.BOUNDED_LOAD: _bounded_load, Ops.LDS_LOAD_TR: _lds_load_tr,
     Ops.MMA: _matrix, Ops.FOR: _for, Ops.IF: _if,
     Ops.LOOP_RESULT: _result, Ops.IF_RESULT: _result,

@@ -207,7 +207,14 @@ class Ops(enum.Enum):
     STORE = enum.auto()  # src=(ptr, value[, pred]), arg=align
     ATOMIC_ADD = enum.auto()  # src=(gptr, value[, pred]); f32, <2 x f16>, <2 x bf16>; no result
     ASYNC_COPY = enum.auto()  # src=(gptr, lds_ptr[, pred]), arg=bytes (4|8|16)
-    ASYNC_WAIT = enum.auto()  # arg=n: wait until <= n async copies of this wave are in flight
+    # src=(gptr, lds_ptr, keep), arg=bytes (4|8|16): where keep, the copy; elsewhere bytes
+    # zeros land and nothing is read (NVIDIA cp.async with src-size 0). Completion is per
+    # lane: only the issuing lane's own ASYNC_WAIT retires it (cp.async groups are per
+    # thread), where ASYNC_COPY's completes per wave (gfx1250's ASYNCcnt)
+    ASYNC_COPY_ZFILL = enum.auto()
+    # arg=n: wait until <= n async copies of this wave (ASYNC_COPY) or of this lane
+    # (ASYNC_COPY_ZFILL) are in flight
+    ASYNC_WAIT = enum.auto()
     BARRIER = enum.auto()  # workgroup barrier with LDS release/acquire
     # src=(gptr, byte_off, num_bytes), arg=align; gptr and num_bytes kernel arguments (ARG),
     # byte_off i32. Per lane, as a buffer resource reads (kernel/emulate.py cites the
@@ -246,15 +253,16 @@ class GroupOp:
     Cast = frozenset({Ops.FPCAST, Ops.SITOFP, Ops.UITOFP, Ops.FPTOSI, Ops.FPTOUI, Ops.TRUNC,
                       Ops.ZEXT, Ops.SEXT, Ops.BITCAST, Ops.PTR_CAST})
     Vector = frozenset({Ops.VBUILD, Ops.VEXTRACT, Ops.VINSERT, Ops.VSHUFFLE})
-    Memory = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY})
+    Memory = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY,
+                        Ops.ASYNC_COPY_ZFILL})
     Sync = frozenset({Ops.ASYNC_WAIT, Ops.BARRIER})
     # loads whose range check is the hardware's (AMD: a buffer resource); not predicated
     Bounded = frozenset({Ops.BOUNDED_LOAD})
     # ops that take an optional trailing i1 predicate (false: no access, a load yields 0)
     Predicated = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY})
     # ops with an effect: never dropped, never moved
-    SideEffect = frozenset({Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY, Ops.ASYNC_WAIT,
-                            Ops.BARRIER})
+    SideEffect = frozenset({Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY, Ops.ASYNC_COPY_ZFILL,
+                            Ops.ASYNC_WAIT, Ops.BARRIER})
     Region = frozenset({Ops.FOR, Ops.IF})
     # ops whose every lane of a wave must be active together (EXEC all ones)
     WaveUniform = frozenset({Ops.MMA, Ops.LDS_LOAD_TR})

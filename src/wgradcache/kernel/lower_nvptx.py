@@ -20,6 +20,11 @@ target's own pieces differ, each overridden here:
   packed ``<2 x half>`` / ``<2 x bfloat>`` through inline PTX
   ``red.relaxed.gpu.global.add.noftz.{f16x2,bf16x2}``: LLVM 22 turns the ``atomicrmw`` of
   a 32-bit vector into a compare-and-swap loop (probe, issue 19);
+* async copy: the IR's zero-filling copy is ``cp.async.cg.shared.global`` (16 bytes) or
+  ``.ca`` (4, 8: .cg takes 16 only), its src-size ``keep ? bytes : 0`` (PTX ISA "cp.async":
+  the rest zero-filled); the wait ``cp.async.wait_all`` (commit_group + wait_group 0, the
+  thread's own copies): only a wait for all, as the per-wave count of gfx1250's
+  ``ASYNC_COPY`` (which does not lower here) and cp.async's groups differ for n > 0;
 * transposing LDS read: ``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`` (lane map
   ``mma.TRANSPOSED_READS``), its four registers bitcast to the IR's <8 x 16-bit>;
 * MMA: the ``m16n8k16`` atom is two calls of the NVVM mma intrinsic (``mma.INTRINSICS``) whose
@@ -55,6 +60,12 @@ _SREG = {"tid": "llvm.nvvm.read.ptx.sreg.tid.x",
 _BARRIER = "llvm.nvvm.barrier.cta.sync.aligned.all"
 # PTX ISA 9.7.14.5.15 ldmatrix (sm_75+); IntrinsicsNVVM.td, shared-space pointer form
 _LDMATRIX_X4_T = "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16.p3"
+# cp.async with a src-size operand, per copy size (IntrinsicsNVVM.td; llc-22 selects
+# cp.async.cg.shared.global [..], [..], 16, %r: probe in tests/kernel)
+_CP_ASYNC = {4: "llvm.nvvm.cp.async.ca.shared.global.4.s",
+             8: "llvm.nvvm.cp.async.ca.shared.global.8.s",
+             16: "llvm.nvvm.cp.async.cg.shared.global.16.s"}
+_CP_ASYNC_WAIT_ALL = "llvm.nvvm.cp.async.wait.all"
 # packed 16-bit reductions: PTX ISA 9.7.13.6 "red" (.noftz.f16x2 sm_60+, .bf16x2 sm_90)
 _RED_PACKED = {"f16": "red.relaxed.gpu.global.add.noftz.f16x2",
                "bf16": "red.relaxed.gpu.global.add.noftz.bf16x2"}
@@ -135,6 +146,20 @@ class _NvLowering(_Lowering):
                       f'"l,r,~{{memory}}"({pt} {p}, i32 {bits[1]})')
         return self.predicated(v, 2, emit)
 
+    def async_copy(self, v: Value, name: str) -> None:
+        if v.op is not Ops.ASYNC_COPY_ZFILL or not self.target.async_zero_fill:
+            self.fail(v, "the async copy here is cp.async with zero fill (ASYNC_COPY_ZFILL); "
+                         "gfx1250's per-wave ASYNC_COPY does not exist on NVIDIA")
+        (gt, g), (lt, d), keep = (self.val(s) for s in v.src)
+        size = self.emit(f"{name}.size", "i32", f"select i1 {keep[1]}, i32 {v.arg}, i32 0")
+        f = self.intrinsic(_CP_ASYNC[v.arg], "void", [lt, gt, "i32"])
+        self.call(f, [(lt, d), (gt, g), size])
+
+    def async_wait(self, v: Value, name: str) -> None:
+        if v.arg != 0:
+            self.fail(v, f"async_wait({v.arg}): only a wait for all (cp.async.wait_all)")
+        self.call(self.intrinsic(_CP_ASYNC_WAIT_ALL, "void", []), [])
+
     def lds_load_tr(self, v: Value, name: str) -> LValue:
         """ldmatrix .x4 .trans: four 32-bit registers, register j holding slots 2j, 2j+1
         (``mma.TRANSPOSED_READS``), put together as the IR's <8 x 16-bit> vector."""
@@ -191,5 +216,7 @@ class _NvLowering(_Lowering):
 _NvLowering.rules = {**_RULES, Ops.BARRIER: _NvLowering.barrier, Ops.MMA: _NvLowering.mma,
                      Ops.BOUNDED_LOAD: _NvLowering.bounded_load,
                      Ops.LDS_LOAD_TR: _NvLowering.lds_load_tr,
-                     **dict.fromkeys((Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY),
-                                     _NvLowering.memory)}
+                     Ops.ASYNC_WAIT: _NvLowering.async_wait,
+                     **dict.fromkeys((Ops.ASYNC_COPY, Ops.ASYNC_COPY_ZFILL),
+                                     _NvLowering.async_copy),
+                     **dict.fromkeys((Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD), _NvLowering.memory)}

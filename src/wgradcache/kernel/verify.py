@@ -256,10 +256,11 @@ class _Verifier:
 
     def check_memory(self, v: Value):
         op, src = v.op, v.src
-        n_fixed = 1 if op is Ops.LOAD else 2
-        if len(src) not in (n_fixed, n_fixed + 1):
+        n_fixed = 1 if op is Ops.LOAD else 3 if op is Ops.ASYNC_COPY_ZFILL else 2
+        predicated = op in GroupOp.Predicated
+        if len(src) not in ((n_fixed, n_fixed + 1) if predicated else (n_fixed,)):
             self.fail(v, f"{len(src)} operands")
-        if len(src) == n_fixed + 1 and src[-1].dtype != i1:
+        if (len(src) == n_fixed + 1 or not predicated) and src[-1].dtype != i1:
             self.fail(v, f"predicate {src[-1].dtype!r}")
         if not src[0].dtype.is_ptr:
             self.fail(v, f"address {src[0].dtype!r} is not a pointer")
@@ -296,7 +297,7 @@ def _async_copy_rule(v: Value, p) -> str:
 
 # Memory op -> its rule: the reason it is malformed, "" when it is not.
 _MEMORY_RULES = {Ops.LOAD: _load_rule, Ops.STORE: _store_rule, Ops.ATOMIC_ADD: _atomic_rule,
-                 Ops.ASYNC_COPY: _async_copy_rule}
+                 Ops.ASYNC_COPY: _async_copy_rule, Ops.ASYNC_COPY_ZFILL: _async_copy_rule}
 
 _NOT_STATEMENTS = GroupOp.GlobalDefs | GroupOp.RegionDefs
 # op -> checker method (one dict lookup per statement instead of a chain of set tests)

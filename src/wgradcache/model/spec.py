@@ -265,12 +265,14 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
     of the layouts the target may use). The async loop's copies land as memory holds them:
     K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages and a third of
     the same layout where out-of-range chunks' copies land (no exec-mask branch:
-    ``loaders.copy_or_zero_fill``).
+    ``loaders.copy_or_zero_fill``); no third where the copy zero-fills itself
+    (``Target.async_zero_fill``).
     The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
     loop's last barrier, so the allocation is the larger of the two.
     """
     if k_loop == "async":
-        operands = 3 * _stage_bytes(target, dtype, tile_m, tile_n, tile_k, True)
+        stages = 2 if target.async_zero_fill else 3
+        operands = stages * _stage_bytes(target, dtype, tile_m, tile_n, tile_k, True)
     else:
         if vecs is not None:
             layouts: tuple[bool, ...] = (sync_k_outer(target, dtype, *vecs),)
@@ -384,7 +386,8 @@ def loads_fit(target: Target, dtype: str, k_loop: str,
 
 def k_loop_admitted(target: Target, k_loop: str) -> tuple[bool, str]:
     if k_loop == "async" and not target.async_lds_copy:
-        return False, f"{target.name} has no async global->LDS copy (global_load_async_to_lds)"
+        return False, (f"{target.name} has no async global->LDS copy (gfx1250's "
+                       "global_load_async_to_lds, NVIDIA's cp.async)")
     return True, ""
 
 

@@ -94,6 +94,9 @@ class Target:
     # transposing in registers on the way in, where both load vectors have at least this
     # many elements; 0: never (model/spec.sync_k_outer, wgrad/kloop say why)
     sync_k_outer_min_vec: int = 0
+    # the async copy zero-fills an out-of-range chunk itself (NVIDIA cp.async's src-size 0):
+    # no zero store beside it and no scratch stage (loaders.copy_or_zero_fill)
+    async_zero_fill: bool = False
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def atom(self, dtype_ab: str) -> MmaAtom | None:
@@ -225,7 +228,9 @@ TARGETS: dict[str, Target] = {
         #  * lds_bytes: 48 KB of *static* shared memory per block (CUDA C++ Programming
         #    Guide, "Shared Memory": above 48 KB needs dynamic shared memory and an opt-in);
         #    ptxas refuses a static allocation past 0xc000 bytes (probe, tests/compile).
-        #  * async copy: cp.async (PTX ISA 9.7.9.25, sm_80+); not used by the kernels yet.
+        #  * async copy: cp.async (PTX ISA 9.7.9.25, sm_80+) with src-size: a chunk out of
+        #    range copies 0 bytes and lands zeros (kernel/emulate._async_copy_zfill cites
+        #    both sources); completion per thread (cp.async.wait_all).
         #  * packed atomics: red.global.add.noftz.{f16x2,bf16x2} (PTX ISA 9.7.13.6 "red",
         #    bf16x2 from sm_90) through inline PTX: atomicrmw fadd <2 x half> is a CAS loop
         #    on NVPTX (probe).
@@ -233,14 +238,17 @@ TARGETS: dict[str, Target] = {
         Target(
             name="sm_90", family="mma", wave_size=32,
             atoms=_atoms(16, 16, 16, "m16n8k16"),
-            lds_bytes=49152, async_lds_copy=False, packed_atomics_native=True,
+            lds_bytes=49152, async_lds_copy=True, packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=True, e_mach=90, vendor="nvidia", lds_row_span=32,
-            lds_read_tr="ldmatrix_x4_trans", sync_k_outer_min_vec=1,
+            lds_read_tr="ldmatrix_x4_trans", sync_k_outer_min_vec=1, async_zero_fill=True,
             sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
                      "lds_bytes": "CUDA Programming Guide: 48 KB static shared per block; "
                                   "ptxas limit 0xc000 (tests/compile)",
-                     "async_lds_copy": "cp.async exists (PTX ISA 9.7.9.25); kernels: not yet",
+                     "async_lds_copy": "PTX ISA 9.7.9.25 cp.async (sm_80+); llc-22 selects "
+                                       "cp.async.{ca,cg}.shared.global with src-size (probe)",
+                     "async_zero_fill": "PTX ISA cp.async src-size (rest zero-filled); "
+                                        "CUTLASS SM80_CP_ASYNC_CACHEGLOBAL_ZFILL",
                      "packed_atomics_native": "PTX ISA red.global.add.noftz.f16x2/bf16x2",
                      "float_atomics_validated": "PTX ISA red.global.add.f32",
                      "e_mach": "cubin e_flags bits 8-15 = 90 (ptxas 13 probe)",

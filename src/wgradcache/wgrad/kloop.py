@@ -1,5 +1,6 @@
 """The K loops: MMA atoms read from LDS, the pipelined sync loop (two LDS stages wherever
-they fit, ``spec.sync_stages``) and the async ping-pong (gfx1250); one barrier per K tile.
+they fit, ``spec.sync_stages``) and the async ping-pong (gfx1250, sm_90); one barrier per K
+tile.
 
 Each wave owns a (tile_m/warp_m) × (tile_n/warp_n) sub-tile of 16×16 atoms and keeps one
 ``<c_elems x f32>`` accumulator per atom, carried through the loop. Fragments are gathered
@@ -17,7 +18,8 @@ Fragment reads, per loop:
   staged element (~0.5 v_perm per element), while each element is read warp_n (A) or
   warp_m (B) times; rows are tile_k + 8 elements, an odd multiple of 16 bytes at tile_k
   32 and 64, so the 8 lanes of one 128-bit read phase hit 8 distinct 4-bank groups.
-* async (gfx1250): the copies land K-outer, as memory holds them, and a lane's k values are
+* async (gfx1250; sm_90 through cp.async, read by ldmatrix .trans as its sync loop is):
+  the copies land K-outer, as memory holds them, and a lane's k values are
   a column. ``ds_load_tr16_b128`` reads them at 128 bits: the 8 lanes of a group address 8
   consecutive k rows at 8 consecutive m (16 bytes each) and each lane receives its m's 8 k
   values, one run of the gfx1250 k-map (k = 16*(i//8) + 8*g + i%8): two reads per
@@ -251,7 +253,12 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
 
     No exec-mask branch per chunk: every chunk issues one unpredicated copy and one zero
     store, a select putting each in its stage or at the same slot of a third, scratch
-    stage that nothing reads (``loaders.copy_or_zero_fill``). The phase's ``if`` (is there
+    stage that nothing reads (``loaders.copy_or_zero_fill``); on sm_90 one cp.async whose
+    src-size zero-fills an out-of-range chunk, and no third stage.
+
+    The wait is for all of the wave's (gfx1250) or the thread's (cp.async) copies; every
+    lane waits, so the two completion scopes give the same program order, and the barrier
+    after it publishes every lane's landed bytes to the workgroup. The phase's ``if`` (is there
     a tile t+1) is wave-uniform: one scalar branch.
 
     No division per tile in B's gather where ``loaders.row_tile_slots`` lays the thread's

@@ -12,7 +12,8 @@ resource on AMD, DESIGN §4): an invalid vector gets the byte offset 0x80000000,
 buffer ``serves`` admits, and the hardware's range check returns zeros; no exec-mask branch
 per vector. The async copies have no range check: their predicate is explicit
 (``async_chunk_predicate``) and picks, by selects, where an unpredicated copy and an
-unpredicated zero store land (``copy_or_zero_fill``): no exec-mask branch either. Offsets
+unpredicated zero store land (``copy_or_zero_fill``): no exec-mask branch either; on
+NVIDIA it is the copy's src-size (cp.async lands zeros itself). Offsets
 of valid elements fit 31 bits (``serves`` bounds every buffer), so i32 arithmetic is exact
 there; for invalid ones it may wrap, harmlessly, since the offset is replaced (sync: past
 the range; async: 0, the copy landing in a scratch slot).
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import Value, i8, i32
+from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
 __all__ = ["Slot", "tile_slots", "kc_tile_slots", "transpose_depth", "OperandLoad",
@@ -475,7 +477,7 @@ def store_sync(op: OperandLoad, regs: list[Value], lds: Value) -> None:
                          align=d * op.ctx.eb)
 
 
-# ---- async: global -> LDS copies (gfx1250) ---------------------------------------------------
+# ---- async: global -> LDS copies (gfx1250, sm_90) ------------------------------------------
 
 def async_chunk_predicate(kb: KernelBuilder, valid: Value | None, byte_off: Value,
                           num_bytes: Value) -> Value:
@@ -490,7 +492,7 @@ def async_chunk_predicate(kb: KernelBuilder, valid: Value | None, byte_off: Valu
 
 def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes: Value,
                       lds: Value, slot: Value, stage: Value, spare: Value | int, nbytes: int,
-                      valid: Value | None = None) -> None:
+                      valid: Value | None = None, zero_fill: bool = False) -> None:
     """One chunk, branch-free: an async copy of ``nbytes`` and an LDS store of zeros of the
     tile's element type (``lds.elem``), both unpredicated; selects pick where each goes.
 
@@ -500,8 +502,17 @@ def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes:
     and the zeros go to the scratch slot; out of range, the copy reads the buffer's first
     ``nbytes`` (in bounds: ``serves`` makes every buffer at least one chunk) into the
     scratch slot and the zeros go to the stage. The scratch slot's previous copy was
-    retired by the wait that began the phase, so nothing lands there behind a store."""
+    retired by the wait that began the phase, so nothing lands there behind a store.
+
+    ``zero_fill`` (``Target.async_zero_fill``, NVIDIA's cp.async): one copy into the stage
+    that lands zeros itself where out of range and reads nothing there (src-size 0): no
+    store, no scratch slot, no select on the source (an out-of-range address is never
+    dereferenced)."""
     pred = async_chunk_predicate(kb, valid, byte_off, num_bytes)
+    if zero_fill:
+        src = kb.gep(kb.ptr_cast(buf, i8), byte_off)
+        kb.async_copy_zfill(src, kb.gep(lds, kb.add(slot, stage)), nbytes, pred)
+        return
     elem = lds.dtype.elem
     n = nbytes // elem.itemsize
     zero = kb.const(0.0, elem.vec(n) if n > 1 else elem)
@@ -521,10 +532,11 @@ def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value,
     kb, eb = op.ctx.kb, op.ctx.eb
     shift = eb.bit_length() - 1
     wave = op.ctx.lay.wave_size
+    zero_fill = get_target(op.ctx.spec.target).async_zero_fill
     for slot, (valid, off) in zip(op.slots, op.at(kt, state), strict=True):
         guard = nullcontext() if slot.ok is None else \
             kb.if_(slot.ok, uniform=wave if slot.ok_uniform else 0)
         with guard:
             copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, lds,
                               kb.add(slot.lds_off, op.lds_base), stage_off, spare_off,
-                              op.width * eb, valid=valid)
+                              op.width * eb, valid=valid, zero_fill=zero_fill)
