@@ -11,6 +11,9 @@
 #      sample of it: $VERIFY_SAMPLE, default 0.1);
 #   5. the pipelined sync loop at every geometry of the walk: verify every entry of
 #      devcache/pergeo.tar.xz (`build --target sm_90 --variant sync.default.none --dtype fp16`);
+#      the cp.async loop the same way (asyncgeo: `--variant async.default.none --dtype fp16`)
+#      and its variants x dtypes on the edge problems (asyncvar: the async.* variants of
+#      fp16, bf16, fp16_f32, bf16_f32 at t64x64x32-w2x2, t128x64x32-w2x2, t32x128x64-w1x2);
 #   6. Nsight Compute (when ncu is there) on select's pick for $NCU_LAYER: speed of light,
 #      occupancy, memory and the stall reasons per issued instruction.
 # Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu") picks the steps
@@ -68,15 +71,28 @@ if step verify; then
   rc=$?
   echo "verify exit $rc" >> "$OUT/verify.txt"
 fi
-# 4. the pipelined sync loop at every geometry of the walk (fp16 sync.default.none, one
-#    kernel per geometry: devcache/pergeo.tar.xz), every entry on the device
-if step pergeo && [ -f devcache/pergeo.tar.xz ]; then
-  mkdir -p /tmp/pergeo && tar -xJf devcache/pergeo.tar.xz -C /tmp/pergeo &&
-  timeout "${PERGEO_TIMEOUT:-200}" python3 -m wgradcache verify --from-cache \
-    --cache-dir /tmp/pergeo/cache --target sm_90 --level numerics --device cuda \
-    --no-reproduce --json > "$OUT/pergeo.json" 2> "$OUT/pergeo.txt"
-  echo "pergeo verify exit $?" >> "$OUT/pergeo.txt"
-fi
+# 4. every entry of a small prebuilt cache devcache/NAME.tar.xz on the device, with the
+#    default problems or the edge problems ($EDGE_PROBLEMS): NAME.json / NAME.txt
+verify_tar() {  # NAME TIMEOUT [verify options]
+  name=$1 limit=$2; shift 2
+  [ -f "devcache/$name.tar.xz" ] || return 0
+  mkdir -p "/tmp/$name" && tar -xJf "devcache/$name.tar.xz" -C "/tmp/$name" &&
+  timeout "$limit" python3 -m wgradcache verify --from-cache --cache-dir "/tmp/$name/cache" \
+    --target sm_90 --level numerics --device cuda --no-reproduce --json "$@" \
+    > "$OUT/$name.json" 2> "$OUT/$name.txt"
+  echo "$name verify exit $?" >> "$OUT/$name.txt"
+}
+EDGE_PROBLEMS=${EDGE_PROBLEMS:-"2,16,7,7,24,3,3,1,1 2,16,9,9,24,3,3,2,1 1,16,11,11,24,3,3,1,2,2
+  2,32,8,8,32,3,3,1,1,1,2 1,8,5,7,8,3,3,1,1 3,8,5,7,16,1,1,1,0 2,3,9,9,16,3,3,2,1"}
+edge_args() { for p in $EDGE_PROBLEMS; do printf ' --problem %s' "$p"; done; }
+#    the pipelined sync loop at every geometry of the walk (fp16 sync.default.none, one
+#    kernel per geometry: devcache/pergeo.tar.xz)
+step pergeo && verify_tar pergeo "${PERGEO_TIMEOUT:-200}"
+#    the cp.async loop at every geometry of the walk (fp16 async.default.none: asyncgeo) and
+#    its four variants x four dtype keys on the edge problems (asyncvar)
+step asyncgeo && verify_tar asyncgeo "${ASYNC_TIMEOUT:-150}"
+# shellcheck disable=SC2046
+step asyncvar && verify_tar asyncvar "${ASYNC_TIMEOUT:-150}" $(edge_args)
 # 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
 if step ncu && command -v ncu >/dev/null 2>&1; then
   timeout 120 ncu --kernel-name regex:^wgrad_ --launch-skip 3 --launch-count 1 \
@@ -87,7 +103,7 @@ if step ncu && command -v ncu >/dev/null 2>&1; then
     --warmup 3 --iters 1 --out /tmp/ncu-speed.json > "$OUT/ncu.txt" 2>&1
   echo "ncu exit $?" >> "$OUT/ncu.txt"
 fi
-tail -n 5 "$OUT/planted.txt" "$OUT/pergeo.txt" 2>/dev/null
+tail -n 5 "$OUT/planted.txt" "$OUT/pergeo.txt" "$OUT/asyncgeo.txt" "$OUT/asyncvar.txt" 2>/dev/null
 tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt" 2>/dev/null
 [ $rc -ne 0 ] && exit $rc
 exit $rc2
