@@ -210,7 +210,8 @@ def main() -> int:
     spin_up(torch, a.spin)
     t_start = time.time()
     for dtype in dtypes:
-        specs, skipped = candidates_from_cache(a.cache_dir, target, dtype)
+        got = candidates_from_cache(a.cache_dir, target, dtype)
+        specs, skipped = got.specs, got.skipped
         print(f"== {dtype}: {len(specs)} cached kernels"
               + (f", {len(skipped)} skipped (not servable)" if skipped else ""), flush=True)
         print(f"{'layer':34s} {'cuDNN':>7s} {'select':>7s} {'best':>7s} {'best/cuDNN':>10s} "
@@ -222,7 +223,7 @@ def main() -> int:
             ref = cudnn_call(torch, p, x, dy, w)
             t_cudnn = bench.time(ref, a.warmup, a.iters)
             dw_ref = ref().float()
-            ranked = select(target, p, specs)[:a.top]
+            ranked = select(target, p, specs, facts=got.facts)[:a.top]
             measured = []
             for rank, cand in enumerate(ranked, 1):
                 dw = torch.empty_like(w)

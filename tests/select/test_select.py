@@ -86,7 +86,8 @@ def test_cli_json_lists_candidates_in_rank_order():
     assert len(doc) == 3
     assert [c["score"] for c in doc] == sorted(c["score"] for c in doc)
     assert set(doc[0]) == {"label", "key", "split_k", "slice_k", "reduction", "grid", "block",
-                           "lds_bytes", "workspace_bytes", "score"}
+                           "lds_bytes", "workspace_bytes", "score", "cost_from"}
+    assert {c["cost_from"] for c in doc} == {"formula"}  # the walk has no code objects
     assert doc[0]["grid"][2] == doc[0]["split_k"]
 
 
@@ -95,8 +96,10 @@ def test_cli_from_the_small_cache(small_cache):
                                   "2,16,7,7,24,3,3,1,1", "--cache-dir",
                                   str(small_cache["cache"]), "--json"])
     assert r.exit_code == 0, r.output
-    labels = [c["label"] for c in json.loads(r.stdout)["candidates"]]
+    cands = json.loads(r.stdout)["candidates"]
+    labels = [c["label"] for c in cands]
     assert labels and all(lab.startswith("gfx1250-fp16-t32x32x32-w1x1") for lab in labels)
+    assert {c["cost_from"] for c in cands} == {"code object"}  # each entry's own isa
 
 
 def test_cli_nothing_served_and_bad_input(tmp_path):
@@ -285,3 +288,52 @@ def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
          round(3 * 2 * (98 * 58 + 32) / 4 * 1.1, 3)),
         ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", (5, 2, 102),
          round(4 * 1 * (123 * 90 + 32) / 4 * 1.1, 3))]
+
+
+# ---- the code object's counts rank a cached kernel (CodeFacts) ------------------------------
+
+@pytest.mark.parametrize("isa, why", [
+    ({}, "no loop recorded"),
+    ({"main_loop_instructions": 100, "main_loop_mma": 0, "instructions": 400}, "no MMA"),
+    ({"main_loop_instructions": True, "main_loop_mma": 8, "instructions": 400}, "bool"),
+    ({"main_loop_instructions": "100", "main_loop_mma": 8, "instructions": 400}, "str"),
+    ({"main_loop_instructions": 500, "main_loop_mma": 8, "instructions": 400}, "loop > all"),
+    ({"main_loop_instructions": 4, "main_loop_mma": 8, "instructions": 400}, "mma > loop"),
+    ({"main_loop_instructions": -1, "main_loop_mma": -8, "instructions": 400}, "negative"),
+])
+def test_code_facts_refuse_what_no_compiler_makes(isa, why):
+    from wgradcache.pipeline.select import CodeFacts
+
+    assert CodeFacts.from_isa(isa) is None, why
+
+
+def test_issue_slots_scale_an_unrolled_loop_to_one_k_tile():
+    """sm_90 t64x64x32-w2x2: a wave's 32x32 tile is 2x2 atoms of two m16n8k16 each, two
+    k-steps a K tile: 16 MMA instructions per K tile; a loop body of 32 MMAs (unrolled
+    twice) and 300 instructions costs 150 a tile; the rest of the kernel once."""
+    from wgradcache.pipeline.select import CodeFacts, issue_slots
+
+    spec = _spec("sm_90-fp16-t64x64x32-w2x2-c16x16-async-default-none")
+    assert issue_slots(spec, CodeFacts(300, 32, 1000)) == (150.0, 700)
+    assert issue_slots(spec, CodeFacts(150, 16, 1000)) == (150.0, 850)
+    gfx = _spec("gfx1250-fp16-t64x64x32-w2x2-c16x16-async-default-none")
+    assert issue_slots(gfx, CodeFacts(80, 4, 500)) == (80.0, 420)  # one WMMA an atom
+
+
+def test_select_ranks_cached_kernels_by_their_code_objects():
+    """Two kernels the formula ranks one way; their code objects say the other: the facts
+    win, and the JSON says where each score came from."""
+    from wgradcache.pipeline.select import CodeFacts
+
+    p = ConvProblem.parse("32,64,56,56,64,3,3,1,1")
+    a = _spec("sm_90-fp16-t64x64x32-w2x2-c16x16-async-default-none")
+    b = _spec("sm_90-fp16-t64x64x32-w2x2-v8x8-sync-default-none")
+    plain = select("sm_90", p, [a, b])
+    assert plain[0].spec == a and {c.cost_from for c in plain} == {"formula"}
+    facts = {a.identity_key(): CodeFacts(400, 16, 900), b.identity_key(): CodeFacts(200, 16, 900)}
+    ranked = select("sm_90", p, [a, b], facts=facts)
+    assert [c.spec for c in ranked] == [b, a]
+    assert {c.cost_from for c in ranked} == {"code object"}
+    only_b = select("sm_90", p, [a, b], facts={b.identity_key(): CodeFacts(200, 16, 900)})
+    assert {c.spec.label(): c.cost_from for c in only_b} == {a.label(): "formula",
+                                                            b.label(): "code object"}

@@ -264,6 +264,11 @@ class MmaIntrinsic:
     c_slots: tuple[tuple[int, ...], ...] = ()
     reg: str = ""  # the register type of one A/B pair: "<2 x half>" or "i32" (bf16 bits)
 
+    @property
+    def instructions(self) -> int:
+        """Machine MMA instructions per atom: one, or one per B register set (nvvm)."""
+        return len(self.b_regs) if self.style == "nvvm" else 1
+
     def args(self, a: tuple[str, str], b: tuple[str, str],
              c: tuple[str, str]) -> list[tuple[str, str]]:
         """The call's arguments as (LLVM type, value) text, from the typed A, B and C."""
