@@ -242,20 +242,23 @@ def test_issue_slots_per_wave_and_k_tile_follow_the_targets_atom(label, slots):
     assert warp_issue_per_k_tile(_spec(label)) == slots
 
 
-def test_more_waves_on_a_small_tile_rank_below_one():
-    """Same grid and split (l1.conv1 of ResNet-50): tile area x K tied them; four waves of
-    16x16 tiles take 4 x 12 slots per K tile against 34 on one wave (measured on the H200:
-    1.70x slower)."""
+def test_one_wave_ctas_leave_issue_slots_idle():
+    """Same grid and split (l1.conv1 of ResNet-50): one wave of a 32x32 tile takes 34
+    slots per K tile, four waves of 16x16 tiles 4 x 12, but two resident one-wave CTAs
+    issue at 2 x ``ISSUE_PER_WAVE`` = 1 instruction a clock where eight waves reach the
+    CU's 4. Measured on the H200 (12-04, current kernels): t32x32x32 w1x1 213 us against
+    w2x1 184 us on l1.conv1 bf16, 31.4 ms against w2x2 7.6 ms on conv1 bf16 (on the
+    12-03 kernels, before ldmatrix, the one-wave tile had been 1.7x faster)."""
     p = ConvProblem.parse("32,256,56,56,64,1,1")
     got = select("sm_90", p, [_spec("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic"),
                               _spec("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic")],
                  prune=False)
-    # 4 waves of CTAs x warps x (49 K tiles x slots + epilogue: 1 per accumulator) / 4
+    # 4 rounds of 2 CTAs a CU x resident waves x (49 K tiles x slots + epilogue) / rate
     assert [(c.spec.label(), c.degree, c.grid, c.score) for c in got] == [
-        ("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", 64, (8, 2, 64),
-         4 * 1 * (49 * 34 + 32) / 4),
         ("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic", 64, (8, 2, 64),
-         4 * 4 * (49 * 12 + 8) / 4)]
+         4 * 8 * (49 * 12 + 8) / 4),
+        ("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", 64, (8, 2, 64),
+         4 * 2 * (49 * 34 + 32) / 1)]
 
 
 def test_cshuffle_ranks_below_its_default_twin():
@@ -282,12 +285,12 @@ def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
                  [_spec("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8"),
                   _spec("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8")],
                  prune=False)
-    # CTA waves x warps x (K tiles x slots + 32 epilogue) / 4 x 1.1 (stage 2)
+    # rounds x resident waves x (K tiles x slots + 32 epilogue) / issue rate x 1.1 (stage 2)
     assert [(c.spec.label(), c.grid, round(c.score, 3)) for c in got] == [
         ("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8", (5, 1, 128),
-         round(3 * 2 * (98 * 58 + 32) / 4 * 1.1, 3)),
+         round(3 * 4 * (98 * 58 + 32) / 2 * 1.1, 3)),
         ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", (5, 2, 102),
-         round(4 * 1 * (123 * 90 + 32) / 4 * 1.1, 3))]
+         round(4 * 2 * (123 * 90 + 32) / 1 * 1.1, 3))]
 
 
 # ---- the code object's counts rank a cached kernel (CodeFacts) ------------------------------
@@ -310,14 +313,26 @@ def test_code_facts_refuse_what_no_compiler_makes(isa, why):
 def test_issue_slots_scale_an_unrolled_loop_to_one_k_tile():
     """sm_90 t64x64x32-w2x2: a wave's 32x32 tile is 2x2 atoms of two m16n8k16 each, two
     k-steps a K tile: 16 MMA instructions per K tile; a loop body of 32 MMAs (unrolled
-    twice) and 300 instructions costs 150 a tile; the rest of the kernel once."""
-    from wgradcache.pipeline.select import CodeFacts, issue_slots
+    twice) and 300 instructions costs 150 a tile; the epilogue's formula count is scaled by
+    the same code-to-formula ratio (150 / 22 formula slots), whatever the static count
+    outside the loop."""
+    from wgradcache.pipeline.select import (
+        CodeFacts,
+        issue_slots,
+        warp_issue_epilogue,
+        warp_issue_per_k_tile,
+    )
 
     spec = _spec("sm_90-fp16-t64x64x32-w2x2-c16x16-async-default-none")
-    assert issue_slots(spec, CodeFacts(300, 32, 1000)) == (150.0, 700)
-    assert issue_slots(spec, CodeFacts(150, 16, 1000)) == (150.0, 850)
+    # formula: 2 k-steps x (4 atoms + 2 + 2 reads) + 4 copies + 2 = 22; epilogue 2x2 atoms
+    # x 256 accumulators / 32 lanes = 32
+    assert (warp_issue_per_k_tile(spec), warp_issue_epilogue(spec)) == (22, 32)
+    assert issue_slots(spec) == (22, 32)
+    assert issue_slots(spec, CodeFacts(300, 32, 1000)) == (150.0, 32 * 150 / 22)
+    assert issue_slots(spec, CodeFacts(150, 16, 5000)) == (150.0, 32 * 150 / 22)
     gfx = _spec("gfx1250-fp16-t64x64x32-w2x2-c16x16-async-default-none")
-    assert issue_slots(gfx, CodeFacts(80, 4, 500)) == (80.0, 420)  # one WMMA an atom
+    per_tile, _ = issue_slots(gfx, CodeFacts(80, 4, 500))
+    assert per_tile == 80.0  # one WMMA an atom, one k-step: 4 a tile
 
 
 def test_select_ranks_cached_kernels_by_their_code_objects():

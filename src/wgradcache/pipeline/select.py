@@ -132,6 +132,13 @@ def _two_stage_wanted(spec: KernelSpec, problem: ConvProblem) -> bool:
 
 
 ISSUE_PER_CU = 4  # warp instructions one CU/SM issues per clock (4 SIMDs / 4 SMSPs)
+RESIDENT_CTAS = 2  # CTAs a CU runs at once, in the model
+# Warp instructions one wave issues per clock, on average: a CU reaches ISSUE_PER_CU only with
+# RESIDENT_CTAS x waves x ISSUE_PER_WAVE >= 4, so a one- or two-wave CTA leaves issue slots
+# idle. Why: on the H200 (12-04, seven speed runs) one-wave CTAs ran 1.3x slower per modelled
+# slot than four-wave ones; 0.5 and 0.75 rank the same, 1.0 (no idle slots) loses 4-20
+# points of picks within 1.2x on the runs whose candidates include small CTAs.
+ISSUE_PER_WAVE = 0.5
 # Per K tile and wave, besides the atoms and the memory ops: the one barrier and the loop's
 # branch. Without it a tile_k 64 kernel cost exactly two tile_k 32 iterations, and on the
 # H200 (12-04) t64x64x64 beat its t64x64x32 twin on the 7x7 layers by 1.2-1.3x.
@@ -189,31 +196,36 @@ def _mma_per_k_tile(spec: KernelSpec) -> int:
 
 
 def issue_slots(spec: KernelSpec, facts: CodeFacts | None = None) -> tuple[float, float]:
-    """(slots per K tile, slots outside the loop) of one wave: from the code object where
-    ``facts`` are given (the main loop's instructions scaled to one K tile, since the
-    compiler may unroll it: its MMA count says by how much; the rest of the kernel's
-    instructions, prologue and epilogue, once), else ``warp_issue_per_k_tile`` and
-    ``warp_issue_epilogue``."""
+    """(slots per K tile, slots of the epilogue) of one wave: ``warp_issue_per_k_tile`` and
+    ``warp_issue_epilogue``, or where ``facts`` are given, the code object's main loop
+    scaled to one K tile (the compiler may unroll it: its MMA count says by how much) and
+    the epilogue formula scaled by the same code-to-formula ratio. Why not the code's own
+    count outside the loop: it is static, and cshuffle's copy loops run many times for
+    each instruction listed (counted as listed, every cshuffle kernel ranked first and ran
+    1.1-1.8x slower than the best: H200 run of 12-04 15:00)."""
+    formula_tile, formula_epi = warp_issue_per_k_tile(spec), warp_issue_epilogue(spec)
     if facts is None:
-        return warp_issue_per_k_tile(spec), warp_issue_epilogue(spec)
+        return formula_tile, formula_epi
     per_tile = facts.loop_instructions * _mma_per_k_tile(spec) / facts.loop_mma
-    return per_tile, facts.instructions - facts.loop_instructions
+    return per_tile, formula_epi * per_tile / formula_tile
 
 
 def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, int],
            facts: CodeFacts | None = None) -> float:
-    """Waves of CTAs over the CUs (two resident per CU) times one CTA's issue slots: its
-    waves x (K tiles x slots per K tile + the slots outside the loop, ``issue_slots``)
-    over the CU's issue rate; partial tiles count as full. Two-stage adds its stage-2 pass
-    (10 %)."""
+    """Rounds of ``RESIDENT_CTAS`` CTAs per CU over the grid, times one round's issue
+    slots: its waves x (K tiles x slots per K tile + the epilogue's, ``issue_slots``) over
+    the rate the round's waves can issue at (``ISSUE_PER_WAVE`` each, ``ISSUE_PER_CU`` at
+    most); partial tiles count as full. Two-stage adds its stage-2 pass (10 %)."""
     t = get_target(spec.target)
     ctas = grid[0] * grid[1] * grid[2]
-    waves = -(-ctas // (2 * t.cu_count))
+    rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
     k_tiles = -(-slice_k // spec.tile_k)
-    per_tile, outside = issue_slots(spec, facts)
-    cta = spec.warp_m * spec.warp_n * (k_tiles * per_tile + outside) / ISSUE_PER_CU
+    per_tile, epilogue = issue_slots(spec, facts)
+    resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
+    rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
+    cta = resident_waves * (k_tiles * per_tile + epilogue) / rate
     stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
-    return waves * cta * stage2
+    return rounds * cta * stage2
 
 
 def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
