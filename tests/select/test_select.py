@@ -243,22 +243,42 @@ def test_issue_slots_per_wave_and_k_tile_follow_the_targets_atom(label, slots):
 
 
 def test_one_wave_ctas_leave_issue_slots_idle():
-    """Same grid and split (l1.conv1 of ResNet-50): one wave of a 32x32 tile takes 34
-    slots per K tile, four waves of 16x16 tiles 4 x 12, but two resident one-wave CTAs
-    issue at 2 x ``ISSUE_PER_WAVE`` = 1 instruction a clock where eight waves reach the
-    CU's 4. Measured on the H200 (12-04, current kernels): t32x32x32 w1x1 213 us against
-    w2x1 184 us on l1.conv1 bf16, 31.4 ms against w2x2 7.6 ms on conv1 bf16 (on the
-    12-03 kernels, before ldmatrix, the one-wave tile had been 1.7x faster)."""
+    """Same grid and split (l1.conv1 of ResNet-50), ranked by the two kernels' code objects
+    as built (ptxas 13: the one-wave 32x32 loop is 292 instructions a K tile, the four-wave
+    16x16 one 79 a wave): two resident one-wave CTAs issue at 2 x ``ISSUE_PER_WAVE`` = 1
+    instruction a clock where eight waves reach the CU's 4. Measured on the H200 (12-04,
+    these kernels, bf16): w2x2 170-172 us, w2x1 184, w1x2 190, w1x1 202-213 (on the 12-03
+    kernels, before ldmatrix, the one-wave tile had been 1.7x faster)."""
+    from wgradcache.pipeline.select import CodeFacts
+
     p = ConvProblem.parse("32,256,56,56,64,1,1")
-    got = select("sm_90", p, [_spec("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic"),
-                              _spec("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic")],
-                 prune=False)
-    # 4 rounds of 2 CTAs a CU x resident waves x (49 K tiles x slots + epilogue) / rate
-    assert [(c.spec.label(), c.degree, c.grid, c.score) for c in got] == [
-        ("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic", 64, (8, 2, 64),
-         4 * 8 * (49 * 12 + 8) / 4),
-        ("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", 64, (8, 2, 64),
-         4 * 2 * (49 * 34 + 32) / 1)]
+    four = _spec("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic")
+    one = _spec("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic")
+    facts = {four.identity_key(): CodeFacts(79, 4, 304),
+             one.identity_key(): CodeFacts(292, 16, 768)}
+    got = select("sm_90", p, [one, four], prune=False, facts=facts)
+    # 4 rounds of 2 CTAs a CU x resident waves x (49 K tiles x slots + epilogue scaled by
+    # code / formula: 8 x 79 / 12, 32 x 292 / 34) / issue rate; the loops' LDS reads (2 x
+    # 49 x 8192 B and 2 x 49 x 4096 B over 128 B a clock) take less
+    assert [(c.spec.label(), c.degree, c.grid) for c in got] == [
+        (four.label(), 64, (8, 2, 64)), (one.label(), 64, (8, 2, 64))]
+    assert got[0].score == pytest.approx(4 * 8 * (49 * 79 + 8 * 79 / 12) / 4)
+    assert got[1].score == pytest.approx(4 * 2 * (49 * 292 + 32 * 292 / 34) / 1)
+
+
+def test_lds_reads_bound_small_warp_tiles():
+    """Eight waves of 16x32 warp tiles (t64x64x32 w4x2) read as many LDS bytes per K tile
+    as four waves of 64x32 (t128x64x32 w2x2) for half the MACs; with the code's counts
+    alike per MMA, the fragment reads decide (H200 12-04: the w4x2 pick 1.3x slower on the
+    28x28 and 14x14 layers)."""
+    from wgradcache.pipeline.select import LDS_BYTES_PER_CLOCK, lds_read_bytes_per_k_tile
+
+    small = _spec("sm_90-fp16-t64x64x32-w4x2-v8x8-sync-default-atomic")
+    big = _spec("sm_90-fp16-t128x64x32-w2x2-c16x16-async-default-atomic")
+    # 8 waves x 2 k-steps x (1 x 16 + 2 x 16 rows) x 16 k x 2 B; 4 x 2 x (4 + 2) x 16 x 16 x 2
+    assert lds_read_bytes_per_k_tile(small) == 8 * 2 * 48 * 16 * 2 == 24576
+    assert lds_read_bytes_per_k_tile(big) == 4 * 2 * 96 * 16 * 2 == 24576
+    assert LDS_BYTES_PER_CLOCK == 128
 
 
 def test_cshuffle_ranks_below_its_default_twin():
@@ -285,10 +305,12 @@ def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
                  [_spec("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8"),
                   _spec("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8")],
                  prune=False)
-    # rounds x resident waves x (K tiles x slots + 32 epilogue) / issue rate x 1.1 (stage 2)
+    # rounds x (resident waves x K tiles x slots / issue rate, or the LDS reads where
+    # longer: the 64x32 tile's 2 x 98 x 8192 B over 128 B a clock, + 32 epilogue slots a
+    # wave at the issue rate) x 1.1 (stage 2)
     assert [(c.spec.label(), c.grid, round(c.score, 3)) for c in got] == [
         ("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8", (5, 1, 128),
-         round(3 * 4 * (98 * 58 + 32) / 2 * 1.1, 3)),
+         round(3 * (max(4 * 98 * 58 / 2, 2 * 98 * 8192 / 128) + 4 * 32 / 2) * 1.1, 3)),
         ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", (5, 2, 102),
          round(4 * 2 * (123 * 90 + 32) / 1 * 1.1, 3))]
 

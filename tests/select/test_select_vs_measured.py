@@ -24,17 +24,17 @@ def _row(label, geometry, rank, ms):
 
 
 def test_rerank_of_two_measured_kernels(tmp_path, capsys):
-    # recorded rank 1 is the one-wave kernel (1.7x slower); the model now picks four waves
-    rows = [_row("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic", [32, 32, 32, 1, 1],
+    # recorded rank 1 is the cshuffle twin (1.7x slower); the model now picks the default one
+    rows = [_row("sm_90-fp16-t128x64x32-w2x2-v8x8-sync-cshuffle-atomic", [128, 64, 32, 2, 2],
                  1, 0.17),
-            _row("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic", [32, 32, 32, 2, 2],
+            _row("sm_90-fp16-t128x64x32-w2x2-v8x8-sync-default-atomic", [128, 64, 32, 2, 2],
                  2, 0.10)]
     p = tmp_path / "speed.json"
     p.write_text(json.dumps({"timings": rows}))
     assert _main()([str(p)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "fp16  resnet50/l1.conv1            before  1.70  after  1.00  "
-        "sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic",
+        "sm_90-fp16-t128x64x32-w2x2-v8x8-sync-default-atomic",
         "fp16: before (recorded ranks): within 1.2x on 0% of layers, mean sel/best 1.700",
         "fp16: after (current model):   within 1.2x on 100% of layers, mean sel/best 1.000"]
 

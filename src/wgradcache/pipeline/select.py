@@ -30,13 +30,14 @@ from dataclasses import dataclass
 
 from wgradcache.kernel import mma
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec, lds_bytes, loads_per_thread
+from wgradcache.model.spec import KernelSpec, elem_bytes, lds_bytes, loads_per_thread
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
 
 __all__ = ["Candidate", "CacheCandidates", "CodeFacts", "SelectRequest", "Served", "select",
            "serve", "candidates_from_cache", "candidates_from_walk", "issue_slots",
+           "lds_read_bytes_per_k_tile",
            "warp_issue_per_k_tile", "warp_issue_epilogue"]
 
 
@@ -139,6 +140,13 @@ RESIDENT_CTAS = 2  # CTAs a CU runs at once, in the model
 # slot than four-wave ones; 0.5 and 0.75 rank the same, 1.0 (no idle slots) loses 4-20
 # points of picks within 1.2x on the runs whose candidates include small CTAs.
 ISSUE_PER_WAVE = 0.5
+# Shared memory (LDS) bytes a CU delivers per clock: 32 banks x 4 B on NVIDIA SMs (CUDA C++
+# Programming Guide, "Shared Memory") and on AMD CUs (the CDNA3 / RDNA ISA guides: 32 banks
+# of dwords). A round takes at least its CTAs' fragment reads over it: eight waves of 16x32
+# warp tiles read as many bytes per K tile as four of 64x32 for half the MACs, and on the
+# H200 (12-04) picked 64x64 w4x2 tiles ran 1.3x slower than 128x64 w2x2 ones the issue count
+# ranked below them. Counting the tile's LDS stores too ranked worse (the reads dominate).
+LDS_BYTES_PER_CLOCK = 128
 # Per K tile and wave, besides the atoms and the memory ops: the one barrier and the loop's
 # branch. Without it a tile_k 64 kernel cost exactly two tile_k 32 iterations, and on the
 # H200 (12-04) t64x64x64 beat its t64x64x32 twin on the 7x7 layers by 1.2-1.3x.
@@ -185,6 +193,16 @@ def warp_issue_epilogue(spec: KernelSpec) -> int:
     return EPILOGUE_SLOTS[spec.epilogue] * am * an * atom.m * atom.n // t.wave_size
 
 
+def lds_read_bytes_per_k_tile(spec: KernelSpec) -> int:
+    """Bytes one CTA's waves read from LDS per K tile: each wave, each k-step, one A
+    fragment per atom row and one B fragment per atom column of its warp tile."""
+    atom = get_target(spec.target).atoms[spec.dtype]
+    am, an = _warp_atoms(spec)
+    steps = -(-spec.tile_k // atom.k)
+    per_wave = steps * (am * atom.m + an * atom.n) * atom.k * elem_bytes(spec.dtype)
+    return spec.warp_m * spec.warp_n * per_wave
+
+
 def _mma_per_k_tile(spec: KernelSpec) -> int:
     """MMA instructions one wave issues per K tile: its atoms x k-steps x the instructions
     of one atom (two m16n8k16 on NVIDIA, ``mma.MmaIntrinsic.instructions``)."""
@@ -212,10 +230,11 @@ def issue_slots(spec: KernelSpec, facts: CodeFacts | None = None) -> tuple[float
 
 def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, int],
            facts: CodeFacts | None = None) -> float:
-    """Rounds of ``RESIDENT_CTAS`` CTAs per CU over the grid, times one round's issue
-    slots: its waves x (K tiles x slots per K tile + the epilogue's, ``issue_slots``) over
-    the rate the round's waves can issue at (``ISSUE_PER_WAVE`` each, ``ISSUE_PER_CU`` at
-    most); partial tiles count as full. Two-stage adds its stage-2 pass (10 %)."""
+    """Rounds of ``RESIDENT_CTAS`` CTAs per CU over the grid, times one round's clocks: its
+    waves x K tiles x slots per K tile (``issue_slots``) over the rate the round's waves can
+    issue at (``ISSUE_PER_WAVE`` each, ``ISSUE_PER_CU`` at most), or its fragment reads over
+    ``LDS_BYTES_PER_CLOCK`` where those take longer, then the epilogue's slots at the same
+    rate; partial tiles count as full. Two-stage adds its stage-2 pass (10 %)."""
     t = get_target(spec.target)
     ctas = grid[0] * grid[1] * grid[2]
     rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
@@ -223,7 +242,9 @@ def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, in
     per_tile, epilogue = issue_slots(spec, facts)
     resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
     rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
-    cta = resident_waves * (k_tiles * per_tile + epilogue) / rate
+    loop = resident_waves * k_tiles * per_tile / rate
+    lds = RESIDENT_CTAS * k_tiles * lds_read_bytes_per_k_tile(spec) / LDS_BYTES_PER_CLOCK
+    cta = max(loop, lds) + resident_waves * epilogue / rate
     stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
     return rounds * cta * stage2
 
