@@ -72,14 +72,15 @@ if step verify; then
   echo "verify exit $rc" >> "$OUT/verify.txt"
 fi
 # 4. every entry of a small prebuilt cache devcache/NAME.tar.xz on the device, with the
-#    default problems or the edge problems ($EDGE_PROBLEMS): NAME.json / NAME.txt
+#    default problems or the edge problems ($EDGE_PROBLEMS): NAME.json / NAME.txt, and
+#    NAME.jsonl line by line as entries finish (what a step cut short by its timeout keeps)
 verify_tar() {  # NAME TIMEOUT [verify options]
   name=$1 limit=$2; shift 2
   [ -f "devcache/$name.tar.xz" ] || return 0
   mkdir -p "/tmp/$name" && tar -xJf "devcache/$name.tar.xz" -C "/tmp/$name" &&
   timeout "$limit" python3 -m wgradcache verify --from-cache --cache-dir "/tmp/$name/cache" \
     --target sm_90 --level numerics --device cuda --no-reproduce --json "$@" \
-    > "$OUT/$name.json" 2> "$OUT/$name.txt"
+    --stream "$OUT/$name.jsonl" > "$OUT/$name.json" 2> "$OUT/$name.txt"
   echo "$name verify exit $?" >> "$OUT/$name.txt"
 }
 EDGE_PROBLEMS=${EDGE_PROBLEMS:-"2,16,7,7,24,3,3,1,1 2,16,9,9,24,3,3,2,1 1,16,11,11,24,3,3,1,2,2

@@ -3,6 +3,9 @@ JUnit, ``--json``."""
 
 from __future__ import annotations
 
+import json
+from contextlib import contextmanager
+
 import click
 
 from wgradcache.cli.app import (
@@ -50,10 +53,14 @@ from wgradcache.cli.console import (
                    "machine without the build's toolchain: the IR check only)")
 @click.option("--junit", type=PathParam("file"), default=None,
               help="write JUnit XML here")
+@click.option("--stream", type=PathParam("file"), default=None,
+              help="numerics: write each entry's result here as one JSON line the moment it "
+                   "is decided (the --json numerics rows), so a run that is killed or times "
+                   "out keeps what it did")
 @geometries_option
 @cache_dir_option
 @json_option
-def verify(from_cache, junit, as_json, **options) -> None:
+def verify(from_cache, junit, stream, as_json, **options) -> None:
     """Prove the cache whole (integrity), sound (structure), reproducible (reproduce) and
     correct (numerics).
 
@@ -70,15 +77,16 @@ def verify(from_cache, junit, as_json, **options) -> None:
     if not req.targets and not cache_targets(req.cache_dir):
         raise UserError(f"no cache under {req.cache_dir}: nothing to verify (build one with "
                         "`wgradcache build --target gfx1250`)")
-    if not run_verify(req, junit, as_json):
+    if not run_verify(req, junit, as_json, stream):
         raise RunFailed("verify found failures or entries no --problem covers")
 
 
-def run_verify(req, junit: str | None, as_json: bool) -> bool:
+def run_verify(req, junit: str | None, as_json: bool, stream: str | None = None) -> bool:
     from wgradcache.pipeline.verify import verify
 
-    with ProgressHook("numerics", enabled=not as_json) as hook:
-        rep = verify(req, advance=hook.advance, on_total=hook.on_total)
+    with _stream(stream) as on_result, \
+            ProgressHook("numerics", enabled=not as_json) as hook:
+        rep = verify(req, advance=hook.advance, on_total=hook.on_total, on_result=on_result)
     if as_json:
         emit_json(rep.to_json())
     else:
@@ -86,6 +94,24 @@ def run_verify(req, junit: str | None, as_json: bool) -> bool:
     if junit:
         _write_junit(rep, junit)
     return rep.ok
+
+
+@contextmanager
+def _stream(path: str | None):
+    """``--stream``: the file opened (truncated) before any work, so a bad path is one line
+    and nothing run; each result a flushed line."""
+    if path is None:
+        yield None
+        return
+    try:
+        f = open(path, "w", encoding="utf-8")  # noqa: SIM115 (held for the whole run)
+    except OSError as e:
+        raise UserError(f"--stream {path}: {e.strerror or e}") from None
+    with f:
+        def write(result) -> None:
+            f.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
+            f.flush()
+        yield write
 
 
 def _write_junit(rep, path: str) -> None:

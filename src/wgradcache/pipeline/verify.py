@@ -389,7 +389,8 @@ def _device(cache: TargetCache, req: VerifyRequest, rep: VerifyReport):
 
 
 def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: VerifyReport,
-              advance: Callable[[int], None]) -> None:
+              advance: Callable[[int], None],
+              on_result: Callable[[NumericsResult], None]) -> None:
     """Emulate (or launch) every entry row; reproduce has proven each one's IR compiles to
     its stored blob, so the IR the emulator runs is the stored binary's."""
     from wgradcache.model.problem import ConvProblem
@@ -405,6 +406,7 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
         cases = [p for p in problems if serves(spec, p)[0]] if problems else [probe]
         if not cases:
             rep.numerics.append(NumericsResult(ik, label, "not_covered"))
+            on_result(rep.numerics[-1])
             advance(1)
             continue
         runs, bad = run_entry(launcher(cache, dev, spec, row.entry, row.data, req.seed),
@@ -415,6 +417,7 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
             rep.passed_cases.append((ik, label, "numerics"))
         rep.numerics.append(NumericsResult(ik, label, "failed" if bad else "passed",
                                            tuple(runs)))
+        on_result(rep.numerics[-1])
         advance(1)
 
 
@@ -429,7 +432,8 @@ def _sampled(rows: list[_Row], req: VerifyRequest) -> list[_Row]:
 
 def _verify_target(cache: TargetCache, req: VerifyRequest, rep: VerifyReport,
                    advance: Callable[[int], None],
-                   on_total: Callable[[int], None] | None) -> None:
+                   on_total: Callable[[int], None] | None,
+                   on_result: Callable[[NumericsResult], None]) -> None:
     depth = LEVELS.index(req.level)
     walk = _walk(cache.target, req.geometries_file)
     entries, stage2 = _integrity(cache, req, rep, walk)
@@ -447,11 +451,14 @@ def _verify_target(cache: TargetCache, req: VerifyRequest, rep: VerifyReport,
     rows = [r for r in rows if r.spec is not None]
     if on_total:
         on_total(len(rows))
-    _numerics(cache, rows, req, rep, advance)
+    _numerics(cache, rows, req, rep, advance, on_result)
 
 
 def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
-           on_total: Callable[[int], None] | None = None) -> VerifyReport:
+           on_total: Callable[[int], None] | None = None,
+           on_result: Callable[[NumericsResult], None] | None = None) -> VerifyReport:
+    """Verify ``req``'s cache; ``on_result`` sees each entry's numerics result as soon as it
+    is decided (``--stream``: a run cut short keeps what it did)."""
     if req.level not in LEVELS:
         raise ValueError(f"unknown level {req.level!r}; valid: {', '.join(LEVELS)}")
     from wgradcache.cache.catalog import cache_targets
@@ -465,7 +472,7 @@ def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
     for t in targets:
         get_target(t)
         _verify_target(TargetCache(req.cache_dir, t), req, rep, advance or (lambda n: None),
-                       on_total)
+                       on_total, on_result or (lambda r: None))
     return rep
 
 
