@@ -129,9 +129,12 @@ def test_gather_divides_only_before_the_loop():
     spec = make_spec("gfx1250", "fp16", (64, 64, 32, 2, 2), PIPE, vec=(8, 8))
     body = _loop_ops(spec)
     assert not [v for v in body if v.op in (Ops.UDIV, Ops.UREM) or v.dtype.scalar == "i64"]
-    # 4 accumulators (a wave's 32x32 sub-tile), 4 prefetched vectors (2 A, 2 B),
-    # 2 B slots x 3 coordinates, the stage offset
-    assert len(_loop(build_kernel(spec)).arg.carried) == 4 + 4 + 2 * 3 + 1
+    # 4 accumulators (a wave's 32x32 sub-tile), 4 prefetched vectors (2 A, 2 B), the B
+    # slots' one k row x 3 coordinates (K-outer: row_tile_slots), the stage offset
+    ctx = open_wgrad_kernel(spec, kernel_symbol(spec))
+    b = b_operand(ctx, 8, max_rows=GATHER_STATE_MAX_SLOTS)
+    assert len(b.slots) == 2 and b.row_of == (0, 0)
+    assert len(_loop(build_kernel(spec)).arg.carried) == 4 + 4 + 1 * 3 + 1
     wide = make_spec("gfx1250", "bf16", (32, 128, 64, 1, 2), PIPE, vec=(1, 1))
     ctx = open_wgrad_kernel(wide, kernel_symbol(wide))
     assert len(b_operand(ctx, 1).slots) > GATHER_STATE_MAX_SLOTS

@@ -341,6 +341,19 @@ class OperandLoad:
                 off = kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)
                 out.append(_pick(kb, bad, off, sign_bit))
             return out
+        if self.row_of is not None:  # one carried state per row (row_tile_slots)
+            rows = [(kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
+                     kb.sub(k_last, slot.k_row))
+                    for (wo, ho, row_off), slot in zip(state, self._row_heads(), strict=True)]
+            for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
+                hs, ws, row_off, row_sign = rows[r]
+                hi, wi = kb.add(hs, h["h_base"]), kb.add(ws, h["w_base"])
+                bad = _or_all(kb, self._fixed_sign(slot, h), row_sign,
+                              hi, kb.sub(kb.sub(a["H"], 1), hi),
+                              wi, kb.sub(kb.sub(a["W"], 1), wi))
+                off = kb.shl(kb.add(row_off, h["tap"]), shift)
+                out.append(_pick(kb, bad, off, sign_bit))
+            return out
         for slot, h, (wo, ho, elem_off) in zip(self.slots, self.hoisted, state, strict=True):
             hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
             wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
