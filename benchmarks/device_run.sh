@@ -94,6 +94,12 @@ step pergeo && verify_tar pergeo "${PERGEO_TIMEOUT:-200}"
 step asyncgeo && verify_tar asyncgeo "${ASYNC_TIMEOUT:-150}"
 # shellcheck disable=SC2046
 step asyncvar && verify_tar asyncvar "${ASYNC_TIMEOUT:-150}" $(edge_args)
+#    the sync loop's variants x dtype keys on the edge problems (variants: every sync variant
+#    of fp16, bf16, fp16_f32, bf16_f32 at t64x64x32-w2x2, t128x128x32-w2x4, t128x64x64-w4x2,
+#    t32x32x32-w1x1, t64x128x64-w2x4), a sample of it
+# shellcheck disable=SC2046
+step variants && verify_tar variants "${VARIANTS_TIMEOUT:-400}" \
+  --sample "${VARIANTS_SAMPLE:-0.6}" $(edge_args)
 # 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
 if step ncu && command -v ncu >/dev/null 2>&1; then
   timeout 120 ncu --kernel-name regex:^wgrad_ --launch-skip 3 --launch-count 1 \
