@@ -156,6 +156,29 @@ def test_build_publishes_cubins_and_shares_one_blob_per_ir(tmp_path):
     assert r.exit_code == 0
 
 
+def test_an_async_entry_by_its_label_show_and_structure(tmp_path):
+    """The cp.async loop built into the cache: structure passes from the cubin (LDGSTS
+    counted as async copies, a wait, one barrier per K tile), and ``show`` / ``explain``
+    find an sm_90 entry by its label (they once took only labels starting with gfx)."""
+    geo = small_geometries(tmp_path, cover=((32, 32, 32, 1, 1),))
+    c = str(tmp_path / "c")
+    s = build(BuildRequest(target="sm_90", dtypes=("fp16",), variants=("async.default.none",),
+                           geometries_file=str(geo), cache_dir=c, jobs=1))
+    assert (s.jobs, s.failed) == (1, 0)  # c16x16: c4x4 is over the loads budget at one wave
+    r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", c, "--geometries",
+                                  str(geo), "--level", "structure", "--json"])
+    assert r.exit_code == 0, r.stdout
+    label = "sm_90-fp16-t32x32x32-w1x1-c16x16-async-default-none"
+    r = CliRunner().invoke(main, ["show", label, "--cache-dir", c, "--json"])
+    assert r.exit_code == 0, r.output
+    e = json.loads(r.stdout)
+    assert e["label"] == label and e["variant"] == "async.default.none"
+    assert e["isa"]["main_loop_async_copies"] > 0 and e["isa"]["main_loop_barriers"] == 1
+    assert e["isa"]["main_loop_ds_loads_tr"] > 0 and e["isa"]["main_loop_ds_stores"] == 0
+    r = CliRunner().invoke(main, ["explain", label, "--cache-dir", c, "--json"])
+    assert r.exit_code == 0, r.output
+
+
 def test_verify_device_cuda_without_a_gpu_is_one_line(tmp_path, monkeypatch):
     geo = small_geometries(tmp_path, cover=((32, 32, 32, 1, 1),))
     c = str(tmp_path / "c")

@@ -18,6 +18,7 @@ from pathlib import Path
 from wgradcache.cache.entry import CorruptEntry, Entry, record_json
 from wgradcache.cache.store import CacheRefused, TargetCache
 from wgradcache.model.spec import from_label
+from wgradcache.model.targets import target_names
 
 __all__ = ["EntryNotFound", "list_entries", "find_entry", "explain", "cache_targets",
            "scan_targets", "foreign_folders"]
@@ -104,8 +105,9 @@ def list_entries(root: str | Path, target: str | None = None,
 
 
 def find_entry(root: str | Path, key_or_label: str) -> FoundEntry:
-    """By identity key (a unique prefix of 8+ hex digits is enough) or by label."""
-    if key_or_label.startswith("gfx"):
+    """By identity key (a unique prefix of 8+ hex digits is enough) or by label (it starts
+    with a catalog target's name and a dash: ``gfx1250-...``, ``sm_90-...``)."""
+    if any(key_or_label.startswith(f"{t}-") for t in target_names()):
         spec = from_label(key_or_label)
         ik = spec.identity_key()
         entry = TargetCache(root, spec.target).read_entry(ik)
