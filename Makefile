@@ -25,9 +25,10 @@ cache: deps
 test: deps
 	$(PYTHON) -m pytest -n $(JOBS) tests
 
-# The sm_90 cache the device run carries (devcache/ is git-ignored: .git/info/exclude).
+# The sm_90 caches the device run carries (devcache/ is git-ignored: .git/info/exclude):
+# benchmarks/device_caches.sh says which and how (~15 min on 2 cores).
 devcache: deps
-	wgradcache build --target sm_90 --jobs $(JOBS) --cache-dir devcache/cache
+	JOBS=$(JOBS) sh benchmarks/device_caches.sh
 
 # On a machine with an sm_90 GPU (the CUDA image: torch, cuda-bindings), from the repo root:
 # verify --device cuda on devcache/cache, then benchmarks/device_speed.py; results in $$OUT.

@@ -13,11 +13,14 @@
 #      devcache/pergeo.tar.xz (`build --target sm_90 --variant sync.default.none --dtype fp16`);
 #      the cp.async loop the same way (asyncgeo: `--variant async.default.none --dtype fp16`)
 #      and its variants x dtypes on the edge problems (asyncvar: the async.* variants of
-#      fp16, bf16, fp16_f32, bf16_f32 at t64x64x32-w2x2, t128x64x32-w2x2, t32x128x64-w1x2);
+#      fp16, bf16, fp16_f32, bf16_f32 at t64x64x32-w2x2, t128x64x32-w2x2, t32x128x64-w1x2),
+#      and the sync variants x dtypes the same way (variants); every cache here is built
+#      by benchmarks/device_caches.sh (`make devcache`);
 #   6. Nsight Compute (when ncu is there) on select's pick for $NCU_LAYER: speed of light,
 #      occupancy, memory and the stall reasons per issued instruction.
-# Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu") picks the steps
-# of one call, so two calls of the device tool (600 s each) can split them.
+# Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu"; also asyncgeo,
+# asyncvar, variants) picks the steps of one call, so calls of the device tool (600 s each)
+# can split them (12-04: "asyncgeo asyncvar speed", then "variants" alone at 520 s).
 # Writes into $OUT (default ./device-out): env.txt, planted.txt/json, speed.txt/json,
 # verify.txt/json, pergeo.txt/json, ncu.txt: 10 files, and the device tool brings back 8 at
 # most (on 12-04 it left verify.* out): skip a step (unset its input) to keep one. Exit status: verify's, else the benchmark's.
