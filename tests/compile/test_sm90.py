@@ -175,6 +175,8 @@ def test_an_async_entry_by_its_label_show_and_structure(tmp_path):
     assert e["label"] == label and e["variant"] == "async.default.none"
     assert e["isa"]["main_loop_async_copies"] > 0 and e["isa"]["main_loop_barriers"] == 1
     assert e["isa"]["main_loop_ds_loads_tr"] > 0 and e["isa"]["main_loop_ds_stores"] == 0
+    # the copies are LDGSTS and their commit LDGDEPBAR: neither is a global load
+    assert e["isa"]["main_loop_global_loads"] == 0 and e["isa"]["async_waits"] > 0
     r = CliRunner().invoke(main, ["explain", label, "--cache-dir", c, "--json"])
     assert r.exit_code == 0, r.output
 

@@ -61,6 +61,7 @@ _SHOWN = (
     ("main loop transposing LDS reads", ("isa", "main_loop_ds_loads_tr")),
     ("main loop LDS stores", ("isa", "main_loop_ds_stores")),
     ("main loop global loads", ("isa", "main_loop_global_loads")),
+    ("main loop async copies", ("isa", "main_loop_async_copies")),
     ("main loop VALU", ("isa", "main_loop_valu")),
     ("main loop SALU", ("isa", "main_loop_salu")),
     ("main loop exec-mask branches", ("isa", "main_loop_exec_branches")),

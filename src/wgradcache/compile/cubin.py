@@ -381,6 +381,9 @@ def sass_stats(sass: str) -> dict[str, int]:
     def is_async(m: str) -> bool:
         return m.startswith("LDGSTS")
 
+    def is_global_load(m: str) -> bool:  # LDGDEPBAR is cp.async's commit, not a load
+        return m.startswith("LDG") and not m.startswith(("LDGSTS", "LDGDEPBAR"))
+
     cas, body = _cas_and_main_loop(names, loops, is_cas, is_mma)
     s = {
         "instructions": len(names),
@@ -397,7 +400,7 @@ def sass_stats(sass: str) -> dict[str, int]:
         "cas_loops": len(cas),
         "ds_loads": tally(lambda m: m.startswith("LDS")),
         "ds_stores": tally(lambda m: m.startswith("STS")),
-        "global_loads": tally(lambda m: m.startswith("LDG") and not is_async(m)),
+        "global_loads": tally(is_global_load),
         "global_stores": tally(lambda m: m.startswith("STG")),
         "scratch_ops": tally(lambda m: m.startswith(("LDL", "STL"))),
         "spill_stores": tally(lambda m: m.startswith("STL")),
@@ -412,8 +415,7 @@ def sass_stats(sass: str) -> dict[str, int]:
         "main_loop_ds_loads": tally(lambda m: m.startswith("LDS"), body),
         "main_loop_ds_loads_tr": tally(lambda m: m.startswith("LDSM") and ".MT" in m, body),
         "main_loop_ds_stores": tally(lambda m: m.startswith("STS"), body),
-        "main_loop_global_loads": tally(lambda m: m.startswith("LDG") and not is_async(m),
-                                        body),
+        "main_loop_global_loads": tally(is_global_load, body),
         "main_loop_scratch_ops": tally(lambda m: m.startswith(("LDL", "STL")), body),
     })
     return s
