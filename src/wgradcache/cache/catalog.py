@@ -1,8 +1,6 @@
-"""Reading the cache for people: list entries, find one by key or label, explain its key.
-
-``explain`` answers "why was this rebuilt": it lays every input of the content key next to
-what this process would use now, so a changed toolchain, option, generator or IR shows up
-as the one row that differs.
+"""Reading the cache for people: list entries, find one by key or label
+(``pipeline/explain.py`` lays an entry's content-key inputs next to what this machine
+would use now: that side runs the generator, so it lives in the pipeline).
 
 ``scan_targets`` is the one listing of a cache root every command uses: a folder whose name
 is not a target of the catalog (``evil``) is reported, one line each, and never read.
@@ -20,7 +18,7 @@ from wgradcache.cache.store import CacheRefused, TargetCache
 from wgradcache.model.spec import from_label
 from wgradcache.model.targets import target_names
 
-__all__ = ["EntryNotFound", "list_entries", "find_entry", "explain", "cache_targets",
+__all__ = ["EntryNotFound", "list_entries", "find_entry", "cache_targets",
            "scan_targets", "foreign_folders"]
 
 
@@ -128,36 +126,3 @@ def find_entry(root: str | Path, key_or_label: str) -> FoundEntry:
     entry = TargetCache(root, t).read_entry(ik)
     assert entry is not None
     return FoundEntry(t, ik, entry)
-
-
-def explain(root: str | Path, key_or_label: str) -> dict:
-    """Every input of the entry's content key, stored vs now."""
-    from wgradcache.cache.store import blank_symbol, content_key, sha256_bytes
-    from wgradcache.compile.toolchain import keyed_fields
-    from wgradcache.model.spec import KernelSpec
-    from wgradcache.pipeline.build import codegen_context
-    from wgradcache.wgrad.emit import emit_ir, generator_digest
-
-    found = find_entry(root, key_or_label)
-    e = found.record
-    spec = KernelSpec.from_dict(e.identity)
-    options, toolchain, tdigest = codegen_context(spec.target)
-    k = emit_ir(spec)
-    ir_now = sha256_bytes(blank_symbol(k.ir_text, k.symbol).encode())
-    ckey_now = content_key(k.ir_text, k.symbol, spec.target, options, toolchain)
-    rows = [
-        ("ir_sha256 (symbol blanked)", e.ir_sha256, ir_now),
-        ("target", e.target, spec.target),
-        ("codegen options", e.codegen_options, options),
-        ("toolchain (where the linker lives is not in the key)",
-         keyed_fields(e.toolchain), keyed_fields(toolchain)),
-        ("generator digest (not in the key; decides up-to-date)",
-         e.generator_digest, generator_digest()),
-    ]
-    return {
-        "identity_key": found.identity_key, "label": e.label,
-        "content_key": e.blob, "content_key_now": ckey_now,
-        "up_to_date": e.blob == ckey_now,
-        "inputs": [{"input": name, "stored": a, "now": b, "same": a == b}
-                   for name, a, b in rows],
-    }

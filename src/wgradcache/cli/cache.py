@@ -114,7 +114,7 @@ def show(key_or_label, cache_dir, as_json) -> None:
 def explain(key_or_label, cache_dir, as_json) -> None:
     """Every input of an entry's content key, stored vs now: why it was (re)built."""
     from wgradcache.cache.catalog import EntryNotFound
-    from wgradcache.cache.catalog import explain as explain_entry
+    from wgradcache.pipeline.explain import explain as explain_entry
 
     try:
         doc = explain_entry(cache_dir, key_or_label)
