@@ -311,21 +311,30 @@ class _Machine:
     def addresses(self, v: Value, p: _Ptr, w, lane, nbytes: int, align: int):
         """Byte offsets of the active lanes (checked against the root's bounds) -> [A]."""
         off = np.broadcast_to(p.off, (self.G, self.L))[w, lane]
-        size = self.globals[p.name].size if p.kind == "global" else \
-            self.kd.lds_alloc(p.name).nbytes
+        where, size = self.root(p)
         bad = (off < 0) | (off + nbytes > size)
-        where = "LDS allocation" if p.kind == "lds" else "buffer"
         if bad.any():
             j = int(np.argmax(bad))
             self.fail(v, f"out of bounds: {nbytes} bytes at byte {int(off[j])} of {where} "
                          f"{p.name!r} ({size} bytes), workgroup {self.wg_name(int(w[j]))}, "
                          f"lane {int(lane[j])}", buffer=p.name, size=size, index=int(off[j]))
+        self.check_aligned(v, p, lane, off, align)
+        return off
+
+    def root(self, p: _Ptr) -> tuple[str, int]:
+        """What a pointer's root is, in words, and its size in bytes."""
+        if p.kind == "global":
+            return "buffer", self.globals[p.name].size
+        return "LDS allocation", self.kd.lds_alloc(p.name).nbytes
+
+    def check_aligned(self, v: Value, p: _Ptr, lane, off: np.ndarray, align: int) -> None:
+        """Every lane's byte offset ``off`` [A] a multiple of ``align``."""
         mis = off % align != 0
         if mis.any():
             j = int(np.argmax(mis))
+            where, size = self.root(p)
             self.fail(v, f"byte {int(off[j])} of {where} {p.name!r} is not {align}-byte aligned "
                          f"(lane {int(lane[j])})", buffer=p.name, size=size, index=int(off[j]))
-        return off
 
     def lds_flat(self, p: _Ptr, w, off: np.ndarray, nbytes: int) -> np.ndarray:
         """Indices into the flattened [G, lds bytes] LDS of the accessed bytes: [A, nbytes]."""
@@ -777,12 +786,8 @@ def _async_copy_zfill(m: _Machine, v: Value, mask):
         return
     kept = np.broadcast_to(keep, (m.G, m.L))[w, lane]
     data = np.zeros((len(w), nbytes), np.uint8)
-    goff = np.broadcast_to(src.off, (m.G, m.L))[w, lane]
-    mis = goff % nbytes != 0  # the address operand is aligned even where nothing is read
-    if mis.any():
-        j = int(np.argmax(mis))
-        m.fail(v, f"byte {int(goff[j])} of buffer {src.name!r} is not {nbytes}-byte aligned "
-                  f"(lane {int(lane[j])})", buffer=src.name, index=int(goff[j]))
+    # the address operand is aligned even where nothing is read
+    m.check_aligned(v, src, lane, np.broadcast_to(src.off, (m.G, m.L))[w, lane], nbytes)
     if kept.any():
         goff = m.addresses(v, src, w[kept], lane[kept], nbytes, nbytes)
         data[kept] = m.globals[src.name][goff[:, None] + np.arange(nbytes)]

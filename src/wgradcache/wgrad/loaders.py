@@ -334,9 +334,8 @@ class OperandLoad:
                 ho, wo = divmod_magic(kb, r, a, "Wo")
                 hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
                 wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
-                bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row),
-                              hi, kb.sub(kb.sub(a["H"], 1), hi),
-                              wi, kb.sub(kb.sub(a["W"], 1), wi))
+                bad = _tap_sign(kb, a, self._fixed_sign(slot, h),
+                                kb.sub(k_last, slot.k_row), hi, wi)
                 pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
                 off = kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)
                 out.append(_pick(kb, bad, off, sign_bit))
@@ -348,24 +347,29 @@ class OperandLoad:
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
                 hs, ws, row_off, row_sign = rows[r]
                 hi, wi = kb.add(hs, h["h_base"]), kb.add(ws, h["w_base"])
-                bad = _or_all(kb, self._fixed_sign(slot, h), row_sign,
-                              hi, kb.sub(kb.sub(a["H"], 1), hi),
-                              wi, kb.sub(kb.sub(a["W"], 1), wi))
+                bad = _tap_sign(kb, a, self._fixed_sign(slot, h), row_sign, hi, wi)
                 off = kb.shl(kb.add(row_off, h["tap"]), shift)
                 out.append(_pick(kb, bad, off, sign_bit))
             return out
         for slot, h, (wo, ho, elem_off) in zip(self.slots, self.hoisted, state, strict=True):
             hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
             wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
-            bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row),
-                          hi, kb.sub(kb.sub(a["H"], 1), hi),
-                          wi, kb.sub(kb.sub(a["W"], 1), wi))
+            bad = _tap_sign(kb, a, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row),
+                            hi, wi)
             out.append(_pick(kb, bad, kb.shl(elem_off, shift), sign_bit))
         return out
 
     def _fixed_sign(self, slot: Slot, h: dict) -> Value:
         """The loop-invariant conditions (the thread owns the slot, its column is inside)."""
         return _or_all(self.ctx.kb, slot.ok_sign, h["col_sign"])
+
+
+def _tap_sign(kb: KernelBuilder, a: dict, fixed: Value | None, row_sign: Value, hi: Value,
+              wi: Value) -> Value:
+    """Negative exactly where a B vector is invalid: its fixed conditions, its k row's, and
+    its tap's pixel (hi, wi) outside the image on either side."""
+    return _or_all(kb, fixed, row_sign, hi, kb.sub(kb.sub(a["H"], 1), hi),
+                   wi, kb.sub(kb.sub(a["W"], 1), wi))
 
 
 def _pick(kb: KernelBuilder, bad: Value, off: Value, past: Value) -> Value:
