@@ -254,8 +254,8 @@ def test_one_wave_ctas_leave_issue_slots_idle():
     p = ConvProblem.parse("32,256,56,56,64,1,1")
     four = _spec("sm_90-fp16-t32x32x32-w2x2-v8x8-sync-default-atomic")
     one = _spec("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic")
-    facts = {four.identity_key(): CodeFacts(79, 4, 304),
-             one.identity_key(): CodeFacts(292, 16, 768)}
+    facts = {four.identity_key(): CodeFacts(79, 4),
+             one.identity_key(): CodeFacts(292, 16)}
     got = select("sm_90", p, [one, four], prune=False, facts=facts)
     # 4 rounds of 2 CTAs a CU x resident waves x (49 K tiles x slots + epilogue scaled by
     # code / formula: 8 x 79 / 12, 32 x 292 / 34) / issue rate; the loops' LDS reads (2 x
@@ -350,10 +350,13 @@ def test_issue_slots_scale_an_unrolled_loop_to_one_k_tile():
     # x 256 accumulators / 32 lanes = 32
     assert (warp_issue_per_k_tile(spec), warp_issue_epilogue(spec)) == (22, 32)
     assert issue_slots(spec) == (22, 32)
-    assert issue_slots(spec, CodeFacts(300, 32, 1000)) == (150.0, 32 * 150 / 22)
-    assert issue_slots(spec, CodeFacts(150, 16, 5000)) == (150.0, 32 * 150 / 22)
+    assert issue_slots(spec, CodeFacts(300, 32)) == (150.0, 32 * 150 / 22)
+    for total in (1000, 5000):  # the kernel's static count changes nothing
+        facts = CodeFacts.from_isa({"main_loop_instructions": 150, "main_loop_mma": 16,
+                                    "instructions": total})
+        assert issue_slots(spec, facts) == (150.0, 32 * 150 / 22)
     gfx = _spec("gfx1250-fp16-t64x64x32-w2x2-c16x16-async-default-none")
-    per_tile, _ = issue_slots(gfx, CodeFacts(80, 4, 500))
+    per_tile, _ = issue_slots(gfx, CodeFacts(80, 4))
     assert per_tile == 80.0  # one WMMA an atom, one k-step: 4 a tile
 
 
@@ -367,10 +370,10 @@ def test_select_ranks_cached_kernels_by_their_code_objects():
     b = _spec("sm_90-fp16-t64x64x32-w2x2-v8x8-sync-default-none")
     plain = select("sm_90", p, [a, b])
     assert plain[0].spec == a and {c.cost_from for c in plain} == {"formula"}
-    facts = {a.identity_key(): CodeFacts(400, 16, 900), b.identity_key(): CodeFacts(200, 16, 900)}
+    facts = {a.identity_key(): CodeFacts(400, 16), b.identity_key(): CodeFacts(200, 16)}
     ranked = select("sm_90", p, [a, b], facts=facts)
     assert [c.spec for c in ranked] == [b, a]
     assert {c.cost_from for c in ranked} == {"code object"}
-    only_b = select("sm_90", p, [a, b], facts={b.identity_key(): CodeFacts(200, 16, 900)})
+    only_b = select("sm_90", p, [a, b], facts={b.identity_key(): CodeFacts(200, 16)})
     assert {c.spec.label(): c.cost_from for c in only_b} == {a.label(): "formula",
                                                             b.label(): "code object"}

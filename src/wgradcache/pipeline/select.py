@@ -15,7 +15,8 @@ a kernel computes a problem; this module only chooses among the kernels that do:
   which tied every candidate whose split filled the GPU (the first H200 run: the label
   broke the ties; benchmarks/select_vs_measured.py). The slots come from the kernel's own
   code object where the cache has it (``CodeFacts``: the entry's main-loop instructions
-  per K tile, and the rest of the kernel as its epilogue), else from a formula
+  per K tile; the epilogue's formula scaled by the same code-to-formula ratio), else from
+  a formula
   (``warp_issue_per_k_tile``: MMA atoms, fragment reads, global loads and LDS stores per
   wave and K tile, from the target's atom). The code object's count is what the compiler
   made of the loop, which the formula cannot know (address arithmetic, waits, unrolling).
@@ -35,6 +36,7 @@ from wgradcache.kernel import mma
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec, elem_bytes, lds_bytes, loads_per_thread
 from wgradcache.model.targets import get_target
+from wgradcache.wgrad.abi import pointer_dtypes
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
 
@@ -48,16 +50,17 @@ __all__ = ["Candidate", "CacheCandidates", "CodeFacts", "SelectRequest", "Served
 class CodeFacts:
     """What a built kernel's code object says about one wave's issue slots, from its cache
     entry's ``isa`` (SASS on NVIDIA, the disassembly on AMD): the main loop's instructions
-    and MMA instructions per trip, and the whole kernel's instruction count."""
+    and MMA instructions per trip."""
 
     loop_instructions: int
     loop_mma: int
-    instructions: int
 
     @classmethod
     def from_isa(cls, isa: dict) -> CodeFacts | None:
-        """None where the entry names no main loop with MMAs in it (then the formula
-        ranks the kernel); the entry's ``isa`` is already checked to map names to ints."""
+        """None where the entry names no main loop with MMAs in it, or figures no compiler
+        makes (more MMAs than loop instructions, a loop longer than the kernel): then the
+        formula ranks the kernel. The entry's ``isa`` is already checked to map names to
+        ints; the kernel's count serves that check only (``issue_slots`` says why)."""
         got = [isa.get(k) for k in ("main_loop_instructions", "main_loop_mma",
                                     "instructions")]
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in got):
@@ -65,7 +68,7 @@ class CodeFacts:
         loop, mma_n, total = got
         if mma_n <= 0 or not mma_n <= loop <= total:
             return None
-        return cls(loop, mma_n, total)
+        return cls(loop, mma_n)
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,7 @@ def _mma_per_k_tile(spec: KernelSpec) -> int:
     t = get_target(spec.target)
     atom = t.atoms[spec.dtype]
     am, an = _warp_atoms(spec)
-    elem = "bf16" if spec.dtype == "bf16" else "f16"
+    elem = pointer_dtypes(spec.dtype, spec.dw_dtype)["x"]  # the A/B element, as the IR has it
     return am * an * -(-spec.tile_k // atom.k) * mma.intrinsic(atom.form, elem).instructions
 
 
