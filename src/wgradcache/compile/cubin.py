@@ -382,7 +382,7 @@ def sass_stats(sass: str) -> dict[str, int]:
         return m.startswith("LDGSTS")
 
     def is_global_load(m: str) -> bool:  # LDGDEPBAR is cp.async's commit, not a load
-        return m.startswith("LDG") and not m.startswith(("LDGSTS", "LDGDEPBAR"))
+        return m.startswith("LDG") and not is_async(m) and not m.startswith("LDGDEPBAR")
 
     cas, body = _cas_and_main_loop(names, loops, is_cas, is_mma)
     s = {
