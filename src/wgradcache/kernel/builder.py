@@ -51,7 +51,7 @@ Memory (``pred``: an i1 per lane; False => no access at all, a load yields 0)::
     load(p, vec=1, *, pred=None, align=None) -> elem | <vec x elem>
     store(p, value, *, pred=None, align=None)         # value.dtype.base == p.elem
     atomic_add(p, value, *, pred=None)    # global; f32, <2 x f16>, <2 x bf16>; no result
-    bounded_load(p, byte_off, num_bytes, vec=1, *, align=None)   # no branch: zero past range
+    bounded_load(p, byte_off, num_bytes, vec=1, *, align=None, base=None)  # zero past range
     lds_load_tr(p) -> <8 x elem>          # gfx1250: 8x8 transpose per 8 lanes (16-bit elems)
     async_copy(src, dst, nbytes, *, pred=None)        # gfx1250: global -> LDS, 4|8|16 bytes
     async_copy_zfill(src, dst, nbytes, keep)  # NVIDIA cp.async: zeros where not keep
@@ -599,24 +599,30 @@ class KernelBuilder:
         return a
 
     def bounded_load(self, p: Value, byte_off: Operand, num_bytes: Value, vec: int = 1, *,
-                     align: int | None = None) -> Value:
-        """Load ``vec`` elements at byte ``byte_off`` of the kernel argument ``p`` with the
-        range check in the access: the bytes when ``byte_off + size <= num_bytes``
-        (unsigned), zeros when ``byte_off >= num_bytes`` (an offset of 0x80000000 is always
-        past a buffer that ``serves`` admits). ``p`` and ``num_bytes`` are kernel arguments
-        (wave-uniform: on AMD they become one buffer resource in SGPRs)."""
+                     align: int | None = None, base: Value | None = None) -> Value:
+        """Load ``vec`` elements at byte ``byte_off`` of a record that starts at byte ``base``
+        (default 0) of the kernel argument ``p``, with the range check in the access: the
+        bytes when ``byte_off + size <= num_bytes`` (unsigned), zeros when ``byte_off >=
+        num_bytes`` (an offset of 0x80000000 is always past a buffer that ``serves``
+        admits). On AMD the (p + base, num_bytes) pair is one buffer resource in SGPRs, so
+        ``base`` and ``num_bytes`` must be equal over the workgroup (a kernel argument, or a
+        value of the workgroup's ids and loop index; the emulator checks it): a record that
+        moves with the K tile turns the tile's row bound into the hardware's range check
+        and leaves the per-lane offset loop-invariant."""
         if not (p.dtype.is_ptr and p.dtype.addrspace == GLOBAL and p.op is Ops.ARG):
             raise BuildError(f"bounded_load base must be a global pointer argument, got {p!r}")
-        if not (isinstance(num_bytes, Value) and num_bytes.op is Ops.ARG
-                and num_bytes.dtype == i32):
-            raise BuildError("bounded_load num_bytes must be an i32 kernel argument")
+        if not (isinstance(num_bytes, Value) and num_bytes.dtype == i32):
+            raise BuildError("bounded_load num_bytes must be an i32 value")
         byte_off = self._value(byte_off, i32)
         if byte_off.dtype != i32:
             raise BuildError(f"bounded_load offset must be i32, got {byte_off.dtype!r}")
+        if base is not None and not (isinstance(base, Value) and base.dtype == i32):
+            raise BuildError("bounded_load base offset must be an i32 value")
         dt = p.dtype.elem.vec(vec) if vec > 1 else p.dtype.elem
         if dt.nbytes not in _BOUNDED_BYTES:
             raise BuildError(f"bounded_load of {dt.nbytes} bytes (one of {_BOUNDED_BYTES})")
-        return self._emit(Ops.BOUNDED_LOAD, dt, (p, byte_off, num_bytes), self._align(align, dt))
+        srcs = (p, byte_off, num_bytes) if base is None else (p, byte_off, num_bytes, base)
+        return self._emit(Ops.BOUNDED_LOAD, dt, srcs, self._align(align, dt))
 
     def lds_load_tr(self, p: Value, read: str) -> Value:
         """A transposing LDS read (``mma.TRANSPOSED_READS[read]``: gfx1250's

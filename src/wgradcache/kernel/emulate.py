@@ -636,12 +636,24 @@ def _bounded_load(m: _Machine, v: Value, mask):
     checking", the soffset (0 here) excluded. The generator plants 0x80000000 for an
     invalid element (Triton's ``fillCommonArgs`` and CK's offset trick do the same): past
     every buffer ``serves`` admits (< 2^31 bytes), whatever the access size.
+
+    With a fourth operand the record starts that many bytes (unsigned) into ``p``: the
+    resource's base address moves, the offset and num_bytes count from there. The start
+    and num_bytes must be one value over each workgroup (they are scalar registers);
+    the real buffer's bounds are still checked on every access read.
     """
-    p, off, num = (m.val(s) for s in v.src)
+    p, off, num = (m.val(s) for s in v.src[:3])
+    start = m.val(v.src[3]) if len(v.src) == 4 else None
     dt = v.dtype
     size = dt.nbytes
     w, lane = m.lanes(mask, None)
     out = np.zeros((m.G, m.L, dt.count), _np(dt))
+    for name, x in (("num_bytes", num), ("the record's start", start)):
+        if x is not None:  # one buffer resource (SGPRs) per workgroup: the same value
+            _workgroup_uniform(m, v, mask, x, name)
+    if start is not None:
+        first = np.broadcast_to(start, (m.G, m.L)).astype(np.int64) & 0xFFFFFFFF
+        p = _Ptr(p.kind, p.name, np.broadcast_to(p.off, (m.G, m.L)) + first)
     if len(w):
         offs = np.broadcast_to(off, (m.G, m.L))[w, lane].astype(np.int64) & 0xFFFFFFFF
         n = np.broadcast_to(num, (m.G, m.L))[w, lane].astype(np.int64) & 0xFFFFFFFF
@@ -660,6 +672,17 @@ def _bounded_load(m: _Machine, v: Value, mask):
             q = _Ptr(p.kind, p.name, np.broadcast_to(p.off, (m.G, m.L)) + full)
             out[wi, li] = _gather(m, v, q, wi, li, dt)
     m.env[v.id] = out if dt.is_vector else out[..., 0]
+
+
+def _workgroup_uniform(m: _Machine, v: Value, mask, x, name: str) -> None:
+    """Fail unless ``x`` is one value over the active lanes of each workgroup."""
+    full = np.broadcast_to(x, (m.G, m.L))
+    first = full[np.arange(m.G), np.argmax(mask, axis=1)][:, None]
+    bad = mask & (full != first)
+    if bad.any():
+        g, lane = (int(i[0]) for i in np.nonzero(bad))
+        m.fail(v, f"{name} differs within workgroup {m.wg_name(g)} (lane {lane}): a buffer "
+                  "resource is one value in scalar registers")
 
 
 def _lds_load_tr(m: _Machine, v: Value, mask):

@@ -51,7 +51,10 @@ Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
   (pointer argument, size argument), made in the entry block with
   ``llvm.amdgcn.make.buffer.rsrc`` (stride 0, num_records = the size, word 3 from
   ``Target.buffer_rsrc_word3``): the range check is the hardware's, so no branch; the
-  value is loaded as i8/i16/i32/<N x i32> and bitcast to the IR type;
+  value is loaded as i8/i16/i32/<N x i32> and bitcast to the IR type. A load whose record
+  moves (a start operand, or a computed size) makes its resource where it loads, from
+  ``p + start``; its operands are workgroup-uniform, so the resource stays in SGPRs and
+  LLVM's CSE and LICM share one among the loads of a tile;
 * a wave-uniform ``if`` (``IfRegion.uniform``) branches on ``llvm.amdgcn.readfirstlane`` of
   the predicate: a scalar branch, no exec-mask save/restore;
 * the module flag ``!{i32 1, !"amdhsa_code_object_version", i32 500}`` of
@@ -171,6 +174,11 @@ def _splat(ty: str, elem_text: str) -> str:
 def _int(x) -> str:
     """An integer constant (llvmlite spells bools ``true``/``false``)."""
     return str(x).lower() if isinstance(x, bool) else str(x)
+
+
+def _moving_record(v: Value) -> bool:
+    """A bounded load whose buffer resource is not one of the entry block's."""
+    return len(v.src) == 4 or v.src[2].op is not Ops.ARG
 
 
 def _align(a) -> str:
@@ -359,7 +367,7 @@ class _Lowering:
         entry block (arguments dominate everything; the resource lives in SGPRs)."""
         self.rsrc: dict[tuple[int, int], LValue] = {}
         for v in walk(self.kd.body):
-            if v.op is not Ops.BOUNDED_LOAD:
+            if v.op is not Ops.BOUNDED_LOAD or _moving_record(v):
                 continue
             key = (v.src[0].id, v.src[2].id)
             if key in self.rsrc:
@@ -585,8 +593,24 @@ class _Lowering:
                            ["ptr addrspace(3)"])
         return self.call(f, [self.val(v.src[0])], name)
 
+    def moving_rsrc(self, v: Value, name: str) -> LValue:
+        """The buffer resource of a record at ``p + start`` of ``num_bytes``, made here."""
+        word3 = self.target.buffer_rsrc_word3
+        if not word3:
+            self.fail(v, "no buffer resource on this target (Target.buffer_rsrc_word3)")
+        base = self.val(v.src[0])
+        if len(v.src) == 4:
+            start = self.cast("zext", self.val(v.src[3]), "i64", name + ".start")
+            base = self.emit(name + ".base", "ptr addrspace(1)",
+                             f"getelementptr i8, ptr addrspace(1) {base[1]}, i64 {start[1]}")
+        n = self.cast("zext", self.val(v.src[2]), "i64", name + ".n")
+        f = self.intrinsic("llvm.amdgcn.make.buffer.rsrc.p8.p1", "ptr addrspace(8)",
+                           ["ptr addrspace(1)", "i16", "i64", "i32"])
+        return self.call(f, [base, ("i16", "0"), n, ("i32", str(word3))], name + ".rsrc")
+
     def bounded_load(self, v: Value, name: str) -> LValue:
-        rsrc = self.rsrc[(v.src[0].id, v.src[2].id)]
+        rsrc = self.moving_rsrc(v, name) if _moving_record(v) else \
+            self.rsrc[(v.src[0].id, v.src[2].id)]
         ty, mangle = _BUFFER_TYPES[v.dtype.nbytes]
         f = self.intrinsic(f"llvm.amdgcn.raw.ptr.buffer.load.{mangle}", ty,
                            ["ptr addrspace(8)", "i32", "i32", "i32"])

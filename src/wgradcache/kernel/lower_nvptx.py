@@ -107,8 +107,11 @@ class _NvLowering(_Lowering):
         that crosses num_bytes an error, so on every valid access ``off < num_bytes`` is
         ``off + size <= num_bytes``; the planted 0x80000000 of an invalid element fails
         the unsigned compare. The branch is around one load: ptxas predicates it."""
-        (pt, p), off, num = (self.val(s) for s in v.src)
+        (pt, p), off, num = (self.val(s) for s in v.src[:3])
         ty = ltype(v.dtype)
+        if len(v.src) == 4:  # the record starts ``start`` bytes into p
+            start = self.cast("zext", self.val(v.src[3]), "i64", f"{name}.start")
+            p = self.emit(f"{name}.base", pt, f"getelementptr i8, {pt} {p}, i64 {start[1]}")[1]
         ok = self.emit(f"{name}.ok", "i1", f"icmp ult i32 {off[1]}, {num[1]}")
         before = self.cur
         _, done = self.branch(ok, f"{name}.do", f"{name}.done")

@@ -190,15 +190,16 @@ class _Verifier:
             self.fail(v, f"transposing LDS load of {v.dtype!r} through {p.dtype!r}")
 
     def check_bounded_load(self, v: Value):
-        """Base and num_bytes are kernel arguments (wave-uniform: one buffer resource per
-        pair on AMD), the offset an i32; the width one buffer load moves."""
-        if len(v.src) != 3:
-            self.fail(v, f"{len(v.src)} operands (base, byte offset, num_bytes)")
-        p, off, n = v.src
+        """Base a global pointer argument, the offset, num_bytes and the record's start
+        (optional fourth operand) i32; the width one buffer load moves. That num_bytes and
+        the start are equal over the workgroup is a run-time fact: the emulator checks it."""
+        if len(v.src) not in (3, 4):
+            self.fail(v, f"{len(v.src)} operands (base, byte offset, num_bytes[, start])")
+        p, off, n = v.src[:3]
         if not (p.op is Ops.ARG and p.dtype.is_ptr and p.dtype.addrspace == GLOBAL):
             self.fail(v, f"base {p!r} is not a global pointer argument")
-        if off.dtype != i32 or n.dtype != i32 or n.op is not Ops.ARG:
-            self.fail(v, f"offset {off.dtype!r} / num_bytes {n!r}: i32, num_bytes an argument")
+        if off.dtype != i32 or n.dtype != i32 or any(s.dtype != i32 for s in v.src[3:]):
+            self.fail(v, f"offset {off.dtype!r} / num_bytes {n.dtype!r} / start: i32")
         if v.dtype.base != p.dtype.elem or v.dtype.nbytes not in (1, 2, 4, 8, 12, 16) or \
                 _bad_align(v.arg):
             self.fail(v, f"bounded load of {v.dtype!r} through {p.dtype!r}, align {v.arg}")

@@ -213,7 +213,7 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
                                 sp.vec_b) <= PREFETCH_MAX_LOADS
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.vec_a)
-    b_op = b_operand(ctx, sp.vec_b, max_rows=0 if ctx.k_contiguous else GATHER_STATE_MAX_SLOTS)
+    b_op = b_operand(ctx, sp.vec_b, max_rows=GATHER_STATE_MAX_SLOTS)
     a_lane, b_lane = lane_bases(ctx)
     accs0 = zero_accumulators(ctx)
     # the B gather's (wo, ho, offset) per slot, or per k row (row_tile_slots), carried and

@@ -46,7 +46,7 @@ from wgradcache.kernel.ir import Value, i8, i32
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
-__all__ = ["Slot", "tile_slots", "kc_tile_slots", "transpose_depth", "OperandLoad",
+__all__ = ["Slot", "tile_slots", "kc_tile_slots", "kc_row_tile_slots", "transpose_depth", "OperandLoad",
            "INVALID_OFFSET", "ROW_SEGMENT_BYTES", "row_tile_slots",
            "a_operand", "b_operand", "load_sync", "store_sync", "issue_async",
            "async_chunk_predicate", "copy_or_zero_fill"]
@@ -173,6 +173,54 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
     return out
 
 
+def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int,
+                      width: int, row_k: int, lay: mma.MmaLayout, depth: int, eb: int,
+                      max_rows: int) -> tuple[list[Slot], tuple[int, ...]] | None:
+    """``kc_tile_slots``' groups laid so that a thread's groups share their k rows: T
+    threads take one position group, thread ``tid`` positions p0 = depth·(tid // T + p·block
+    / T) at columns tid % T + j·T, so its slots sit in depth·passes k rows whatever the
+    column count (one carried gather state per row: ``OperandLoad.row_state``); adjacent
+    threads still take adjacent columns, in runs of at least ``ROW_SEGMENT_BYTES``. The
+    slots come as ``kc_tile_slots`` gives them (groups of ``depth`` at one column, for
+    ``store_sync``), with the row of each. None where the shape does not allow it or a
+    thread would get more than ``max_rows`` rows.
+
+    Why: with one column a thread owns all of a column's k rows, so every slot has a row of
+    its own and the gather divides per slot per tile (two magic divisions, ~25 VALU an
+    element on narrow vectors); here a row's (wo, ho, offset) is carried and shared by the
+    thread's columns."""
+    order = mma.lds_k_order(lay)
+    steps = {tuple(order[r + j] - order[r] for j in range(depth))
+             for r in range(0, lay.k, depth)}
+    if depth < 1 or len(steps) != 1:
+        return None
+    (offsets,) = steps
+    heads = [order[r] for r in range(0, lay.k, depth)]
+    per_row, groups = cols // width, rows // depth
+    t = max(-(-block // groups), -(-ROW_SEGMENT_BYTES // (width * eb)))
+    if per_row % t or block % t or (groups * t) % block or \
+            groups * t // block * depth > max_rows:
+        return None
+    step = block // t
+    g0, lane = udiv_const(kb, tid, t), urem_const(kb, tid, t)
+    out, row_of = [], []
+    for p in range(groups * t // block):
+        p0 = kb.mul(kb.add(g0, p * step) if p else g0, depth)
+        r = urem_const(kb, p0, lay.k)
+        head = kb.const(heads[0], r.dtype)
+        for i, h in enumerate(heads[1:], 1):
+            head = kb.select(kb.icmp("eq", r, i * depth), h, head)
+        k0 = kb.add(kb.sub(p0, r), head) if heads != list(range(0, lay.k, depth)) else p0
+        k_rows = [kb.add(k0, off) if off else k0 for off in offsets]
+        for j in range(per_row // t):
+            v = kb.add(lane, j * t) if j else lane
+            col = kb.mul(v, width) if width > 1 else v
+            lds_off = kb.add(kb.mul(col, row_k), p0)
+            out += [Slot(k, col, lds_off, None) for k in k_rows]
+            row_of += [p * depth + i for i in range(depth)]
+    return out, tuple(row_of)
+
+
 @dataclass
 class OperandLoad:
     """Per-thread, loop-invariant part of one operand's loads; ``at(kt)`` gives, per slot,
@@ -234,6 +282,19 @@ class OperandLoad:
         return out
 
 
+    def record(self, kt: Value) -> tuple[Value, Value]:
+        """A only: (start, num_bytes) of the record that K tile ``kt``'s loads read: from
+        row kt of dY to the slice's end, k_end (none past it: num_bytes 0 once kt >= k_end,
+        as the last tile's prefetch asks). dY's rows are K elements, so a vector of row
+        k_row (offset k_row·K + col, col + width <= kpg <= K) lies wholly inside the record
+        exactly when k_row < k_end - kt: the row bound costs no VALU, and ``rec_off``,
+        (k_row·K + col) bytes or ``INVALID_OFFSET`` where the slot or its column is out,
+        is fixed for the loop. Both values are workgroup-uniform (one buffer resource)."""
+        kb, a = self.ctx.kb, self.ctx.a
+        row_bytes = kb.mul(a["K"], self.ctx.eb)
+        left = kb.smax(kb.sub(self.ctx.k_end, kt), 0)
+        return kb.mul(kt, row_bytes), kb.mul(left, row_bytes)
+
     def gather_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
         """B only: per slot, (wo, ho, element offset) of the pixel its k row reads in the K
         tile at ``k0``, from the two magic divisions; ``advance`` steps it a tile on."""
@@ -241,9 +302,11 @@ class OperandLoad:
         return self._coords(k0)
 
     def _row_heads(self) -> list[Slot]:
-        """The first slot of each row (``row_of``)."""
-        r = self.row_of
-        return [s for i, s in enumerate(self.slots) if not i or r[i - 1] != r[i]]
+        """The first slot of each row (``row_of``), in row order."""
+        heads: dict[int, Slot] = {}
+        for s, r in zip(self.slots, self.row_of, strict=True):
+            heads.setdefault(r, s)
+        return [heads[r] for r in sorted(heads)]
 
     def row_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
         """B with ``row_of`` only: per k row of the thread, (wo, ho, pixel offset) in the K
@@ -417,6 +480,12 @@ def a_operand(ctx: WgradContext, width: int) -> OperandLoad:
                 "col": kb.add(col0, s.col)}
     hoisted = [{**h, "off": kb.add(kb.mul(s.k_row, a["K"]), h["col"])}
                for s, h in zip(slots, _per_column(slots, cols), strict=True)]
+    if sp.k_loop == "sync":  # the tile's record moves (OperandLoad.record): fixed offsets
+        shift = ctx.eb.bit_length() - 1
+        past = kb.const(INVALID_OFFSET, i32)
+        hoisted = [{**h, "rec_off": _pick(kb, _or_all(kb, s.ok_sign, h["col_sign"]),
+                                          kb.shl(h["off"], shift), past)}
+                   for s, h in zip(slots, hoisted, strict=True)]
     return OperandLoad(ctx, "dy", width, slots, hoisted, 0, depth)
 
 
@@ -425,9 +494,15 @@ def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> OperandLoad:
     ``max_rows`` (K-outer tile only; 0: off): the slots of ``row_tile_slots`` where it
     gives a thread at most that many k rows."""
     kb, a, sp = ctx.kb, ctx.a, ctx.spec
-    rows = row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width, ctx.row_b,
-                          ctx.eb, max_rows) if max_rows and not ctx.k_contiguous else None
-    slots, depth = (rows[0], 0) if rows is not None else \
+    rows, depth = None, 0
+    if max_rows and not ctx.k_contiguous:
+        rows = row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
+                              ctx.row_b, ctx.eb, max_rows)
+    elif max_rows:
+        depth = transpose_depth(sp.tile_k, sp.tile_n, width, sp.block_size, ctx.lay.k)
+        rows = kc_row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
+                                 ctx.row_k, ctx.lay, depth, ctx.eb, max_rows)
+    slots, depth = (rows[0], depth) if rows is not None else \
         _slots(ctx, sp.tile_n, width, ctx.row_b)
     chan0 = kb.mul(ctx.group, a["cpg"])
 
@@ -459,9 +534,15 @@ def load_sync(op: OperandLoad, kt: Value,
               state: list[tuple[Value, Value, Value]] | None = None) -> list[Value]:
     """The operand's vectors of K tile ``kt`` in registers (zeros where invalid): bounded
     loads, an invalid vector at a byte offset >= ``INVALID_OFFSET`` (no branch, no compare:
-    ``OperandLoad.byte_offsets``)."""
+    ``OperandLoad.byte_offsets``). A (dY) reads through a record that starts at the tile
+    and ends at the slice (``OperandLoad.record``): its offsets are loop-invariant, and the
+    slice's row bound is the hardware's range check."""
     kb = op.ctx.kb
     align = op.width * op.ctx.eb
+    if op.name == "dy":
+        start, num = op.record(kt)
+        return [kb.bounded_load(op.buf, h["rec_off"], num, op.width, align=align, base=start)
+                for h in op.hoisted]
     return [kb.bounded_load(op.buf, off, op.nbytes, op.width, align=align)
             for off in op.byte_offsets(kt, state)]
 
