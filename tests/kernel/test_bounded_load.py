@@ -212,7 +212,7 @@ def test_moving_record_must_be_one_value_per_workgroup(which):
     kd = _moving_kernel(start_of=lane_dependent, num_of=same) if which == "start" else \
         _moving_kernel(num_of=lane_dependent)
     name = "the record's start" if which == "start" else "num_bytes"
-    with pytest.raises(EmulationError, match=f"{name} differs within workgroup .* lane 1"):
+    with pytest.raises(EmulationError, match=f"{name} differs within workgroup .*lane 1"):
         _run_moving(kd, [0], nbytes=256, groups=1)
 
 
