@@ -135,12 +135,12 @@ def test_gather_divides_only_before_the_loop():
     b = b_operand(ctx, 8, max_rows=GATHER_STATE_MAX_SLOTS)
     assert len(b.slots) == 2 and b.row_of == (0, 0)
     assert len(_loop(build_kernel(spec)).arg.carried) == 4 + 4 + 1 * 3 + 1
-    # K-contiguous narrow B (kc_row_tile_slots): 32 slots of 2 columns share 16 k rows,
+    # K-contiguous narrow B (kc_row_tile_slots): 128 slots of 8 columns share 16 k rows,
     # one carried state per row, no division in the loop
     narrow = make_spec("gfx1250", "bf16", (32, 128, 64, 1, 2), PIPE, vec=(1, 1))
     ctx = open_wgrad_kernel(narrow, kernel_symbol(narrow))
     b = b_operand(ctx, 1, max_rows=GATHER_STATE_MAX_SLOTS)
-    assert len(b.slots) == 64 and sorted(set(b.row_of)) == list(range(16))
+    assert len(b.slots) == 128 and sorted(set(b.row_of)) == list(range(16))
     assert not [v for v in _loop_ops(narrow) if v.dtype.scalar == "i64"]
     # one wave of a 32x32x64 tile would need 32 rows a thread: per-tile division again
     deep = make_spec("gfx1250", "bf16", (32, 32, 64, 1, 1), PIPE, vec=(1, 1))

@@ -46,8 +46,8 @@ from wgradcache.kernel.ir import Value, i8, i32
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
-__all__ = ["Slot", "tile_slots", "kc_tile_slots", "kc_row_tile_slots", "transpose_depth", "OperandLoad",
-           "INVALID_OFFSET", "ROW_SEGMENT_BYTES", "row_tile_slots",
+__all__ = ["Slot", "tile_slots", "kc_tile_slots", "kc_row_tile_slots", "transpose_depth",
+           "OperandLoad", "INVALID_OFFSET", "ROW_SEGMENT_BYTES", "row_tile_slots",
            "a_operand", "b_operand", "load_sync", "store_sync", "issue_async",
            "async_chunk_predicate", "copy_or_zero_fill"]
 
@@ -78,16 +78,28 @@ def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, 
     # a whole wave or for none of it
     uniform = total % wave == 0 and block % wave == 0
     out = []
+    row0, col0 = _row_col(kb, tid, per_row, width)
     for s in range(-(-total // block)):
         idx = kb.add(tid, s * block) if s else tid
         ok = kb.icmp("ult", idx, total) if (s + 1) * block > total else None
         sign = kb.sub(total - 1, idx) if ok is not None else None
-        k_row = udiv_const(kb, idx, per_row)
-        col = kb.mul(urem_const(kb, idx, per_row), width) if width > 1 else \
-            urem_const(kb, idx, per_row)
+        k_row, col = _row_col(kb, idx, per_row, width, s * block, row0, col0)
         lds_off = kb.add(kb.mul(k_row, lds_row), col)
         out.append(Slot(k_row, col, lds_off, ok, uniform, sign))
     return out
+
+
+def _row_col(kb: KernelBuilder, idx: Value, per_row: int, width: int, shift: int = 0,
+             row0: Value | None = None, col0: Value | None = None) -> tuple[Value, Value]:
+    """(idx // per_row, (idx % per_row)·width) of vector ``idx`` = tid + ``shift``. Where
+    ``shift`` is a multiple of per_row, from tid's (``row0``, ``col0``): the same column and
+    the row ``shift / per_row`` further, so the slots' LDS addresses differ by constants
+    (one base register and immediate offsets, not an address per slot: LLVM does not
+    rewrite (tid + c) / n itself)."""
+    if row0 is not None and shift % per_row == 0:
+        return (kb.add(row0, shift // per_row) if shift else row0), col0
+    col = urem_const(kb, idx, per_row)
+    return udiv_const(kb, idx, per_row), (kb.mul(col, width) if width > 1 else col)
 
 
 def row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int,
@@ -152,13 +164,13 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
     per_row = cols // width
     total = (rows // depth) * per_row
     out = []
+    row0, col0 = _row_col(kb, tid, per_row, width)
     for s in range(-(-total // block)):
         idx = kb.add(tid, s * block) if s else tid
         ok = kb.icmp("ult", idx, total) if (s + 1) * block > total else None
         sign = kb.sub(total - 1, idx) if ok is not None else None
-        p0 = kb.mul(udiv_const(kb, idx, per_row), depth)
-        col = kb.mul(urem_const(kb, idx, per_row), width) if width > 1 else \
-            urem_const(kb, idx, per_row)
+        group, col = _row_col(kb, idx, per_row, width, s * block, row0, col0)
+        p0 = kb.mul(group, depth)
         r = urem_const(kb, p0, lay.k)
         head = kb.const(heads[0], r.dtype)
         for i, h in enumerate(heads[1:], 1):
@@ -371,37 +383,35 @@ class OperandLoad:
 
     def byte_offsets(self, kt: Value, state: list[tuple[Value, Value, Value]] | None = None
                      ) -> list[Value]:
-        """Per slot, the byte offset of K tile ``kt``'s vector with bit 31 set where it is
-        invalid: the OR of quantities that are negative exactly where a condition fails
-        (k_left - 1 - k_row, kpg - 1 - m, H - 1 - hi | hi, ...); its sign, spread over the
-        word, picks ``INVALID_OFFSET`` exactly (a bitfield select), never an offset near
-        2^32 that a 16-byte access could wrap past. A valid offset is below 2^31
-        (``serves``), so past every buffer for a bounded load. Compare-free on purpose: one
-        i1 per condition is a lane mask in an SGPR on AMD, and with 40 loads per thread
-        those masks spilled SGPRs."""
+        """B only (A reads through ``record``): per slot, the byte offset of K tile ``kt``'s
+        vector, or ``INVALID_OFFSET`` where it is invalid (never an offset near 2^32 that a
+        16-byte access could wrap past; a valid offset is below 2^31, ``serves``).
+
+        With carried state (``state``: per row or per slot) the pick is a select on the
+        compares (its k row, its fixed conditions, its tap's pixel inside the image:
+        unsigned hi < H, wi < W): on AMD the compares are lane masks in SGPRs, ANDed by
+        SALU, one v_cndmask a vector (measured: gfx1250 VALU per MMA -10 to -20 % against
+        the sign-OR form below, no SGPR spill in the walk's largest row-state kernels).
+        Dividing per tile (over ``GATHER_STATE_MAX_SLOTS`` slots, up to 64 a thread) the
+        pick is compare-free: the OR of quantities negative exactly where a condition fails
+        (k_left - 1 - k_row, H - 1 - hi | hi, ...), its sign spread over the word picks the
+        offset; one mask per condition of 40 loads spilled SGPRs there."""
         kb, a = self.ctx.kb, self.ctx.a
         shift = self.ctx.eb.bit_length() - 1
         k_last = kb.sub(kb.sub(self.ctx.k_end, kt), 1)  # rows k_row <= k_last are inside
-        sign_bit = kb.const(INVALID_OFFSET, i32)
+        past = kb.const(INVALID_OFFSET, i32)
         out = []
-        if self.name == "dy":
-            kt_off = kb.mul(kt, a["K"])
-            for slot, h in zip(self.slots, self.hoisted, strict=True):
-                bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row))
-                off = kb.shl(kb.add(kt_off, h["off"]), shift)
-                out.append(_pick(kb, bad, off, sign_bit))
-            return out
         if state is None:  # divide per tile (the order LLVM has been measured on)
             for slot, h in zip(self.slots, self.hoisted, strict=True):
                 img, r = divmod_magic(kb, kb.add(kt, slot.k_row), a, "HoWo")
                 ho, wo = divmod_magic(kb, r, a, "Wo")
                 hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
                 wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
-                bad = _tap_sign(kb, a, self._fixed_sign(slot, h),
-                                kb.sub(k_last, slot.k_row), hi, wi)
+                bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row), hi,
+                              kb.sub(kb.sub(a["H"], 1), hi), wi, kb.sub(kb.sub(a["W"], 1), wi))
                 pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
                 off = kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)
-                out.append(_pick(kb, bad, off, sign_bit))
+                out.append(_pick(kb, bad, off, past))
             return out
         if self.row_of is not None:  # one carried state per row (row_tile_slots)
             rows = [(kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
@@ -409,30 +419,27 @@ class OperandLoad:
                     for (wo, ho, row_off), slot in zip(state, self._row_heads(), strict=True)]
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
                 hs, ws, row_off, row_sign = rows[r]
-                hi, wi = kb.add(hs, h["h_base"]), kb.add(ws, h["w_base"])
-                bad = _tap_sign(kb, a, self._fixed_sign(slot, h), row_sign, hi, wi)
-                off = kb.shl(kb.add(row_off, h["tap"]), shift)
-                out.append(_pick(kb, bad, off, sign_bit))
+                ok = self._tap_ok(slot, h, row_sign, kb.add(hs, h["h_base"]),
+                                  kb.add(ws, h["w_base"]))
+                out.append(kb.select(ok, kb.shl(kb.add(row_off, h["tap"]), shift), past))
             return out
         for slot, h, (wo, ho, elem_off) in zip(self.slots, self.hoisted, state, strict=True):
-            hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
-            wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
-            bad = _tap_sign(kb, a, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row),
-                            hi, wi)
-            out.append(_pick(kb, bad, kb.shl(elem_off, shift), sign_bit))
+            ok = self._tap_ok(slot, h, kb.sub(k_last, slot.k_row),
+                              kb.add(kb.mul(ho, a["stride"]), h["h_base"]),
+                              kb.add(kb.mul(wo, a["stride"]), h["w_base"]))
+            out.append(kb.select(ok, kb.shl(elem_off, shift), past))
         return out
+
+    def _tap_ok(self, slot: Slot, h: dict, row_sign: Value, hi: Value, wi: Value) -> Value:
+        """True exactly where a B vector is valid: its fixed conditions and its k row's
+        (signs), and its tap's pixel (hi, wi) inside the image (unsigned compares)."""
+        kb, a = self.ctx.kb, self.ctx.a
+        return all_of(kb, kb.icmp("sge", _or_all(kb, self._fixed_sign(slot, h), row_sign), 0),
+                      kb.icmp("ult", hi, a["H"]), kb.icmp("ult", wi, a["W"]))
 
     def _fixed_sign(self, slot: Slot, h: dict) -> Value:
         """The loop-invariant conditions (the thread owns the slot, its column is inside)."""
         return _or_all(self.ctx.kb, slot.ok_sign, h["col_sign"])
-
-
-def _tap_sign(kb: KernelBuilder, a: dict, fixed: Value | None, row_sign: Value, hi: Value,
-              wi: Value) -> Value:
-    """Negative exactly where a B vector is invalid: its fixed conditions, its k row's, and
-    its tap's pixel (hi, wi) outside the image on either side."""
-    return _or_all(kb, fixed, row_sign, hi, kb.sub(kb.sub(a["H"], 1), hi),
-                   wi, kb.sub(kb.sub(a["W"], 1), wi))
 
 
 def _pick(kb: KernelBuilder, bad: Value, off: Value, past: Value) -> Value:
