@@ -52,6 +52,11 @@ __all__ = ["Slot", "tile_slots", "kc_tile_slots", "kc_row_tile_slots", "transpos
            "async_chunk_predicate", "copy_or_zero_fill"]
 
 
+# B vectors a thread up to which a vector's validity is compares and a select (SGPR lane
+# masks on AMD), above it a compare-free sign pick (OperandLoad.byte_offsets); at wave32,
+# half as many at wave64 (a mask is two SGPRs; gfx942 v8x1 spilled 2 SGPRs at 16)
+COMPARE_MAX_VECTORS = 16
+
 # the shortest run of adjacent threads' vectors in one row that row_tile_slots may give:
 # one 32-byte memory sector, so the bytes a wave fetches stay those of the plain layout
 ROW_SEGMENT_BYTES = 32
@@ -387,19 +392,16 @@ class OperandLoad:
         vector, or ``INVALID_OFFSET`` where it is invalid (never an offset near 2^32 that a
         16-byte access could wrap past; a valid offset is below 2^31, ``serves``).
 
-        With carried state (``state``: per row or per slot) the pick is a select on the
-        compares (its k row, its fixed conditions, its tap's pixel inside the image:
-        unsigned hi < H, wi < W): on AMD the compares are lane masks in SGPRs, ANDed by
-        SALU, one v_cndmask a vector (measured: gfx1250 VALU per MMA -10 to -20 % against
-        the sign-OR form below, no SGPR spill in the walk's largest row-state kernels).
-        Dividing per tile (over ``GATHER_STATE_MAX_SLOTS`` slots, up to 64 a thread) the
+        Up to ``COMPARE_MAX_VECTORS`` vectors a thread the pick is a select on compares
+        (the k row, the fixed conditions, the tap's pixel inside the image: unsigned hi <
+        H, wi < W): on AMD lane masks in SGPRs, ANDed by SALU, one v_cndmask a vector
+        (measured: gfx1250 VALU per MMA -10 to -20 % against the sign form). Above it the
         pick is compare-free: the OR of quantities negative exactly where a condition fails
         (k_left - 1 - k_row, H - 1 - hi | hi, ...), its sign spread over the word picks the
-        offset; one mask per condition of 40 loads spilled SGPRs there."""
+        offset; one mask per vector of 32 spilled SGPRs (gfx1250 t32x128x64 v4x4)."""
         kb, a = self.ctx.kb, self.ctx.a
         shift = self.ctx.eb.bit_length() - 1
         k_last = kb.sub(kb.sub(self.ctx.k_end, kt), 1)  # rows k_row <= k_last are inside
-        past = kb.const(INVALID_OFFSET, i32)
         out = []
         if state is None:  # divide per tile (the order LLVM has been measured on)
             for slot, h in zip(self.slots, self.hoisted, strict=True):
@@ -407,11 +409,10 @@ class OperandLoad:
                 ho, wo = divmod_magic(kb, r, a, "Wo")
                 hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
                 wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
-                bad = _or_all(kb, self._fixed_sign(slot, h), kb.sub(k_last, slot.k_row), hi,
-                              kb.sub(kb.sub(a["H"], 1), hi), wi, kb.sub(kb.sub(a["W"], 1), wi))
                 pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
-                off = kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)
-                out.append(_pick(kb, bad, off, past))
+                out.append(self._valid_or_past(
+                    slot, h, kb.sub(k_last, slot.k_row), hi, wi,
+                    kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)))
             return out
         if self.row_of is not None:  # one carried state per row (row_tile_slots)
             rows = [(kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
@@ -419,23 +420,33 @@ class OperandLoad:
                     for (wo, ho, row_off), slot in zip(state, self._row_heads(), strict=True)]
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
                 hs, ws, row_off, row_sign = rows[r]
-                ok = self._tap_ok(slot, h, row_sign, kb.add(hs, h["h_base"]),
-                                  kb.add(ws, h["w_base"]))
-                out.append(kb.select(ok, kb.shl(kb.add(row_off, h["tap"]), shift), past))
+                out.append(self._valid_or_past(slot, h, row_sign, kb.add(hs, h["h_base"]),
+                                               kb.add(ws, h["w_base"]),
+                                               kb.shl(kb.add(row_off, h["tap"]), shift)))
             return out
         for slot, h, (wo, ho, elem_off) in zip(self.slots, self.hoisted, state, strict=True):
-            ok = self._tap_ok(slot, h, kb.sub(k_last, slot.k_row),
-                              kb.add(kb.mul(ho, a["stride"]), h["h_base"]),
-                              kb.add(kb.mul(wo, a["stride"]), h["w_base"]))
-            out.append(kb.select(ok, kb.shl(elem_off, shift), past))
+            out.append(self._valid_or_past(slot, h, kb.sub(k_last, slot.k_row),
+                                           kb.add(kb.mul(ho, a["stride"]), h["h_base"]),
+                                           kb.add(kb.mul(wo, a["stride"]), h["w_base"]),
+                                           kb.shl(elem_off, shift)))
         return out
 
-    def _tap_ok(self, slot: Slot, h: dict, row_sign: Value, hi: Value, wi: Value) -> Value:
-        """True exactly where a B vector is valid: its fixed conditions and its k row's
-        (signs), and its tap's pixel (hi, wi) inside the image (unsigned compares)."""
+    def _valid_or_past(self, slot: Slot, h: dict, row_sign: Value, hi: Value, wi: Value,
+                       off: Value) -> Value:
+        """``off`` where a B vector is valid (its fixed conditions and its k row's, by their
+        signs; its tap's pixel (hi, wi) inside the image), else ``INVALID_OFFSET``: by
+        unsigned compares and a select up to ``COMPARE_MAX_VECTORS`` vectors a thread, by
+        the compare-free sign pick above it (``byte_offsets``)."""
         kb, a = self.ctx.kb, self.ctx.a
-        return all_of(kb, kb.icmp("sge", _or_all(kb, self._fixed_sign(slot, h), row_sign), 0),
-                      kb.icmp("ult", hi, a["H"]), kb.icmp("ult", wi, a["W"]))
+        past = kb.const(INVALID_OFFSET, i32)
+        fixed = _or_all(kb, self._fixed_sign(slot, h), row_sign)
+        if len(self.slots) * self.ctx.lay.wave_size > COMPARE_MAX_VECTORS * 32:
+            bad = _or_all(kb, fixed, hi, kb.sub(kb.sub(a["H"], 1), hi),
+                          wi, kb.sub(kb.sub(a["W"], 1), wi))
+            return _pick(kb, bad, off, past)
+        ok = all_of(kb, kb.icmp("sge", fixed, 0), kb.icmp("ult", hi, a["H"]),
+                    kb.icmp("ult", wi, a["W"]))
+        return kb.select(ok, off, past)
 
     def _fixed_sign(self, slot: Slot, h: dict) -> Value:
         """The loop-invariant conditions (the thread owns the slot, its column is inside)."""
