@@ -142,9 +142,45 @@ def test_gather_divides_only_before_the_loop():
     b = b_operand(ctx, 1, max_rows=GATHER_STATE_MAX_SLOTS)
     assert len(b.slots) == 128 and sorted(set(b.row_of)) == list(range(16))
     assert not [v for v in _loop_ops(narrow) if v.dtype.scalar == "i64"]
-    # one wave of a 32x32x64 tile would need 32 rows a thread: per-tile division again
+    # one wave of a 32x32x64 tile has 32 rows a thread: 4 carried, 28 derived, no division
     deep = make_spec("gfx1250", "bf16", (32, 32, 64, 1, 1), PIPE, vec=(1, 1))
     ctx = open_wgrad_kernel(deep, kernel_symbol(deep))
-    assert b_operand(ctx, 1, max_rows=GATHER_STATE_MAX_SLOTS).row_of is None
-    assert len(b_operand(ctx, 1).slots) > GATHER_STATE_MAX_SLOTS
-    assert [v for v in _loop_ops(deep) if v.dtype.scalar == "i64"]
+    b = b_operand(ctx, 1, max_rows=GATHER_STATE_MAX_SLOTS)
+    assert len(set(b.row_of)) == 32 and b.derive == tuple(range(8))
+    assert len(_loop(build_kernel(deep)).arg.carried) == 4 + 4 * 3 + 1  # no prefetch here
+    assert not [v for v in _loop_ops(deep) if v.dtype.scalar == "i64"]
+
+
+@pytest.mark.parametrize("vec", [(8, 8), (1, 1)])
+def test_per_tile_division_when_no_state_is_carried(monkeypatch, vec):
+    """The loop's fallback when a thread's B rows cannot be carried (no walk kernel takes
+    it now): both magic divisions per vector per tile, with the compare pick (2 vectors) and
+    the sign pick (32 vectors); exact on the wrapping problems."""
+    import wgradcache.wgrad.kloop as kloop
+    monkeypatch.setattr(kloop, "GATHER_STATE_MAX_SLOTS", 0)
+    spec = make_spec("gfx1250", "fp16", (32, 32, 64, 1, 1), WRAPS["s2d2"], vec=vec)
+    assert [v for v in _loop_ops(spec) if v.dtype.scalar == "i64"]
+    check(run_emulated(spec, WRAPS["s2d2"], seed=3), spec.dw_dtype)
+    check(run_emulated(spec, PIPE, seed=4), spec.dw_dtype)
+
+
+@pytest.mark.parametrize("name", sorted(WRAPS))
+@pytest.mark.parametrize("target, geometry", [
+    ("gfx1250", (32, 32, 64, 1, 1)),   # 4 groups of 8 rows a thread: one carried, 7 derived
+    ("gfx1250", (32, 128, 64, 1, 2)),  # 16 rows shared by 8 columns, all carried
+    ("gfx1201", (32, 64, 32, 1, 4)),   # the gfx12 LDS k order (4-element runs)
+])
+def test_k_contiguous_rows_shared_and_derived(name, target, geometry):
+    """Narrow B on a K-contiguous tile (kc_row_tile_slots): a thread's columns share its k
+    rows; past GATHER_STATE_MAX_SLOTS rows only each group's first is carried and the
+    others are stepped from it every tile. The WRAPS problems make consecutive rows wrap
+    wo (Wo 1, 3), ho and the image (HoWo 1, 9, 15) inside one group."""
+    problem = WRAPS[name]
+    spec = make_spec(target, "fp16", geometry, problem, vec=(1, 1))
+    ctx = open_wgrad_kernel(spec, kernel_symbol(spec))
+    b = b_operand(ctx, 1, max_rows=GATHER_STATE_MAX_SLOTS)
+    assert b.row_of is not None and len(b.slots) > len(set(b.row_of))
+    assert (b.derive is not None) == (len(set(b.row_of)) > GATHER_STATE_MAX_SLOTS)
+    assert not [v for v in _loop_ops(spec) if v.op in (Ops.UDIV, Ops.UREM)
+                or v.dtype.scalar == "i64"]
+    check(run_emulated(spec, problem, seed=len(name)), spec.dw_dtype)

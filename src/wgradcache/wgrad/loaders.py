@@ -38,7 +38,7 @@ so its values land contiguous at positions p0 .. p0 + depth.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
@@ -192,15 +192,18 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
 
 def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int,
                       width: int, row_k: int, lay: mma.MmaLayout, depth: int, eb: int,
-                      max_rows: int) -> tuple[list[Slot], tuple[int, ...]] | None:
+                      max_rows: int
+                      ) -> tuple[list[Slot], tuple[int, ...], tuple[int, ...]] | None:
     """``kc_tile_slots``' groups laid so that a thread's groups share their k rows: T
     threads take one position group, thread ``tid`` positions p0 = depth·(tid // T + p·block
     / T) at columns tid % T + j·T, so its slots sit in depth·passes k rows whatever the
     column count (one carried gather state per row: ``OperandLoad.row_state``); adjacent
     threads still take adjacent columns, in runs of at least ``ROW_SEGMENT_BYTES``. The
     slots come as ``kc_tile_slots`` gives them (groups of ``depth`` at one column, for
-    ``store_sync``), with the row of each. None where the shape does not allow it or a
-    thread would get more than ``max_rows`` rows.
+    ``store_sync``), with the row of each and, where the thread has more than
+    ``max_rows`` rows, the k offsets of a group's rows from its first
+    (``OperandLoad.derive``: only a group's first row is carried; else None). None where
+    the shape does not allow it or a thread would get more than ``max_rows`` groups.
 
     Why: with one column a thread owns all of a column's k rows, so every slot has a row of
     its own and the gather divides per slot per tile (two magic divisions, ~25 VALU an
@@ -215,8 +218,7 @@ def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols
     heads = [order[r] for r in range(0, lay.k, depth)]
     per_row, groups = cols // width, rows // depth
     t = max(-(-block // groups), -(-ROW_SEGMENT_BYTES // (width * eb)))
-    if per_row % t or block % t or (groups * t) % block or \
-            groups * t // block * depth > max_rows:
+    if per_row % t or block % t or (groups * t) % block or groups * t // block > max_rows:
         return None
     step = block // t
     g0, lane = udiv_const(kb, tid, t), urem_const(kb, tid, t)
@@ -235,7 +237,10 @@ def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols
             lds_off = kb.add(kb.mul(col, row_k), p0)
             out += [Slot(k, col, lds_off, None) for k in k_rows]
             row_of += [p * depth + i for i in range(depth)]
-    return out, tuple(row_of)
+    # carrying every row is measured cheaper (gfx1250 main loop, 32x32x32 v1x1: 803
+    # instructions against 859 derived; 128x128x64 v1x1: 761 against 767); derive only past
+    # max_rows (32x32x64 v1x1: 1622 against 2110 dividing per tile)
+    return out, tuple(row_of), (offsets if len(set(row_of)) > max_rows else None)
 
 
 @dataclass
@@ -250,8 +255,11 @@ class OperandLoad:
     hoisted: list[dict]
     lds_base: int  # element offset of this operand's tile inside a stage
     depth: int = 0  # k rows per transposed group (K-contiguous tile); 0: K-outer tile
-    step_vals: tuple[Value, ...] | None = None  # _steps, made once
+    step_vals: dict[int, tuple[Value, ...]] = field(default_factory=dict)  # _steps, per step
     row_of: tuple[int, ...] | None = None  # B, row_tile_slots: each slot's row of the thread
+    # kc_row_tile_slots: k offsets of a group's rows from its first; only the first row of
+    # each group is carried, the others derived from it each tile (``_all_rows``)
+    derive: tuple[int, ...] | None = None
 
     @property
     def buf(self) -> Value:
@@ -276,7 +284,8 @@ class OperandLoad:
             return out
         if state is not None:  # one carried state per row (row_tile_slots)
             rows = []
-            for (wo, ho, row_off), slot in zip(state, self._row_heads(), strict=True):
+            for (wo, ho, row_off), slot in zip(self._all_rows(state), self._row_slots(),
+                                               strict=True):
                 rows.append((kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
                              kb.icmp("slt", slot.k_row, k_left)))
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
@@ -318,19 +327,45 @@ class OperandLoad:
         self._steps()  # defined here, before the loop that advances the state
         return self._coords(k0)
 
-    def _row_heads(self) -> list[Slot]:
+    def _row_slots(self) -> list[Slot]:
         """The first slot of each row (``row_of``), in row order."""
         heads: dict[int, Slot] = {}
         for s, r in zip(self.slots, self.row_of, strict=True):
             heads.setdefault(r, s)
         return [heads[r] for r in sorted(heads)]
 
+    def _row_heads(self) -> list[Slot]:
+        """The first slot of each carried row: every row, or with ``derive`` the first row
+        of each group (its k offset 0)."""
+        rows = self._row_slots()
+        return rows if self.derive is None else rows[::len(self.derive)]
+
     def row_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
-        """B with ``row_of`` only: per k row of the thread, (wo, ho, pixel offset) in the K
-        tile at ``k0``, the tap left out (pixel offset = ((img·H + ho·s)·W + wo·s)·C; a
-        slot adds its column's ``tap``); ``advance`` steps it as any state."""
+        """B with ``row_of`` only: per carried k row of the thread (``_row_heads``), (wo,
+        ho, pixel offset) in the K tile at ``k0``, the tap left out (pixel offset = ((img·H
+        + ho·s)·W + wo·s)·C; a slot adds its column's ``tap``); ``advance`` steps it as
+        any state."""
         self._steps()
+        d = self.derive or (0,)
+        for step in sorted({j - i for i, j in zip(d, d[1:], strict=False)}):
+            self._steps(step)  # defined here, before the loop
         return [self._gather_coords(k0, slot, None) for slot in self._row_heads()]
+
+    def _all_rows(self, state: list[tuple[Value, Value, Value]]
+                  ) -> list[tuple[Value, Value, Value]]:
+        """Every row's (wo, ho, offset) from the carried ones: with ``derive``, each group's
+        next row is its previous one stepped by their k distance (``advance``: adds and
+        one conditional wrap per coordinate, no division, no register carried)."""
+        if self.derive is None:
+            return list(state)
+        out = []
+        for head in state:
+            row = head
+            out.append(row)
+            for i, j in zip(self.derive, self.derive[1:], strict=False):
+                (row,) = self.advance([row], j - i)
+                out.append(row)
+        return out
 
     def _coords(self, k0: Value) -> list[tuple[Value, Value, Value]]:
         return [self._gather_coords(k0, slot, h)
@@ -352,13 +387,15 @@ class OperandLoad:
         off = kb.mul(pix, a["C"])
         return wo, ho, (off if h is None else kb.add(off, h["chan"]))
 
-    def advance(self, state: list[tuple[Value, Value, Value]]) -> list[tuple[Value, Value, Value]]:
-        """``gather_state`` one K tile later, without a division: tile_k = q·HoWo + b·Wo + c
-        (uniform, once per kernel), so wo + c and ho + b + carry each wrap at most once
-        (wo, c < Wo; ho, b < Ho) and the offset moves by one of four uniform deltas. The
-        offset is exact modulo 2^32, so exact wherever the vector is valid (< 2^31)."""
+    def advance(self, state: list[tuple[Value, Value, Value]], step: int | None = None
+                ) -> list[tuple[Value, Value, Value]]:
+        """``gather_state`` one K tile (or ``step`` k rows) later, without a division:
+        tile_k = q·HoWo + b·Wo + c (uniform, once per kernel), so wo + c and ho + b + carry
+        each wrap at most once (wo, c < Wo; ho, b < Ho) and the offset moves by one of four
+        uniform deltas. The offset is exact modulo 2^32, so exact wherever the vector is
+        valid (< 2^31)."""
         kb, a = self.ctx.kb, self.ctx.a
-        b, c, d0, d1, d2 = self._steps()
+        b, c, d0, d1, d2 = self._steps(step)
         out = []
         for wo, ho, off in state:
             wo1 = kb.add(wo, c)
@@ -370,12 +407,14 @@ class OperandLoad:
                         kb.select(cy2, kb.sub(ho1, a["Ho"]), ho1), off1))
         return out
 
-    def _steps(self) -> tuple[Value, ...]:
-        """tile_k = q·HoWo + b·Wo + c, and the offset's deltas: d0 for (q, b, c), d1 more
-        where wo wraps (ho + 1, wo − Wo), d2 more where ho wraps (img + 1, ho − Ho)."""
-        if self.step_vals is None:
+    def _steps(self, step: int | None = None) -> tuple[Value, ...]:
+        """step (default tile_k) = q·HoWo + b·Wo + c, and the offset's deltas: d0 for (q,
+        b, c), d1 more where wo wraps (ho + 1, wo − Wo), d2 more where ho wraps (img + 1,
+        ho − Ho)."""
+        step = self.ctx.spec.tile_k if step is None else step
+        if step not in self.step_vals:
             kb, a = self.ctx.kb, self.ctx.a
-            q, r = divmod_magic(kb, kb.const(self.ctx.spec.tile_k, i32), a, "HoWo")
+            q, r = divmod_magic(kb, kb.const(step, i32), a, "HoWo")
             b, c = divmod_magic(kb, r, a, "Wo")
             s_c = kb.mul(a["stride"], a["C"])
             s_wc = kb.mul(s_c, a["W"])
@@ -383,8 +422,8 @@ class OperandLoad:
             d0 = kb.add(kb.add(kb.mul(q, hwc), kb.mul(b, s_wc)), kb.mul(c, s_c))
             d1 = kb.sub(s_wc, kb.mul(a["Wo"], s_c))
             d2 = kb.sub(hwc, kb.mul(a["Ho"], s_wc))
-            self.step_vals = (b, c, d0, d1, d2)
-        return self.step_vals
+            self.step_vals[step] = (b, c, d0, d1, d2)
+        return self.step_vals[step]
 
     def byte_offsets(self, kt: Value, state: list[tuple[Value, Value, Value]] | None = None
                      ) -> list[Value]:
@@ -417,7 +456,8 @@ class OperandLoad:
         if self.row_of is not None:  # one carried state per row (row_tile_slots)
             rows = [(kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
                      kb.sub(k_last, slot.k_row))
-                    for (wo, ho, row_off), slot in zip(state, self._row_heads(), strict=True)]
+                    for (wo, ho, row_off), slot in zip(self._all_rows(state), self._row_slots(),
+                                                       strict=True)]
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
                 hs, ws, row_off, row_sign = rows[r]
                 out.append(self._valid_or_past(slot, h, row_sign, kb.add(hs, h["h_base"]),
@@ -512,7 +552,7 @@ def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> OperandLoad:
     ``max_rows`` (K-outer tile only; 0: off): the slots of ``row_tile_slots`` where it
     gives a thread at most that many k rows."""
     kb, a, sp = ctx.kb, ctx.a, ctx.spec
-    rows, depth = None, 0
+    rows, depth, derive = None, 0, None
     if max_rows and not ctx.k_contiguous:
         rows = row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
                               ctx.row_b, ctx.eb, max_rows)
@@ -520,6 +560,7 @@ def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> OperandLoad:
         depth = transpose_depth(sp.tile_k, sp.tile_n, width, sp.block_size, ctx.lay.k)
         rows = kc_row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
                                  ctx.row_k, ctx.lay, depth, ctx.eb, max_rows)
+        derive = rows[2] if rows is not None else None
     slots, depth = (rows[0], depth) if rows is not None else \
         _slots(ctx, sp.tile_n, width, ctx.row_b)
     chan0 = kb.mul(ctx.group, a["cpg"])
@@ -539,7 +580,8 @@ def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> OperandLoad:
         return {**h, "tap": kb.add(kb.mul(tap, a["C"]), h["chan"])}
     if rows is not None:
         hoisted = [with_tap(h) for h in _per_column(slots, cols)]
-        return OperandLoad(ctx, "x", width, slots, hoisted, ctx.b_offset, depth, row_of=rows[1])
+        return OperandLoad(ctx, "x", width, slots, hoisted, ctx.b_offset, depth, row_of=rows[1],
+                           derive=derive)
     return OperandLoad(ctx, "x", width, slots, _per_column(slots, cols), ctx.b_offset, depth)
 
 
