@@ -566,12 +566,16 @@ def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> OperandLoad:
     chan0 = kb.mul(ctx.group, a["cpg"])
 
     def cols(s: Slot) -> dict:
+        # a column past wg_N gets the tap row OUTSIDE_ROW: its pixel row hi = ho·s +
+        # OUTSIDE_ROW is negative for every ho·s < 2^31, so the tap's bound (hi < H,
+        # unsigned) fails and the column needs no condition of its own in the loop
         n = kb.add(ctx.n0, s.col)
         y, r = divmod_magic(kb, n, a, "Xcpg")
         x, c = divmod_magic(kb, r, a, "cpg")
-        return {"col_ok": kb.icmp("slt", n, a["wg_N"]),
-                "col_sign": kb.sub(kb.sub(a["wg_N"], 1), n),
-                "h_base": kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
+        ok = kb.icmp("slt", n, a["wg_N"])
+        return {"col_ok": ok, "col_sign": None,
+                "h_base": kb.select(ok, kb.sub(kb.mul(y, a["dilation"]), a["pad"]),
+                                    OUTSIDE_ROW),
                 "w_base": kb.sub(kb.mul(x, a["dilation"]), a["pad"]),
                 "chan": kb.add(chan0, c)}
 
@@ -588,6 +592,7 @@ def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> OperandLoad:
 # ---- sync: global -> registers -> LDS ------------------------------------------------------
 
 INVALID_OFFSET = 0x80000000  # past every buffer serves admits (< 2^31 bytes), any access size
+OUTSIDE_ROW = -(1 << 31)  # b_operand: the tap row of a column past the tile's N edge
 
 
 def load_sync(op: OperandLoad, kt: Value,
