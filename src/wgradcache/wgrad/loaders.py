@@ -54,7 +54,8 @@ __all__ = ["Slot", "tile_slots", "kc_tile_slots", "kc_row_tile_slots", "transpos
 
 # B vectors a thread up to which a vector's validity is compares and a select (SGPR lane
 # masks on AMD), above it a compare-free sign pick (OperandLoad.byte_offsets); at wave32,
-# half as many at wave64 (a mask is two SGPRs; gfx942 v8x1 spilled 2 SGPRs at 16)
+# half as many at wave64 (a mask is two SGPRs; gfx942 v8x1 spilled 2 SGPRs at 16). With
+# compares at any count, 17 of gfx1250's 360 fp16 sync kernels spilled SGPRs (up to 80)
 COMPARE_MAX_VECTORS = 16
 
 # the shortest run of adjacent threads' vectors in one row that row_tile_slots may give:
