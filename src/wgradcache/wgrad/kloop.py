@@ -190,17 +190,26 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     store; the two stages still need only the one barrier, and other waves' MMAs still
     overlap this wave's loads.
 
-    The B gather's k rows map to (img, ho, wo) through two magic divisions. Up to
-    ``GATHER_STATE_MAX_SLOTS`` B slots per thread, the loop divides once before it and
-    carries each slot's (wo, ho, offset), stepped a tile on by adds and one conditional wrap
-    per coordinate (``OperandLoad.advance``). On a K-outer tile the B slots are laid as the
-    async loop lays its chunks (``loaders.row_tile_slots``: a thread's vectors in few k
-    rows), and the state is carried per row: one advance per row, not per vector (measured:
-    gfx1250 wide kernels' VALU per MMA, median 12.2 -> 10.4; sm_90 main loops 5-27 % fewer
-    SASS instructions). Above that bound, three more carried registers a slot cost more
-    than the divisions save, so those loops divide per tile. Measured with
-    isa_quality: 16 is better than 8 over the subset; one gfx1201 v1x1 kernel at 16 slots
-    with prefetch got worse (123 -> 138 instructions per MMA).
+    A's loads read through a record that moves with the K tile (``OperandLoad.record``:
+    start at row kt, end at the slice's end): the row bound is the hardware's range check
+    and A's per-lane offsets are fixed for the loop, so A costs no VALU per tile (measured:
+    gfx1250 VALU per MMA over the isa_quality subset, median 25.5 -> 20.8 with the B
+    changes below; the resource is a few SALU a tile).
+
+    The B gather's k rows map to (img, ho, wo) through two magic divisions. The loop
+    divides once before it and carries the (wo, ho, offset) of each k row of the thread,
+    stepped a tile on by adds and one conditional wrap per coordinate
+    (``OperandLoad.advance``); a vector adds its column's tap. The B slots are laid so a
+    thread's vectors share few k rows: on a K-outer tile as the async loop lays its chunks
+    (``loaders.row_tile_slots``), on a K-contiguous one in groups of ``depth`` rows shared
+    by the thread's columns (``loaders.kc_row_tile_slots``; before, a thread owned one
+    column and every slot had a row of its own, so narrow kernels divided per slot per
+    tile: gfx1250 t128x128x64 v1x1 1204 -> 697 main-loop instructions). Up to
+    ``GATHER_STATE_MAX_SLOTS`` rows are carried; past it only each group's first row is,
+    the others are stepped from it every tile (``OperandLoad.derive``: t32x32x64 v1x1 2110
+    -> 1478). No kernel of any target's walk divides per tile now; the per-tile division
+    stays for shapes neither layout takes (tested by forcing it).
+    Measured with isa_quality: 16 is better than 8 over the subset.
 
     ``planted_race``: one stage and the single barrier, the unsafe form whose race (tile
     t+1 stored while other waves still read tile t) the emulator reports; tests only.

@@ -18,16 +18,24 @@ of valid elements fit 31 bits (``serves`` bounds every buffer), so i32 arithmeti
 there; for invalid ones it may wrap, harmlessly, since the offset is replaced (sync: past
 the range; async: 0, the copy landing in a scratch slot).
 
-The sync loop does not divide per K tile where it can carry the gather: ``gather_state``
-gives each B slot's (wo, ho, element offset) once, ``advance`` steps it by tile_k without a
-division (``kloop.sync_k_loop`` says where).
+In the sync loop A reads through a record that starts at the K tile and ends at the slice
+(``OperandLoad.record``): its row bound is the range check and its offsets are fixed, so
+an A vector costs no VALU per tile. A B column past the tile's N edge gets the tap row
+``OUTSIDE_ROW``, so the tap's own bound rejects it; a B vector's validity is then its k
+row and its tap's pixel: compares and a select up to ``COMPARE_MAX_VECTORS`` a thread, a
+compare-free sign pick above (``OperandLoad.byte_offsets`` says why).
+
+The sync loop does not divide per K tile where it can carry the gather: ``row_state``
+gives each k row's (wo, ho, pixel offset) once, ``advance`` steps it by tile_k without a
+division, and a vector adds its column's tap (``kloop.sync_k_loop`` says where).
 
 Slots: a tile of ``rows × cols`` elements is cut into vectors of ``width`` along the row;
 vector ``idx = slot·block + tid`` covers row idx // (cols/width). Adjacent threads take
 adjacent vectors of one row, so a wave's accesses are contiguous in global memory.
 
 The sync loop's LDS tile is K-contiguous (``context``): there a thread's slots come in
-groups of ``depth`` k rows at the same columns (``kc_tile_slots``), and ``store_sync``
+groups of ``depth`` k rows at the same columns (``kc_tile_slots``; B's groups share their
+rows across the thread's columns, ``kc_row_tile_slots``), and ``store_sync``
 transposes each group in registers, ``width`` vectors of ``depth`` k values, one store
 each (128 bits at depth 8). The depth is the largest of 8, 4, 2, 1 that still gives every
 thread a group (``transpose_depth``): fewer, deeper groups would leave threads idle and
