@@ -156,6 +156,32 @@ def transpose_depth(rows: int, cols: int, width: int, block: int, k_step: int) -
     return depth
 
 
+def _kc_groups(lay: mma.MmaLayout, depth: int) -> tuple[tuple[int, ...], list[int]]:
+    """(k offsets of a group's ``depth`` slots from its first, the first k of each group)
+    for ``mma.lds_k_order``: one offset table serves every group only where ``depth``
+    divides every run of the order; ValueError where it splits one."""
+    order = mma.lds_k_order(lay)
+    steps = {tuple(order[r + j] - order[r] for j in range(depth))
+             for r in range(0, lay.k, depth)}
+    if len(steps) != 1:
+        raise ValueError(f"depth {depth} splits a k run of the {lay.form} LDS order {order}")
+    (offsets,) = steps
+    return offsets, [order[r] for r in range(0, lay.k, depth)]
+
+
+def _group_k(kb: KernelBuilder, p0: Value, lay: mma.MmaLayout, depth: int,
+             heads: list[int]) -> Value:
+    """The k of LDS position ``p0`` (a group's first): p0 itself where the order keeps
+    groups in place, else p0's block of lay.k plus a select over the groups' heads."""
+    if heads == list(range(0, lay.k, depth)):
+        return p0
+    r = urem_const(kb, p0, lay.k)
+    head = kb.const(heads[0], r.dtype)
+    for i, h in enumerate(heads[1:], 1):
+        head = kb.select(kb.icmp("eq", r, i * depth), h, head)
+    return kb.add(kb.sub(p0, r), head)
+
+
 def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
                   row_k: int, lay: mma.MmaLayout, depth: int) -> list[Slot]:
     """Slots of a K-contiguous tile: groups of ``depth`` consecutive slots share a column
@@ -168,13 +194,7 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
     Since depth divides every run of the order (checked), k(p0 + j) = k(p0) + j' for one
     offset table j', and k(p0) is a loop-invariant select over lay.k / depth values.
     """
-    order = mma.lds_k_order(lay)
-    steps = {tuple(order[r + j] - order[r] for j in range(depth))
-             for r in range(0, lay.k, depth)}
-    if len(steps) != 1:
-        raise ValueError(f"depth {depth} splits a k run of the {lay.form} LDS order {order}")
-    (offsets,) = steps
-    heads = [order[r] for r in range(0, lay.k, depth)]
+    offsets, heads = _kc_groups(lay, depth)
     per_row = cols // width
     total = (rows // depth) * per_row
     out = []
@@ -185,11 +205,7 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
         sign = kb.sub(total - 1, idx) if ok is not None else None
         group, col = _row_col(kb, idx, per_row, width, s * block, row0, col0)
         p0 = kb.mul(group, depth)
-        r = urem_const(kb, p0, lay.k)
-        head = kb.const(heads[0], r.dtype)
-        for i, h in enumerate(heads[1:], 1):
-            head = kb.select(kb.icmp("eq", r, i * depth), h, head)
-        k0 = kb.add(kb.sub(p0, r), head) if heads != list(range(0, lay.k, depth)) else p0
+        k0 = _group_k(kb, p0, lay, depth, heads)
         lds_off = kb.add(kb.mul(col, row_k), p0)
         # idx = s·block + tid: with total and block multiples of the wave, idx < total
         # holds for a whole wave or for none of it
@@ -218,13 +234,12 @@ def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols
     its own and the gather divides per slot per tile (two magic divisions, ~25 VALU an
     element on narrow vectors); here a row's (wo, ho, offset) is carried and shared by the
     thread's columns."""
-    order = mma.lds_k_order(lay)
-    steps = {tuple(order[r + j] - order[r] for j in range(depth))
-             for r in range(0, lay.k, depth)}
-    if depth < 1 or len(steps) != 1:
+    if depth < 1:
         return None
-    (offsets,) = steps
-    heads = [order[r] for r in range(0, lay.k, depth)]
+    try:
+        offsets, heads = _kc_groups(lay, depth)
+    except ValueError:
+        return None
     per_row, groups = cols // width, rows // depth
     t = max(-(-block // groups), -(-ROW_SEGMENT_BYTES // (width * eb)))
     if per_row % t or block % t or (groups * t) % block or groups * t // block > max_rows:
@@ -234,11 +249,7 @@ def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols
     out, row_of = [], []
     for p in range(groups * t // block):
         p0 = kb.mul(kb.add(g0, p * step) if p else g0, depth)
-        r = urem_const(kb, p0, lay.k)
-        head = kb.const(heads[0], r.dtype)
-        for i, h in enumerate(heads[1:], 1):
-            head = kb.select(kb.icmp("eq", r, i * depth), h, head)
-        k0 = kb.add(kb.sub(p0, r), head) if heads != list(range(0, lay.k, depth)) else p0
+        k0 = _group_k(kb, p0, lay, depth, heads)
         k_rows = [kb.add(k0, off) if off else k0 for off in offsets]
         for j in range(per_row // t):
             v = kb.add(lane, j * t) if j else lane
