@@ -101,8 +101,8 @@ def test_sm90_measured_stack_frame_exclusions():
     """The (geometry, vec pair)s whose kernels keep a ptxas stack frame, measured on the
     current loop (2026-12-04, and 12-05's cshuffle 64x128x64 v4x4; the 12-03 list had four,
     three of which compile clean now): excluded for every variant and dtype (1608 -> 1596
-    jobs: 1380 sync, 216 cp.async), their
-    other vec pairs stay, and the validator refuses the excluded ones with the same reason."""
+    jobs: 1380 sync, 216 cp.async), their other vec pairs stay, and the validator refuses
+    the excluded ones with the same reason."""
     import dataclasses
 
     d = default_jobdata()
