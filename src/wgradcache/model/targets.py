@@ -170,13 +170,15 @@ TARGETS: dict[str, Target] = {
             # count lands at bit 57 up, word 3 becomes 0); no public source gives gfx1250's
             # word 3: CK's gfx12 value, unverified on hardware
             buffer_rsrc_word3=0x31004000, lds_read_tr="ds_load_tr16_b128",
-            sync_k_outer_min_vec=8,
+            sync_k_outer_min_vec=4,
             sources={**_COMMON_SOURCES,
                      "lds_read_tr": f"{_PROBE} §3 (ds.load.tr16.b128 selects on gfx1250 "
                                     "only); lane map: kernel/mma.TRANSPOSED_READS",
                      "sync_k_outer_min_vec": "isa_quality 12-04: 128x128x64 v8x8 11.2x the "
-                                             "WMMA bound (13.8-15.8x K-contiguous); v1x1 "
-                                             "129.8x (47.9x): wide loads only",
+                                             "WMMA bound (13.8-15.8x K-contiguous); 12-05: "
+                                             "v4x4 16-45 instructions per MMA (23-58 "
+                                             "K-contiguous); v1x1 129.8x (47.9x), v8x1 no "
+                                             "better: not below 4",
                      "float_atomics_validated": "upstream PR #14832 (two-stage on gfx1250)"},
         ),
         Target(

@@ -36,13 +36,16 @@ Fragment reads, per loop:
   H200 those stores took 24 wavefronts each (Nsight Compute on l3.conv2: 10.9 M store
   wavefronts against 2.7 M for the reads; benchmarks/README.md); and the K-outer stage is
   smaller (no per-row k pad), so 128x128x32 gets two stages in the 48 KB.
-* sync, gfx1250 with 8-element loads on both operands (``Target.sync_k_outer_min_vec``):
-  the same K-outer route through ``ds_load_tr16_b128`` (two reads per fragment). Measured
-  (isa_quality, benchmarks/README.md): the 128x128x64 v8x8 kernels go from 13.8-15.8x to
-  11.2x llvm-mca's WMMA bound, the wide median from 23.4 to 22.3 instructions per MMA;
-  with narrow vectors the K-outer store of each vector is a narrow LDS store where the
-  register transpose packs 8 k values into one 128-bit store (128x128x64 v1x1: 129.8x
-  against 47.9x), so those, and gfx11/gfx12 (no transposing read), keep CK's route.
+* sync, gfx1250 with loads of 4 or 8 elements on both operands
+  (``Target.sync_k_outer_min_vec``): the same K-outer route through ``ds_load_tr16_b128``
+  (two reads per fragment). Measured (isa_quality, benchmarks/README.md): the 128x128x64
+  v8x8 kernels go from 13.8-15.8x to 11.2x llvm-mca's WMMA bound, the wide median from
+  23.4 to 22.3 instructions per MMA; v4x4 from 23-58 to 16-45 (a 64-bit store per vector
+  instead of ~0.5 v_perm per element and the group bookkeeping). With 1-element vectors
+  the K-outer store is a 16-bit store per element where the register transpose packs 8 k
+  values into one 128-bit store (128x128x64 v1x1: 129.8x against 47.9x; v8x1 and v1x1
+  instruction counts within 10 % either way), so those, and gfx11/gfx12 (no transposing
+  read), keep CK's route.
 """
 
 from __future__ import annotations
