@@ -304,10 +304,9 @@ class OperandLoad:
             return out
         if state is not None:  # one carried state per row (row_tile_slots)
             rows = []
-            for (wo, ho, row_off), slot in zip(self._all_rows(state), self._row_slots(),
+            for (ws, hs, row_off), slot in zip(self._all_rows(state), self._row_slots(),
                                                strict=True):
-                rows.append((kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
-                             kb.icmp("slt", slot.k_row, k_left)))
+                rows.append((hs, ws, row_off, kb.icmp("slt", slot.k_row, k_left)))
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
                 hs, ws, row_off, row_ok = rows[r]
                 valid = all_of(kb, slot.ok, h["col_ok"], row_ok,
@@ -342,8 +341,10 @@ class OperandLoad:
         return kb.mul(kt, row_bytes), kb.mul(left, row_bytes)
 
     def gather_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
-        """B only: per slot, (wo, ho, element offset) of the pixel its k row reads in the K
-        tile at ``k0``, from the two magic divisions; ``advance`` steps it a tile on."""
+        """B only: per slot, (wo·stride, ho·stride, element offset) of the pixel its k row
+        reads in the K tile at ``k0``, from the two magic divisions; ``advance`` steps it a
+        tile on. The coordinates are carried times the stride, so a tile's pixel rows and
+        columns need no multiply (two v_mul_lo_u32 a row saved per tile)."""
         self._steps()  # defined here, before the loop that advances the state
         return self._coords(k0)
 
@@ -361,10 +362,10 @@ class OperandLoad:
         return rows if self.derive is None else rows[::len(self.derive)]
 
     def row_state(self, k0: Value) -> list[tuple[Value, Value, Value]]:
-        """B with ``row_of`` only: per carried k row of the thread (``_row_heads``), (wo,
-        ho, pixel offset) in the K tile at ``k0``, the tap left out (pixel offset = ((img·H
-        + ho·s)·W + wo·s)·C; a slot adds its column's ``tap``); ``advance`` steps it as
-        any state."""
+        """B with ``row_of`` only: per carried k row of the thread (``_row_heads``),
+        (wo·stride, ho·stride, pixel offset) in the K tile at ``k0``, the tap left out
+        (pixel offset = ((img·H + ho·s)·W + wo·s)·C; a slot adds its column's ``tap``);
+        ``advance`` steps it as any state."""
         self._steps()
         d = self.derive or (0,)
         for step in sorted({j - i for i, j in zip(d, d[1:], strict=False)}):
@@ -373,9 +374,10 @@ class OperandLoad:
 
     def _all_rows(self, state: list[tuple[Value, Value, Value]]
                   ) -> list[tuple[Value, Value, Value]]:
-        """Every row's (wo, ho, offset) from the carried ones: with ``derive``, each group's
-        next row is its previous one stepped by their k distance (``advance``: adds and
-        one conditional wrap per coordinate, no division, no register carried)."""
+        """Every row's (wo·stride, ho·stride, offset) from the carried ones: with
+        ``derive``, each group's next row is its previous one stepped by their k distance
+        (``advance``: adds and one conditional wrap per coordinate, no division, no
+        register carried)."""
         if self.derive is None:
             return list(state)
         out = []
@@ -393,9 +395,9 @@ class OperandLoad:
 
     def _gather_coords(self, k0: Value, slot: Slot, h: dict | None
                        ) -> tuple[Value, Value, Value]:
-        """(wo, ho, element offset) of ``slot``'s k row in the K tile at ``k0``, by the two
-        magic divisions; ``h``: the column's tap and channel added (None: the row's pixel
-        alone, ``row_state``)."""
+        """(wo·stride, ho·stride, element offset) of ``slot``'s k row in the K tile at
+        ``k0``, by the two magic divisions; ``h``: the column's tap and channel added
+        (None: the row's pixel alone, ``row_state``)."""
         kb, a = self.ctx.kb, self.ctx.a
         img, r = divmod_magic(kb, kb.add(k0, slot.k_row), a, "HoWo")
         ho, wo = divmod_magic(kb, r, a, "Wo")
@@ -405,32 +407,34 @@ class OperandLoad:
         wi = wi if h is None else kb.add(wi, h["w_base"])
         pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
         off = kb.mul(pix, a["C"])
-        return wo, ho, (off if h is None else kb.add(off, h["chan"]))
+        return kb.mul(wo, a["stride"]), kb.mul(ho, a["stride"]), \
+            (off if h is None else kb.add(off, h["chan"]))
 
     def advance(self, state: list[tuple[Value, Value, Value]], step: int | None = None
                 ) -> list[tuple[Value, Value, Value]]:
         """``gather_state`` one K tile (or ``step`` k rows) later, without a division:
         tile_k = q·HoWo + b·Wo + c (uniform, once per kernel), so wo + c and ho + b + carry
         each wrap at most once (wo, c < Wo; ho, b < Ho) and the offset moves by one of four
-        uniform deltas. The offset is exact modulo 2^32, so exact wherever the vector is
-        valid (< 2^31)."""
+        uniform deltas. The state holds wo and ho times the stride s, so the steps and the
+        bounds are scaled too (c·s, b·s, s, Wo·s, Ho·s: uniform). The offset is exact
+        modulo 2^32, so exact wherever the vector is valid (< 2^31)."""
         kb, a = self.ctx.kb, self.ctx.a
-        b, c, d0, d1, d2 = self._steps(step)
+        b, c, d0, d1, d2, wo_s, ho_s = self._steps(step)
         out = []
-        for wo, ho, off in state:
-            wo1 = kb.add(wo, c)
-            cy1 = kb.icmp("uge", wo1, a["Wo"])
-            ho1 = kb.add(kb.add(ho, b), kb.select(cy1, kb.const(1, i32), 0))
-            cy2 = kb.icmp("uge", ho1, a["Ho"])
+        for ws, hs, off in state:
+            ws1 = kb.add(ws, c)
+            cy1 = kb.icmp("uge", ws1, wo_s)
+            hs1 = kb.add(kb.add(hs, b), kb.select(cy1, a["stride"], 0))
+            cy2 = kb.icmp("uge", hs1, ho_s)
             off1 = kb.add(kb.add(off, d0), kb.add(kb.select(cy1, d1, 0), kb.select(cy2, d2, 0)))
-            out.append((kb.select(cy1, kb.sub(wo1, a["Wo"]), wo1),
-                        kb.select(cy2, kb.sub(ho1, a["Ho"]), ho1), off1))
+            out.append((kb.select(cy1, kb.sub(ws1, wo_s), ws1),
+                        kb.select(cy2, kb.sub(hs1, ho_s), hs1), off1))
         return out
 
     def _steps(self, step: int | None = None) -> tuple[Value, ...]:
         """step (default tile_k) = q·HoWo + b·Wo + c, and the offset's deltas: d0 for (q,
         b, c), d1 more where wo wraps (ho + 1, wo − Wo), d2 more where ho wraps (img + 1,
-        ho − Ho)."""
+        ho − Ho); b, c and the wrap bounds Wo, Ho come times the stride (``advance``)."""
         step = self.ctx.spec.tile_k if step is None else step
         if step not in self.step_vals:
             kb, a = self.ctx.kb, self.ctx.a
@@ -442,7 +446,9 @@ class OperandLoad:
             d0 = kb.add(kb.add(kb.mul(q, hwc), kb.mul(b, s_wc)), kb.mul(c, s_c))
             d1 = kb.sub(s_wc, kb.mul(a["Wo"], s_c))
             d2 = kb.sub(hwc, kb.mul(a["Ho"], s_wc))
-            self.step_vals[step] = (b, c, d0, d1, d2)
+            s = a["stride"]
+            self.step_vals[step] = (kb.mul(b, s), kb.mul(c, s), d0, d1, d2,
+                                    kb.mul(a["Wo"], s), kb.mul(a["Ho"], s))
         return self.step_vals[step]
 
     def byte_offsets(self, kt: Value, state: list[tuple[Value, Value, Value]] | None = None
@@ -474,9 +480,8 @@ class OperandLoad:
                     kb.shl(kb.add(kb.mul(pix, a["C"]), h["chan"]), shift)))
             return out
         if self.row_of is not None:  # one carried state per row (row_tile_slots)
-            rows = [(kb.mul(ho, a["stride"]), kb.mul(wo, a["stride"]), row_off,
-                     kb.sub(k_last, slot.k_row))
-                    for (wo, ho, row_off), slot in zip(self._all_rows(state), self._row_slots(),
+            rows = [(hs, ws, row_off, kb.sub(k_last, slot.k_row))
+                    for (ws, hs, row_off), slot in zip(self._all_rows(state), self._row_slots(),
                                                        strict=True)]
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
                 hs, ws, row_off, row_sign = rows[r]
@@ -484,10 +489,9 @@ class OperandLoad:
                                                kb.add(ws, h["w_base"]),
                                                kb.shl(kb.add(row_off, h["tap"]), shift)))
             return out
-        for slot, h, (wo, ho, elem_off) in zip(self.slots, self.hoisted, state, strict=True):
+        for slot, h, (ws, hs, elem_off) in zip(self.slots, self.hoisted, state, strict=True):
             out.append(self._valid_or_past(slot, h, kb.sub(k_last, slot.k_row),
-                                           kb.add(kb.mul(ho, a["stride"]), h["h_base"]),
-                                           kb.add(kb.mul(wo, a["stride"]), h["w_base"]),
+                                           kb.add(hs, h["h_base"]), kb.add(ws, h["w_base"]),
                                            kb.shl(elem_off, shift)))
         return out
 
