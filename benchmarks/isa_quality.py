@@ -8,7 +8,9 @@ and dtype, tiles and load widths spread inside each), the kernels are emitted an
 here (``compile_ir``, W processes) and their main loop (``compile.isa.main_loop``: one K
 tile) is read from the listing. Printed per target, min / median / max over the subset:
 
-* main-loop instructions and VALU instructions per MMA, LDS read instructions per MMA, the
+* main-loop instructions and VALU instructions per MMA (the async loop's steady state
+  over whole tiles; its checked loop for the last one or two tiles is printed apart,
+  "checked-tail"), LDS read instructions per MMA, the
   share of the reads narrower than 128 bits, exec-mask branches, barriers and waits per
   iteration, over the whole subset and over the kernels with wide loads only
   (sync v8x8 or async c16x16: 8-element global vectors, 16-byte copies);
@@ -46,7 +48,7 @@ from pathlib import Path
 
 from codegen import spread_specs
 
-from wgradcache.compile.isa import main_loop, parse_listing
+from wgradcache.compile.isa import find_loops, main_loop, parse_listing
 from wgradcache.jobs import walk
 from wgradcache.model.spec import KernelSpec, from_label
 
@@ -102,6 +104,21 @@ def _mca_cycles(mca: str, target: str, text: str) -> float | None:
     return int(m.group(1)) / MCA_ITERATIONS if m else None
 
 
+def _tail_instructions(asm: str) -> int | None:
+    """Instructions of the checked loop after a steady-state one (the async loop's last one
+    or two tiles, ``kloop.async_k_loop``): a later loop with as many MMAs as the main loop;
+    None where there is none."""
+    code, labels = parse_listing(asm)
+    lp = main_loop(code, labels)
+    if lp is None:
+        return None
+
+    def mma(loop) -> int:
+        return sum(i.mnemonic.startswith(("v_wmma_", "v_mfma_")) for i in loop.body(code))
+    later = [x for x in find_loops(code, labels) if x.start > lp.end and mma(x) == mma(lp)]
+    return max((x.end - x.start for x in later), default=None)
+
+
 def measure(label: str, want_mca: bool) -> dict:
     """One kernel: emit, compile, main-loop figures (and llvm-mca's cycles when asked)."""
     from wgradcache.compile.codegen import compile_ir
@@ -114,6 +131,9 @@ def measure(label: str, want_mca: bool) -> dict:
     isa = isa_stats(obj.asm)
     doc = {"label": label, "target": spec.target, "wide": _wide(spec),
            "isa": {key: v for key, v in isa.items() if key.startswith("main_loop_")}}
+    tail = _tail_instructions(obj.asm)
+    if tail is not None:
+        doc["tail_instructions"] = tail
     mca = _mca() if want_mca else None
     if mca:
         doc["mca_cycles"] = _mca_cycles(mca, spec.target, _loop_text(obj.asm))
@@ -161,6 +181,10 @@ def summary(docs: list[dict]) -> dict[str, dict[str, str]]:
             t[f"{name} barriers/iter"] = _mmm([float(d["isa"]["main_loop_barriers"])
                                                for d in sel])
             t[f"{name} waits/iter"] = _mmm([float(d["isa"]["main_loop_waits"]) for d in sel])
+        tails = [d["tail_instructions"] / d["isa"]["main_loop_mma"] for d in rows
+                 if d.get("tail_instructions")]
+        if tails:
+            t["checked-tail instr/MMA"] = _mmm(tails)
         mca = [(d["mca_cycles"], WMMA_CYCLES * d["isa"]["main_loop_mma"], d["label"],
                 d.get("mca_floor"))
                for d in rows if d.get("mca_cycles") and "-t128x128x" in d["label"]]

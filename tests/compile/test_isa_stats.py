@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wgradcache.compile.isa import isa_stats, mma_per_loop, parse_listing
+from wgradcache.compile.isa import isa_stats, main_loop, mma_per_loop, parse_listing
 from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_form
 from wgradcache.model.targets import get_target
 
@@ -116,6 +116,40 @@ def test_main_loop_figures():
     assert s["main_loop_barriers"] == 1
 
 
+# a steady-state loop, then a checked loop of as many MMAs (one header, two back-edges)
+TWO_LOOPS = """\
+k:
+.LBB0_1:
+\tglobal_load_async_to_lds_b128 v1, v2, s[0:1]
+\tv_wmma_f32_16x16x32_f16 v[16:23], v[0:7], v[8:15], v[16:23]
+\ts_cbranch_scc1 .LBB0_1
+.LBB0_2:
+\tv_cndmask_b32_e32 v3, 0, v4, vcc_lo
+\tv_wmma_f32_16x16x32_f16 v[16:23], v[0:7], v[8:15], v[16:23]
+\ts_cbranch_scc0 .LBB0_2
+\tds_store_b128 v1, v[0:3]
+\tglobal_load_async_to_lds_b128 v3, v2, s[0:1]
+\ts_cbranch_scc1 .LBB0_2
+\ts_endpgm
+"""
+
+
+def test_main_loop_is_the_first_of_equals():
+    """Loops of equal MMA counts: the first in program order is the main loop (the async
+    loop's steady state before its checked tail), and of one header's back-edges the
+    outermost."""
+    code, labels = parse_listing(TWO_LOOPS)
+    lp = main_loop(code, labels)
+    assert (lp.start, lp.end) == (labels[".LBB0_1"], labels[".LBB0_1"] + 2)
+    s = isa_stats(TWO_LOOPS)
+    assert (s["main_loop_instructions"], s["main_loop_async_copies"]) == (3, 1)
+    assert s["main_loop_ds_stores"] == 0 and s["main_loop_valu"] == 0
+    later = isa_stats(TWO_LOOPS.replace("k:\n.LBB0_1:", "k:\n\ts_nop 0\n.LBB0_1:")
+                      .replace("v_wmma_f32_16x16x32_f16 v[16:23], v[0:7], v[8:15], v[16:23]\n"
+                               "\ts_cbranch_scc1 .LBB0_1", "s_cbranch_scc1 .LBB0_1"))
+    assert (later["main_loop_instructions"], later["main_loop_ds_stores"]) == (6, 1)
+
+
 def test_a_forward_branch_is_no_loop():
     asm = "k:\n\tglobal_atomic_cmpswap_b32 v2, v[0:1], v[2:3], off\n" \
           "\ts_cbranch_execnz .LBB0_2\n.LBB0_2:\n\ts_endpgm\n"
@@ -202,7 +236,9 @@ def test_main_loop_figures_of_a_compiled_wgrad_kernel(compiled):
     gather's coordinates carried (no division in the loop). A's loads read through a record
     that moves with the tile (its per-tile resource is SALU: 14, was 4) and need no VALU;
     B's validity is compares and selects, a column past N a tap row outside the image
-    (VALU 69, was 103 before these; instructions 158)."""
+    (VALU 69, was 103 before these; instructions 158). The gather's coordinates are
+    carried times the stride: no multiply per row, but the row carry is a select and an
+    add where it was one add-with-carry (VALU 71)."""
     from wgradcache.model.spec import from_label
     from wgradcache.wgrad.emit import emit_ir
 
@@ -213,6 +249,6 @@ def test_main_loop_figures_of_a_compiled_wgrad_kernel(compiled):
         "instructions": 137, "mma": 8, "barriers": 1, "async_copies": 0,
         "ds_loads": 8, "ds_load_bytes": 128, "ds_loads_b128": 8, "ds_loads_narrow": 0,
         "ds_loads_b16": 0, "ds_loads_tr": 0, "ds_stores": 8, "ds_store_bytes": 96,
-        "global_loads": 6, "valu": 69, "salu": 14, "exec_branches": 0, "saveexec": 0,
-        "waits": 17, "v_perm": 24}
+        "global_loads": 6, "valu": 71, "salu": 14, "exec_branches": 0, "saveexec": 0,
+        "waits": 16, "v_perm": 24}
     assert s["buffer_loads"] == 2 * 6  # the prologue's tile and the loop's prefetch

@@ -88,28 +88,39 @@ def test_abi_lds_and_symbol(variant):
     assert kd.name == "wgrad_" + spec.label().replace("-", "_")
 
 
-def _loop_ops(kd):
-    (loop,) = [v for v in walk(kd.body) if v.op is Ops.FOR]
+def _loops(kd):
+    return [v for v in walk(kd.body) if v.op is Ops.FOR]
+
+
+def _loop_ops(loop):
     body = list(walk(loop.arg.body))
     return {op: sum(v.op is op for v in body)
-            for op in (Ops.BARRIER, Ops.ASYNC_WAIT, Ops.ASYNC_COPY, Ops.MMA, Ops.LOAD)}
+            for op in (Ops.BARRIER, Ops.ASYNC_WAIT, Ops.ASYNC_COPY, Ops.MMA, Ops.LOAD,
+                       Ops.STORE)}
 
 
 def test_sync_loop_shape():
-    ops = _loop_ops(build_kernel(_spec("gfx1250", "fp16", "sync", "default", "none")))
+    (loop,) = _loops(build_kernel(_spec("gfx1250", "fp16", "sync", "default", "none")))
+    ops = _loop_ops(loop)
     # pipelined over two LDS stages: one barrier per K tile (test_pipelined_sync.py)
     assert ops[Ops.BARRIER] == 1 and ops[Ops.ASYNC_WAIT] == 0 and ops[Ops.ASYNC_COPY] == 0
     assert ops[Ops.MMA] == 2 * 2  # 32x32 per wave = 2x2 atoms, one k step of 32
 
 
 def test_async_loop_is_one_barrier_ping_pong():
+    """Two loops, each phase one wait and one barrier: the steady state over whole tiles,
+    whose A chunks are plain copies (no zero store), then the checked phases (the last
+    one or two), where every chunk has its zero store."""
     kd = build_kernel(_spec("gfx1250", "fp16", "async", "default", "none"))
-    ops = _loop_ops(kd)
-    assert ops[Ops.BARRIER] == 1 and ops[Ops.ASYNC_WAIT] == 1
-    # A: 32x64 elements in 16-byte chunks (8) = 256 -> 2 per thread; B 8-byte chunks: 4
-    assert ops[Ops.ASYNC_COPY] == 2 + 4
+    whole, checked = (_loop_ops(lp) for lp in _loops(kd))
+    for ops in (whole, checked):
+        assert ops[Ops.BARRIER] == 1 and ops[Ops.ASYNC_WAIT] == 1
+        # A: 32x64 elements in 16-byte chunks (8) = 256 -> 2 per thread; B 8-byte chunks: 4
+        assert ops[Ops.ASYNC_COPY] == 2 + 4
+        assert ops[Ops.MMA] == 2 * 2
+    assert whole[Ops.STORE] == 4 and checked[Ops.STORE] == 2 + 4  # the zero stores
     waits = [v.arg for v in walk(kd.body) if v.op is Ops.ASYNC_WAIT]
-    assert waits == [0]
+    assert waits == [0, 0]
 
 
 def _predicate_kernel(unsigned: bool):

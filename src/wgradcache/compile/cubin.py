@@ -198,12 +198,14 @@ def _mnemonic(line: str) -> str:
 def _cas_and_main_loop(names: list[str], loops: list[tuple[int, int]], is_cas, is_mma
                        ) -> tuple[list[tuple[int, int]], Counter]:
     """The loops (first, last instruction index) holding a compare-and-swap, and the
-    mnemonic counts of the main loop: among the others, the one with the most MMAs (the
-    longest on a tie). One rule for the PTX and the SASS listing."""
+    mnemonic counts of the main loop: among the others, the one with the most MMAs, on a
+    tie the first in program order, outermost (``compile.isa.main_loop``'s rule: the async
+    loop's steady state before its checked tail). One rule for the PTX and the SASS
+    listing."""
     cas = [lp for lp in loops if any(is_cas(names[j]) for j in range(lp[0], lp[1] + 1))]
     others = [lp for lp in loops if lp not in cas]
     main = max(others, key=lambda lp: (sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)),
-                                       lp[1] - lp[0]), default=None)
+                                       -lp[0], lp[1]), default=None)
     return cas, Counter(names[main[0]:main[1] + 1]) if main else Counter()
 
 

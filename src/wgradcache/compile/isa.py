@@ -194,11 +194,14 @@ def _is_valu(m: str) -> bool:
 
 
 def main_loop(code: list[Instruction], labels: dict[str, int]) -> Loop | None:
-    """The loop with the most MMAs (then the most instructions) that is not a CAS loop: the
-    K loop of a GEMM kernel (its body, from the header label to the backward branch, holds
-    one K tile: codegen does not unroll a loop of unknown trip count)."""
+    """The loop with the most MMAs that is not a CAS loop: the K loop of a GEMM kernel (its
+    body, from the header label to the backward branch, holds one K tile: codegen does not
+    unroll a loop of unknown trip count). Among equals, the first in program order: a K
+    loop split into a steady state over whole tiles and a checked loop for the last one or
+    two tiles (``kloop.async_k_loop``) runs the first for all the others. Of the backward
+    branches to one header (a loop whose body branches), the outermost: the whole body."""
     others = [lp for lp in find_loops(code, labels) if not _is_cas_loop(lp, code)]
-    return max(others, key=lambda lp: (_count(lp.body(code), _is_mma), lp.end - lp.start),
+    return max(others, key=lambda lp: (_count(lp.body(code), _is_mma), -lp.start, lp.end),
                default=None)
 
 
@@ -241,8 +244,8 @@ def _is_ptx(asm: str) -> bool:
 def isa_stats(asm: str) -> dict[str, int]:
     """Instruction counts by class; every key is always present (a stable schema for JSON).
 
-    ``main_loop_*`` describe the loop with the most MMAs (then the most instructions) that is
-    not a CAS loop; a CAS loop is a backward ``s_cbranch_execnz`` over a ``*_atomic_cmpswap``.
+    ``main_loop_*`` describe ``main_loop``'s loop (the most MMAs, not a CAS loop: a backward
+    ``s_cbranch_execnz`` over a ``*_atomic_cmpswap``).
     """
     if _is_ptx(asm):
         from wgradcache.compile.cubin import ptx_stats
@@ -256,7 +259,6 @@ def isa_stats(asm: str) -> dict[str, int]:
     code, labels = parse_listing(asm)
     loops = find_loops(code, labels)
     cas = [lp for lp in loops if _is_cas_loop(lp, code)]
-    others = [lp for lp in loops if lp not in cas]
     n = _by_mnemonic(code)
     s: dict[str, int] = {
         "instructions": len(code),
@@ -292,8 +294,7 @@ def isa_stats(asm: str) -> dict[str, int]:
     s["buffer_stores"] = _tally(n, lambda m: m.startswith("buffer_store"))
     s["scratch_ops"] = _tally(n, lambda m: m.startswith("scratch_"))
     s["loops"] = len(loops)
-    main = max(others, key=lambda lp: (_count(lp.body(code), _is_mma), lp.end - lp.start),
-               default=None)
+    main = main_loop(code, labels)
     body = _by_mnemonic(main.body(code)) if main else Counter()
     s.update(_main_loop_stats(body))
     return s

@@ -50,12 +50,21 @@ Fragment reads, per loop:
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from wgradcache.kernel import mma
 from wgradcache.kernel.ir import Value, f32, i32
 from wgradcache.model.spec import loads_per_thread, sync_stages
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
-from wgradcache.wgrad.loaders import a_operand, b_operand, issue_async, load_sync, store_sync
+from wgradcache.wgrad.loaders import (
+    a_operand,
+    b_operand,
+    issue_async,
+    load_sync,
+    store_sync,
+    whole_tiles_inside,
+)
 
 __all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop",
            "PREFETCH_MAX_LOADS", "GATHER_STATE_MAX_SLOTS"]
@@ -300,11 +309,10 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
         issue_async(a_op, ctx.k_begin, lds, zero, spare)
         issue_async(b_op, ctx.k_begin, lds, zero, spare, state0 or None)
     accs0 = zero_accumulators(ctx)
-    n_acc = len(accs0)
-    with kb.for_(ctx.k_begin, ctx.k_end, sp.tile_k,
-                 carried=[*accs0, *(v for st in state0 for v in st)]) as loop:
-        kt, c = loop.index, list(loop.carried)
-        accs, flat = c[:n_acc], c[n_acc:]
+    n_acc, n_state = len(accs0), sum(len(st) for st in state0)
+
+    def phase(kt: Value, accs: list[Value], flat: list[Value], whole: bool
+              ) -> tuple[list[Value], list[Value]]:
         state = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
         nxt_state = b_op.advance(state) if flat else None
         parity = kb.and_(udiv_const(kb, kb.sub(kt, ctx.k_begin), sp.tile_k), 1)
@@ -313,11 +321,28 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
         kb.async_wait(0)
         kb.barrier()
         k_next = kb.add(kt, sp.tile_k)
-        with kb.if_(kb.icmp("slt", k_next, ctx.k_end), uniform=ctx.lay.wave_size):
-            issue_async(a_op, k_next, lds, nxt, spare)
-            issue_async(b_op, k_next, lds, nxt, spare, nxt_state)
+        more = nullcontext() if whole else \
+            kb.if_(kb.icmp("slt", k_next, ctx.k_end), uniform=ctx.lay.wave_size)
+        with more:
+            issue_async(a_op, k_next, lds, nxt, spare, whole=whole)
+            issue_async(b_op, k_next, lds, nxt, spare, nxt_state, whole=whole)
         a_base = kb.gep(lds, kb.add(a_lane, cur))
         b_base = kb.gep(lds, kb.add(b_lane, cur))
-        accs = mma_tile(ctx, a_base, b_base, accs)
-        loop.yield_(*accs, *(v for st in nxt_state or () for v in st))
+        return mma_tile(ctx, a_base, b_base, accs), \
+            [v for st in nxt_state or () for v in st]
+
+    # the steady state: phases whose next tile is whole (k_next + tile_k <= k_end)
+    whole_end = kb.select(whole_tiles_inside(ctx),
+                          kb.sub(ctx.k_end, 2 * sp.tile_k - 1), ctx.k_begin)
+    with kb.for_(ctx.k_begin, whole_end, sp.tile_k,
+                 carried=[*accs0, *(v for st in state0 for v in st), ctx.k_begin]) as loop:
+        kt, c = loop.index, list(loop.carried)
+        accs, flat = phase(kt, c[:n_acc], c[n_acc:n_acc + n_state], whole=True)
+        loop.yield_(*accs, *flat, kb.add(kt, sp.tile_k))
+    res = list(loop.results)
+    # the last one or two phases (every phase where whole_tiles_inside fails): checked
+    with kb.for_(res[-1], ctx.k_end, sp.tile_k, carried=res[:-1]) as loop:
+        kt, c = loop.index, list(loop.carried)
+        accs, flat = phase(kt, c[:n_acc], c[n_acc:], whole=False)
+        loop.yield_(*accs, *flat)
     return list(loop.results[:n_acc])

@@ -50,14 +50,14 @@ from dataclasses import dataclass, field
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.builder import KernelBuilder
-from wgradcache.kernel.ir import Value, i8, i32
+from wgradcache.kernel.ir import Value, i1, i8, i32, i64
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, all_of, divmod_magic, udiv_const, urem_const
 
 __all__ = ["Slot", "tile_slots", "kc_tile_slots", "kc_row_tile_slots", "transpose_depth",
            "OperandLoad", "INVALID_OFFSET", "ROW_SEGMENT_BYTES", "row_tile_slots",
            "a_operand", "b_operand", "load_sync", "store_sync", "issue_async",
-           "async_chunk_predicate", "copy_or_zero_fill"]
+           "async_chunk_predicate", "copy_or_zero_fill", "whole_tiles_inside"]
 
 
 # B vectors a thread up to which a vector's validity is compares and a select (SGPR lane
@@ -289,16 +289,24 @@ class OperandLoad:
     def nbytes(self) -> Value:
         return self.ctx.a[f"{self.name}_bytes"]
 
-    def at(self, kt: Value, state: list[tuple[Value, Value, Value]] | None = None
-           ) -> list[tuple[Value, Value]]:
+    def at(self, kt: Value, state: list[tuple[Value, Value, Value]] | None = None,
+           whole: bool = False) -> list[tuple[Value | None, Value]]:
         """Per slot (valid predicate, element offset) of K tile ``kt``; B with ``state``
-        (``row_state``, advanced): from the one carried row, no division."""
+        (``row_state``, advanced): from the one carried row, no division.
+
+        ``whole``: the tile lies wholly inside the slice (no row bound) and A's offsets
+        inside dY (``whole_tiles_inside``): A needs no predicate at all (a column past the
+        tile's M edge reads its group's first column, ``off_whole``: what it multiplies
+        lands only in output rows that are never stored), B only its tap's pixel bound."""
         kb, a = self.ctx.kb, self.ctx.a
         k_left = kb.sub(self.ctx.k_end, kt)  # rows k_row < k_left are inside the slice
         out = []
         if self.name == "dy":
             kt_off = kb.mul(kt, a["K"])
             for slot, h in zip(self.slots, self.hoisted, strict=True):
+                if whole:
+                    out.append((None, kb.add(kt_off, h["off_whole"])))
+                    continue
                 valid = all_of(kb, slot.ok, h["col_ok"], kb.icmp("slt", slot.k_row, k_left))
                 out.append((valid, kb.add(kt_off, h["off"])))
             return out
@@ -306,7 +314,8 @@ class OperandLoad:
             rows = []
             for (ws, hs, row_off), slot in zip(self._all_rows(state), self._row_slots(),
                                                strict=True):
-                rows.append((hs, ws, row_off, kb.icmp("slt", slot.k_row, k_left)))
+                rows.append((hs, ws, row_off,
+                             None if whole else kb.icmp("slt", slot.k_row, k_left)))
             for slot, h, r in zip(self.slots, self.hoisted, self.row_of, strict=True):
                 hs, ws, row_off, row_ok = rows[r]
                 valid = all_of(kb, slot.ok, h["col_ok"], row_ok,
@@ -320,7 +329,8 @@ class OperandLoad:
             ho, wo = divmod_magic(kb, r, a, "Wo")
             hi = kb.add(kb.mul(ho, a["stride"]), h["h_base"])
             wi = kb.add(kb.mul(wo, a["stride"]), h["w_base"])
-            valid = all_of(kb, slot.ok, h["col_ok"], kb.icmp("slt", slot.k_row, k_left),
+            valid = all_of(kb, slot.ok, h["col_ok"],
+                           None if whole else kb.icmp("slt", slot.k_row, k_left),
                            kb.icmp("ult", hi, a["H"]), kb.icmp("ult", wi, a["W"]))
             pix = kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hi), a["W"]), wi)
             out.append((valid, kb.add(kb.mul(pix, a["C"]), h["chan"])))
@@ -568,6 +578,11 @@ def a_operand(ctx: WgradContext, width: int) -> OperandLoad:
         hoisted = [{**h, "rec_off": _pick(kb, _or_all(kb, s.ok_sign, h["col_sign"]),
                                           kb.shl(h["off"], shift), past)}
                    for s, h in zip(slots, hoisted, strict=True)]
+    else:  # whole tiles (OperandLoad.at): a column past M reads the group's first one
+        first = kb.mul(ctx.group, a["kpg"])
+        hoisted = [{**h, "off_whole": kb.add(kb.mul(s.k_row, a["K"]),
+                                             kb.select(h["col_ok"], h["col"], first))}
+                   for s, h in zip(slots, hoisted, strict=True)]
     return OperandLoad(ctx, "dy", width, slots, hoisted, 0, depth)
 
 
@@ -679,7 +694,8 @@ def async_chunk_predicate(kb: KernelBuilder, valid: Value | None, byte_off: Valu
 
 def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes: Value,
                       lds: Value, slot: Value, stage: Value, spare: Value | int, nbytes: int,
-                      valid: Value | None = None, zero_fill: bool = False) -> None:
+                      valid: Value | None = None, zero_fill: bool = False,
+                      inside: bool = False) -> None:
     """One chunk, branch-free: an async copy of ``nbytes`` and an LDS store of zeros of the
     tile's element type (``lds.elem``), both unpredicated; selects pick where each goes.
 
@@ -694,7 +710,18 @@ def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes:
     ``zero_fill`` (``Target.async_zero_fill``, NVIDIA's cp.async): one copy into the stage
     that lands zeros itself where out of range and reads nothing there (src-size 0): no
     store, no scratch slot, no select on the source (an out-of-range address is never
-    dereferenced)."""
+    dereferenced).
+
+    ``inside``: the chunk is known to lie inside the buffer and to be valid (A in a whole
+    tile, ``whole_tiles_inside``): one copy into the stage, nothing else."""
+    if inside:
+        src = kb.gep(kb.ptr_cast(buf, i8), byte_off)
+        dst = kb.gep(lds, kb.add(slot, stage))
+        if zero_fill:
+            kb.async_copy_zfill(src, dst, nbytes, kb.const(1, i1))
+        else:
+            kb.async_copy(src, dst, nbytes)
+        return
     pred = async_chunk_predicate(kb, valid, byte_off, num_bytes)
     if zero_fill:
         src = kb.gep(kb.ptr_cast(buf, i8), byte_off)
@@ -709,21 +736,41 @@ def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes:
 
 
 def issue_async(op: OperandLoad, kt: Value, lds: Value, stage_off: Value,
-                spare_off: int, state: list[tuple[Value, Value, Value]] | None = None
-                ) -> None:
+                spare_off: int, state: list[tuple[Value, Value, Value]] | None = None,
+                whole: bool = False) -> None:
     """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``;
     ``spare_off``: element offset of the scratch stage (``spec.lds_bytes_for``), where
     out-of-range chunks' copies land, each at its own slot's position. A ragged last slot
     (threads past the tile's chunks) is one ``if`` around its chunk: wave-uniform where the
-    tile's chunk count is a multiple of the wave (no geometry of the walk has one)."""
+    tile's chunk count is a multiple of the wave (no geometry of the walk has one).
+    ``whole``: a tile of ``whole_tiles_inside`` (``OperandLoad.at``): A's chunks are plain
+    copies, B's keep their pixel bound and the range check."""
     kb, eb = op.ctx.kb, op.ctx.eb
     shift = eb.bit_length() - 1
     wave = op.ctx.lay.wave_size
     zero_fill = get_target(op.ctx.spec.target).async_zero_fill
-    for slot, (valid, off) in zip(op.slots, op.at(kt, state), strict=True):
+    for slot, (valid, off) in zip(op.slots, op.at(kt, state, whole), strict=True):
         guard = nullcontext() if slot.ok is None else \
             kb.if_(slot.ok, uniform=wave if slot.ok_uniform else 0)
         with guard:
             copy_or_zero_fill(kb, op.buf, kb.shl(off, shift), op.nbytes, lds,
                               kb.add(slot.lds_off, op.lds_base), stage_off, spare_off,
-                              op.width * eb, valid=valid, zero_fill=zero_fill)
+                              op.width * eb, valid=valid, zero_fill=zero_fill,
+                              inside=whole and op.name == "dy")
+
+
+def whole_tiles_inside(ctx: WgradContext) -> Value:
+    """Workgroup-uniform: every A chunk of a tile wholly inside the slice lies inside dY,
+    so ``issue_async(whole=True)`` may copy A without a range check. Such a chunk reads
+    row k < k_end <= wg_K at columns group·kpg .. + kpg (``off_whole``), inside dY when
+    wg_K·K·eb <= dy_bytes, groups·kpg <= K and group < groups: checked once per kernel, in
+    64 bits on the zero-extended arguments (a negative or oversized one fails the check;
+    the loop then takes the checked path for every tile)."""
+    kb, a = ctx.kb, ctx.a
+
+    def u64(v: Value) -> Value:
+        return kb.zext(v, i64)
+    rows_bytes = kb.mul(kb.mul(u64(a["wg_K"]), u64(a["K"])), kb.const(ctx.eb, i64))
+    return all_of(kb, kb.icmp("ule", rows_bytes, u64(a["dy_bytes"])),
+                  kb.icmp("ule", kb.mul(u64(a["groups"]), u64(a["kpg"])), u64(a["K"])),
+                  kb.icmp("ult", ctx.group, a["groups"]))
