@@ -2,6 +2,7 @@
 
     python benchmarks/isa_quality.py [--count N] [--targets gfx1250,...] [--jobs W]
                                      [--save FILE] [--before FILE]
+    python benchmarks/isa_quality.py --cache-dir cache [--save FILE] [--before FILE]
 
 For a spread subset of each target's default walk (``codegen.spread_specs``: every variant
 and dtype, tiles and load widths spread inside each), the kernels are emitted and compiled
@@ -26,6 +27,15 @@ tile) is read from the listing. Printed per target, min / median / max over the 
   one has written back), so each group of global loads costs its full 320-cycle latency
   in every iteration, whatever follows: with one load group and 16 WMMAs (128x128x64)
   the floor is 446 cycles, 3.5x the bound; no loop that loads in its body can reach 2x.
+
+With ``--cache-dir`` nothing is compiled: the figures are the ``isa`` of every entry of a
+built cache (the whole walk of each target in it; no llvm-mca, no checked-tail figure, as
+entries keep counts, not listings).
+
+Beside instructions per MMA, "essential instr/MMA" counts only what no loop can drop: its
+global loads or async copies, LDS stores and reads, MMAs, barriers and the branch. It
+bounds what address and predicate work could ever win: a kernel whose warp tile gives a
+wave one or two MMAs per K tile cannot reach 10 instructions per MMA even with none.
 
 ``--save`` writes the per-kernel figures as JSON; ``--before FILE`` (an earlier ``--save``)
 prints its summary beside this run's, kernel sets matched by label. Nothing here is timed:
@@ -141,6 +151,32 @@ def measure(label: str, want_mca: bool) -> dict:
     return doc
 
 
+def from_cache(root: str, targets: list[str]) -> list[dict]:
+    """The per-kernel figures of every entry of a built cache (as ``measure`` gives them,
+    without llvm-mca or the tail). A corrupt entry is left out and said on stderr."""
+    from wgradcache.cache.entry import CorruptEntry
+    from wgradcache.cache.store import TargetCache
+
+    docs = []
+    for target in targets:
+        for key, entry in TargetCache(root, target).iter_entries():
+            if isinstance(entry, CorruptEntry):
+                print(f"{target} {key}: {entry}: left out", file=sys.stderr)
+                continue
+            spec = from_label(entry.label)
+            docs.append({"label": entry.label, "target": target, "wide": _wide(spec),
+                         "isa": {k: v for k, v in entry.isa.items()
+                                 if k.startswith("main_loop_")}})
+    return docs
+
+
+def _essential(isa: dict) -> int:
+    """The main loop's instructions no address or predicate work can remove."""
+    return (isa["main_loop_global_loads"] + isa["main_loop_async_copies"]
+            + isa["main_loop_ds_stores"] + isa["main_loop_ds_loads"] + isa["main_loop_mma"]
+            + isa["main_loop_barriers"] + 1)
+
+
 def subset(target: str, count: int) -> list[KernelSpec]:
     specs = list(walk(target))
     picked = spread_specs(specs, count)
@@ -173,6 +209,8 @@ def summary(docs: list[dict]) -> dict[str, dict[str, str]]:
             ex = [d["isa"]["main_loop_exec_branches"] for d in sel]
             t[f"{name} n"] = str(len(sel))
             t[f"{name} instr/MMA"] = _mmm(ins)
+            t[f"{name} essential instr/MMA"] = _mmm(
+                [_essential(d["isa"]) / d["isa"]["main_loop_mma"] for d in sel])
             t[f"{name} VALU/MMA"] = _mmm([d["isa"]["main_loop_valu"] / d["isa"]["main_loop_mma"]
                                           for d in sel])
             t[f"{name} LDS reads/MMA"] = _mmm(lds)
@@ -207,14 +245,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--save", help="write per-kernel figures as JSON")
     ap.add_argument("--before", help="an earlier --save to print beside this run")
+    ap.add_argument("--cache-dir", help="read every entry of this built cache, compile nothing")
     args = ap.parse_args(argv)
-    if _mca() is None:
-        print("llvm-mca-22 not found (apt-get install -y llvm-22): no cycle estimates",
-              file=sys.stderr)
-    jobs = [(s.label(), s.target == "gfx1250" and s.tile_m == s.tile_n == 128)
-            for t in args.targets.split(",") for s in subset(t, args.count)]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        docs = list(pool.map(measure, *zip(*jobs, strict=True)))
+    targets = args.targets.split(",")
+    if args.cache_dir:
+        docs = from_cache(args.cache_dir, targets)
+        if not docs:
+            print(f"{args.cache_dir}: no entries of {args.targets}", file=sys.stderr)
+            return 1
+    else:
+        if _mca() is None:
+            print("llvm-mca-22 not found (apt-get install -y llvm-22): no cycle estimates",
+                  file=sys.stderr)
+        jobs = [(s.label(), s.target == "gfx1250" and s.tile_m == s.tile_n == 128)
+                for t in targets for s in subset(t, args.count)]
+        with ProcessPoolExecutor(args.jobs) as pool:
+            docs = list(pool.map(measure, *zip(*jobs, strict=True)))
     if args.save:
         Path(args.save).write_text(json.dumps(docs, indent=1, sort_keys=True))
     now = summary(docs)
