@@ -34,6 +34,8 @@ from collections import Counter
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from wgradcache.compile.loop_rank import main_loop_rank
+
 __all__ = ["EM_CUDA", "RESERVED_SMEM", "is_cubin", "read_cubin",
            "ptx_stats", "nv_info", "is_sass", "sass_stats", "disassemble_cubin"]
 
@@ -198,14 +200,13 @@ def _mnemonic(line: str) -> str:
 def _cas_and_main_loop(names: list[str], loops: list[tuple[int, int]], is_cas, is_mma
                        ) -> tuple[list[tuple[int, int]], Counter]:
     """The loops (first, last instruction index) holding a compare-and-swap, and the
-    mnemonic counts of the main loop: among the others, the one with the most MMAs, on a
-    tie the first in program order, outermost (``compile.isa.main_loop``'s rule: the async
-    loop's steady state before its checked tail). One rule for the PTX and the SASS
-    listing."""
+    mnemonic counts of the main loop: the greatest of the others by ``main_loop_rank``, the
+    order the AMD listing's reader takes too (the async loop's steady state before its
+    checked tail)."""
     cas = [lp for lp in loops if any(is_cas(names[j]) for j in range(lp[0], lp[1] + 1))]
     others = [lp for lp in loops if lp not in cas]
-    main = max(others, key=lambda lp: (sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)),
-                                       -lp[0], lp[1]), default=None)
+    main = max(others, key=lambda lp: main_loop_rank(
+        sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)), lp[0], lp[1]), default=None)
     return cas, Counter(names[main[0]:main[1] + 1]) if main else Counter()
 
 

@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from wgradcache.compile.loop_rank import main_loop_rank
+
 __all__ = ["Instruction", "Loop", "parse_listing", "find_loops", "isa_stats", "mma_per_loop",
            "main_loop", "ds_access_bytes"]
 
@@ -201,8 +203,8 @@ def main_loop(code: list[Instruction], labels: dict[str, int]) -> Loop | None:
     two tiles (``kloop.async_k_loop``) runs the first for all the others. Of the backward
     branches to one header (a loop whose body branches), the outermost: the whole body."""
     others = [lp for lp in find_loops(code, labels) if not _is_cas_loop(lp, code)]
-    return max(others, key=lambda lp: (_count(lp.body(code), _is_mma), -lp.start, lp.end),
-               default=None)
+    return max(others, key=lambda lp: main_loop_rank(_count(lp.body(code), _is_mma),
+                                                     lp.start, lp.end), default=None)
 
 
 def mma_per_loop(asm: str) -> list[int]:

@@ -714,18 +714,14 @@ def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes:
 
     ``inside``: the chunk is known to lie inside the buffer and to be valid (A in a whole
     tile, ``whole_tiles_inside``): one copy into the stage, nothing else."""
-    if inside:
+    pred = None if inside else async_chunk_predicate(kb, valid, byte_off, num_bytes)
+    if inside or zero_fill:  # straight into the stage
         src = kb.gep(kb.ptr_cast(buf, i8), byte_off)
         dst = kb.gep(lds, kb.add(slot, stage))
         if zero_fill:
-            kb.async_copy_zfill(src, dst, nbytes, kb.const(1, i1))
+            kb.async_copy_zfill(src, dst, nbytes, kb.const(1, i1) if inside else pred)
         else:
             kb.async_copy(src, dst, nbytes)
-        return
-    pred = async_chunk_predicate(kb, valid, byte_off, num_bytes)
-    if zero_fill:
-        src = kb.gep(kb.ptr_cast(buf, i8), byte_off)
-        kb.async_copy_zfill(src, kb.gep(lds, kb.add(slot, stage)), nbytes, pred)
         return
     elem = lds.dtype.elem
     n = nbytes // elem.itemsize
