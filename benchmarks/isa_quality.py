@@ -58,7 +58,7 @@ from pathlib import Path
 
 from codegen import spread_specs
 
-from wgradcache.compile.isa import find_loops, main_loop, parse_listing
+from wgradcache.compile.isa import find_loops, main_loop, mma_per_loop, parse_listing
 from wgradcache.jobs import walk
 from wgradcache.model.spec import KernelSpec, from_label
 
@@ -122,10 +122,9 @@ def _tail_instructions(asm: str) -> int | None:
     lp = main_loop(code, labels)
     if lp is None:
         return None
-
-    def mma(loop) -> int:
-        return sum(i.mnemonic.startswith(("v_wmma_", "v_mfma_")) for i in loop.body(code))
-    later = [x for x in find_loops(code, labels) if x.start > lp.end and mma(x) == mma(lp)]
+    loops = find_loops(code, labels)
+    mmas = dict(zip(loops, mma_per_loop(asm), strict=True))  # the same loops, in order
+    later = [x for x in loops if x.start > lp.end and mmas[x] == mmas[lp]]
     return max((x.end - x.start for x in later), default=None)
 
 
