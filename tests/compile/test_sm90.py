@@ -197,7 +197,7 @@ def test_verify_device_cuda_without_a_gpu_is_one_line(tmp_path, monkeypatch):
     fails = [ln for ln in r.output.splitlines() if ln.startswith("FAIL")]
     assert fails == ["FAIL [numerics] sm_90: --device cuda: no device: cuda-bindings "
                      "unavailable (ModuleNotFoundError: No module named 'cuda'); pip install "
-                     "'wgradcache[cuda]' on a machine with an NVIDIA driver"]
+                     "'wgradcache[nvidia]' on a machine with an NVIDIA driver"]
     r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", c, "--geometries",
                                   str(geo), "--level", "numerics", "--device", "hip"])
     assert r.exit_code == 1

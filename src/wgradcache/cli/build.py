@@ -49,7 +49,7 @@ def build(targets, as_json, **options) -> None:
     llc-22 process per job. The choice is part of the toolchain identity, so entries built
     one way are rebuilt the other way.
     """
-    from wgradcache.pipeline.build import BuildRequest, select_jobs
+    from wgradcache.pipeline.build import BuildRequest, check_requests
 
     if options["backend"] == "dask" and not options["scheduler"]:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT")
@@ -57,11 +57,10 @@ def build(targets, as_json, **options) -> None:
     for k in ("dtypes", "variants", "geometries"):
         options[k] = tuple(options[k])
     requests = [BuildRequest(target=t, **options) for t in targets or ("gfx1250",)]
-    for req in requests:  # a bad --geometry for any target: refused before any is built
-        try:
-            select_jobs(req)  # the walk: ~20 ms
-        except ValueError as e:
-            raise UserError(str(e)) from None
+    try:  # a bad --geometry or a missing tool for any target: refused before any builds
+        check_requests(requests)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     message = run_builds(requests, as_json)
     if message:
         raise RunFailed(message)

@@ -9,6 +9,7 @@ from wgradcache.cli.app import (
     LabelParam,
     PathParam,
     ProblemParam,
+    TargetParam,
     geometries_option,
     json_option,
     main,
@@ -81,22 +82,34 @@ def compile_(spec, out_dir, no_validate, timeout, geometries_file, as_json) -> N
 
 
 @main.command()
+@click.option("--target", "targets", multiple=True, metavar="T", type=TargetParam(kernels=True),
+              help="only these targets; exit 1 when one of them cannot be built here")
 @json_option
-def toolchain(as_json) -> None:
-    """What a build here would use: codegen library, linker, disassembler, and the toolchain
-    digest that every content key includes (a different digest rebuilds everything).
+def toolchain(targets, as_json) -> None:
+    """What a build here would use (codegen library, linker, disassembler, ptxas, nvdisasm),
+    the toolchain digest that every content key includes (a different digest rebuilds
+    everything), and per target whether a build would work and what is missing: the same
+    check build, refresh, compile and verify --level reproduce make before their first job.
 
     WGRADCACHE_CODEGEN=libllvm|llvmlite|llc picks the codegen (default: libllvm when a
     libLLVM >= 22 loads, else llvmlite). WGRADCACHE_LINKER=inprocess|subprocess picks the
     linker (default: LLD in-process through the native helper, compiled once per machine
     into ~/.cache/wgradcache/native/, else an ld.lld process; linker_note says why). Both
-    linkers give the same bytes and the same digest.
+    linkers give the same bytes and the same digest. WGRADCACHE_PTXAS and
+    WGRADCACHE_NVDISASM name the NVIDIA tools; `pip install 'wgradcache[nvidia]'` brings
+    both.
     """
     from wgradcache.compile.toolchain import toolchain_report
 
-    doc = toolchain_report()
+    doc = toolchain_report(tuple(targets))
     if as_json:
         emit_json(doc)
     else:
-        table("toolchain", ("item", "value"), ((k, "" if v is None else str(v))
-                                                for k, v in doc.items()), numeric_from=2)
+        rows = [(k, "" if v is None else str(v)) for k, v in doc.items() if k != "targets"]
+        rows += [(f"build {t}", "yes" if d["buildable"] else "no: " + "; ".join(
+            f"{c['tool']}: {c['problem']}" for c in d["tools"] if not c["ok"]))
+            for t, d in doc["targets"].items()]
+        table("toolchain", ("item", "value"), rows, numeric_from=2)
+    missing = [t for t, d in doc["targets"].items() if not d["buildable"]]
+    if targets and missing:
+        raise RunFailed(f"cannot be built here: {', '.join(missing)}")

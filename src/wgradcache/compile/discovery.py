@@ -27,6 +27,9 @@ __all__ = [
     "find_ptxas",
     "ptxas_version",
     "PTXAS_ENV",
+    "NVDISASM_ENV",
+    "NVIDIA_INSTALL",
+    "cuda_tool_dirs",
     "find_cuobjdump",
     "find_nvdisasm",
     "find_tool",
@@ -116,65 +119,72 @@ def find_llc() -> Path:
 
 
 PTXAS_ENV = "WGRADCACHE_PTXAS"
-_PTXAS_HINT = ("install it with `pip install nvidia-cuda-nvcc` (the test extra has it), a CUDA "
-               "toolkit, or set $WGRADCACHE_PTXAS")
+NVDISASM_ENV = "WGRADCACHE_NVDISASM"
+NVIDIA_INSTALL = "pip install 'wgradcache[nvidia]'"
+"""The one install that brings ptxas, nvdisasm and cuda-bindings (pyproject's extra)."""
+_CUDA_HINT = f"install it with `{NVIDIA_INSTALL}` or a CUDA toolkit"
+_CUDA_WHERE = "$CUDA_HOME/bin, PATH, /usr/local/cuda*/bin, the {wheel} wheel"
 
 
-def _cuda_tool(name: str) -> Path | None:
-    """``name`` from $CUDA_HOME/bin, PATH, /usr/local/cuda*/bin, or the bin folder of the
-    PyPI ``nvidia-cuda-nvcc`` wheel (``site-packages/nvidia/cu13/bin`` for 13.x,
-    ``nvidia/cuda_nvcc/bin`` before) - first found."""
-    cands: list[Path] = []
+def cuda_tool_dirs() -> list[Path]:
+    """Where a CUDA tool is looked for, in order: ``$CUDA_HOME/bin`` (or ``$CUDA_PATH``),
+    PATH, ``/usr/local/cuda*/bin`` (newest first), then the bin folders of NVIDIA's PyPI
+    wheels (``site-packages/nvidia/cu13/bin`` for 13.x, ``nvidia/cuda_nvcc/bin`` before).
+
+    One list, so the preflight, ``wgradcache toolchain`` and the compile look in the same
+    places (and a test points all of them at one empty folder)."""
+    dirs: list[Path] = []
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if home:
-        cands.append(Path(home) / "bin" / name)
-    found = shutil.which(name)
-    if found:
-        cands.append(Path(found))
-    cands += sorted(Path("/usr/local").glob(f"cuda*/bin/{name}"), reverse=True)
+        dirs.append(Path(home) / "bin")
+    dirs += [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    dirs += sorted(Path("/usr/local").glob("cuda*/bin"), reverse=True)
     try:
         import nvidia  # the namespace package of NVIDIA's wheels
 
         for root in getattr(nvidia, "__path__", []):
-            cands += sorted(Path(root).glob(f"*/bin/{name}"), reverse=True)
+            dirs += sorted(Path(root).glob("*/bin"), reverse=True)
     except ImportError:
         pass
-    for c in cands:
+    return dirs
+
+
+def _cuda_tool(name: str, env: str, wheel: str) -> Path:
+    """``$<env>`` when set (it must be an executable file), else the first executable
+    ``name`` in :func:`cuda_tool_dirs`; ToolchainError with the install command."""
+    given = os.environ.get(env)
+    if given:
+        p = Path(given)
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        raise ToolchainError(f"{env}={given}: not an executable file")
+    for d in cuda_tool_dirs():
+        c = d / name
         if c.is_file() and os.access(c, os.X_OK):
             return c
-    return None
+    raise ToolchainError(f"no {name} found ({_CUDA_WHERE.format(wheel=wheel)}): "
+                         f"{_CUDA_HINT}, or set ${env}")
 
 
 def find_ptxas() -> Path:
     """ptxas, which turns the NVPTX backend's PTX into an sm_90 cubin (the NVIDIA targets'
-    "linker"): $WGRADCACHE_PTXAS, else ``_cuda_tool``; ToolchainError with the hint."""
-    env = os.environ.get(PTXAS_ENV)
-    if env:
-        p = Path(env)
-        if p.is_file() and os.access(p, os.X_OK):
-            return p
-        raise ToolchainError(f"{PTXAS_ENV}={env}: not an executable file")
-    found = _cuda_tool("ptxas")
-    if found is None:
-        raise ToolchainError(f"no ptxas found (CUDA_HOME, PATH, /usr/local/cuda*/bin, the "
-                             f"nvidia-cuda-nvcc wheel): {_PTXAS_HINT}")
-    return found
+    "linker"): $WGRADCACHE_PTXAS, else the CUDA tool folders; ToolchainError with the hint."""
+    return _cuda_tool("ptxas", PTXAS_ENV, "nvidia-cuda-nvcc")
 
 
 def find_nvdisasm() -> Path:
     """nvdisasm: the sm_90 listing a build records and structure derives from a stored
-    cubin (``cubin.sass_stats``); ToolchainError with the install hint when missing."""
-    found = _cuda_tool("nvdisasm")
-    if found is None:
-        raise ToolchainError("no nvdisasm found (CUDA_HOME, PATH, /usr/local/cuda*/bin, the "
-                             "nvidia-cuda-nvdisasm wheel): install it with `pip install "
-                             "nvidia-cuda-nvdisasm` (the test extra has it) or a CUDA toolkit")
-    return found
+    cubin (``cubin.sass_stats``): $WGRADCACHE_NVDISASM, else the CUDA tool folders;
+    ToolchainError with the install hint when missing."""
+    return _cuda_tool("nvdisasm", NVDISASM_ENV, "nvidia-cuda-nvdisasm")
 
 
 def find_cuobjdump() -> Path | None:
     """cuobjdump (a CUDA toolkit's; not in the nvcc wheel), or None."""
-    return _cuda_tool("cuobjdump")
+    try:
+        return _cuda_tool("cuobjdump", "WGRADCACHE_CUOBJDUMP", "(no)")
+    except ToolchainError:
+        return None
 
 
 def ptxas_version(path: Path | str) -> str:

@@ -169,20 +169,31 @@ def _toolchain_identity(backend: str, linker_choice: str) -> ToolchainIdentity:
     )
 
 
-def toolchain_report() -> dict:
+def toolchain_report(targets: tuple[str, ...] = ()) -> dict:
     """What this machine would build with, for ``wgradcache toolchain``: the identity (what
-    keys the cache), where each tool is, and the digest that content keys include."""
-    ident = toolchain_identity()
+    keys the cache), where each tool is, the digest that content keys include, and per
+    target (``targets``, default every target with a generator) whether a build would work
+    and what is missing (``preflight.check_target``, the check every build makes).
+
+    A machine with no linker still gets its report: the identity's fields then say why."""
+    from wgradcache.compile.preflight import check_target
+    from wgradcache.model.targets import TARGETS
+
+    try:
+        ident = toolchain_identity()
+        doc: dict = {**ident.to_dict(), "toolchain_digest": ident.digest()}
+    except ToolchainError as e:
+        doc = {"toolchain_digest": f"none: {e}"}
     helper, helper_why = native.native_library()
-    linker = lldlink.select_linker()
     lib = libllvm.system_llvm()
     llc = find_tool("llc")
-    return {
-        **ident.to_dict(),
-        "toolchain_digest": ident.digest(),
+    try:
+        linker = lldlink.select_linker()
+        doc.update(linker=linker.kind, linker_note=linker.note)
+    except ToolchainError as e:
+        doc.update(linker=f"none: {e}", linker_note="")
+    doc.update({
         "codegen_env": os.environ.get(CODEGEN_ENV, ""),
-        "linker": linker.kind,
-        "linker_note": linker.note,
         "linker_env": os.environ.get(lldlink.LINKER_ENV, ""),
         "libllvm": str(lib.path) if lib else None,
         "llc": str(llc) if llc else None,
@@ -190,16 +201,24 @@ def toolchain_report() -> dict:
         "disassembler": ((f"libllvm ({'native' if helper else 'ctypes'} loop)") if lib else
                          str(find_disassembler() or "") or "none (second codegen)"),
         "nvptx": bool(lib and lib.nvptx),
-        "ptxas": _ptxas_line(),
-    }
+        "ptxas": _cuda_line("ptxas"),
+        "nvdisasm": _cuda_line("nvdisasm"),
+    })
+    names = targets or tuple(n for n, t in TARGETS.items() if t.has_kernels)
+    doc["targets"] = {}
+    for name in names:
+        checks = check_target(name)
+        doc["targets"][name] = {"buildable": all(c.ok for c in checks),
+                                "tools": [c.to_json() for c in checks]}
+    return doc
 
 
-def _ptxas_line() -> str:
-    """Where ptxas is and its version (sm_90 builds), or why there is none."""
-    from wgradcache.compile.discovery import find_ptxas, ptxas_version
+def _cuda_line(tool: str) -> str:
+    """Where ptxas or nvdisasm is and its version (sm_90 builds), or why there is none."""
+    from wgradcache.compile.discovery import find_nvdisasm, find_ptxas, ptxas_version
 
     try:
-        p = find_ptxas()
+        p = find_ptxas() if tool == "ptxas" else find_nvdisasm()
     except ToolchainError as e:
         return f"none: {e}"
     return f"{p} ({ptxas_version(p)})"

@@ -27,8 +27,8 @@ from wgradcache.pipeline.publish import BuildContext, BuildSummary, Publisher
 from wgradcache.pipeline.stage2 import Stage2Builds
 from wgradcache.pipeline.workers import codegen_context, job_alone, job_task, run_chunked
 
-__all__ = ["BuildRequest", "BuildSummary", "select_jobs", "build", "parse_shard",
-           "job_cost", "codegen_context"]
+__all__ = ["BuildRequest", "BuildSummary", "select_jobs", "build", "check_requests",
+           "parse_shard", "job_cost", "codegen_context"]
 
 
 def build(req: BuildRequest, progress: Callable[[int, float], None] | None = None,
@@ -42,10 +42,12 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     ``specs`` replaces the walk (library use); ``validate_specs=False`` compiles specs the
     rules refuse (how the tests plant a job that makes LLVM exit).
     """
+    from wgradcache.compile.preflight import require_tools
     from wgradcache.wgrad.emit import generator_digest
 
     t0 = time.monotonic()
     progress = progress or (lambda n, work: None)
+    require_tools([req.target])  # a missing tool: one line, before anything is written
     options, toolchain, tdigest = codegen_context(req.target)
     ctx = BuildContext(generator_digest(), options, toolchain, tdigest)
     cache = TargetCache(req.cache_dir, req.target)
@@ -91,6 +93,16 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
                         "phases": {k: round(v, 3) for k, v in summary.phases.items()},
                         "toolchain": tdigest, "request": _request_doc(req)})
     return summary
+
+
+def check_requests(requests: list[BuildRequest]) -> None:
+    """Refuse a run before any of its targets builds: a bad selection (ValueError from the
+    walk, ~20 ms a target) or a tool some target needs (ToolchainError, one line)."""
+    from wgradcache.compile.preflight import require_tools
+
+    for req in requests:
+        select_jobs(req)
+    require_tools(req.target for req in requests)
 
 
 def _request_doc(req: BuildRequest) -> dict:

@@ -114,10 +114,12 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
             shard: tuple[int, int] | None = None, geometries_file: str | None = None,
             progress=None) -> dict:
     """Run the plan; write report.json and report.md into ``report_dir``; return the report."""
+    from wgradcache.compile.preflight import require_tools
     from wgradcache.jobs import default_jobdata, walk
     from wgradcache.pipeline.build import codegen_context
     from wgradcache.wgrad.emit import generator_digest
 
+    require_tools(plan.targets)  # every target's tools before the first one builds
     report_dir = Path(report_dir)
     previous = _previous(report_dir / "report.json")
     _, toolchain, tdigest = codegen_context()

@@ -33,6 +33,7 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     from wgradcache.compile.codegen import CodegenOptions
     from wgradcache.compile.isa import isa_stats
     from wgradcache.compile.isolate import compile_isolated
+    from wgradcache.compile.preflight import require_tools
     from wgradcache.pipeline.build import codegen_context
     from wgradcache.wgrad.emit import emit_ir, generator_digest
 
@@ -44,6 +45,7 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
         if not ok:
             raise ValueError(f"{spec.label()}: {why}")
     # a set-up error before anything is written
+    require_tools([spec.target])
     options, toolchain, _ = codegen_context(spec.target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -51,6 +51,7 @@ def reproduce_all(target: str, jobs: list[tuple], jobs_n: int = 0,
     or None) per stored kernel, ``job`` a ``KernelSpec`` or a stage-2 ``(target, dW dtype,
     R)``. Returns key -> "" (reproduced) or the reason; ``on_done(key, reason)`` as each
     settles."""
+    from wgradcache.compile.preflight import require_tools
     from wgradcache.pipeline.plan import BuildRequest
     from wgradcache.pipeline.workers import (
         codegen_context,
@@ -59,6 +60,7 @@ def reproduce_all(target: str, jobs: list[tuple], jobs_n: int = 0,
         run_chunked,
     )
 
+    require_tools([target])  # before the first job: a missing tool is not a failed entry
     options, toolchain, tdigest = codegen_context(target)
     out: dict[str, str] = {}
     on_done = on_done or (lambda k, r: None)

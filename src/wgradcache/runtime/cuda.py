@@ -81,7 +81,7 @@ def device_for(target: str) -> tuple[CudaDevice | None, str]:
         cu = cuda_driver()
     except Exception as e:  # not installed
         return None, (f"cuda-bindings unavailable ({type(e).__name__}: {e}); pip install "
-                      "'wgradcache[cuda]' on a machine with an NVIDIA driver")
+                      "'wgradcache[nvidia]' on a machine with an NVIDIA driver")
     try:
         _check(cu.cuInit(0), "cuInit")
         n = _check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
