@@ -1,4 +1,4 @@
-"""How well the kernels feed their MMAs: main-loop figures of compiled kernels per WMMA target.
+"""How well the kernels feed their MMAs: main-loop figures of compiled kernels per target.
 
     python benchmarks/isa_quality.py [--count N] [--targets gfx1250,...] [--jobs W]
                                      [--save FILE] [--before FILE]
@@ -27,6 +27,10 @@ tile) is read from the listing. Printed per target, min / median / max over the 
   one has written back), so each group of global loads costs its full 320-cycle latency
   in every iteration, whatever follows: with one load group and 16 WMMAs (128x128x64)
   the floor is 446 cycles, 3.5x the bound; no loop that loads in its body can reach 2x.
+
+sm_90 (``--targets sm_90``) is read from nvdisasm's SASS (``cubin.sass_stats``): its rows are
+the ones that reader counts (instructions, loads or cp.async copies, LDS reads, MMAs per loop
+and per MMA, barriers; no VALU, wait or exec-branch counts), all and wide, and no llvm-mca.
 
 With ``--cache-dir`` nothing is compiled: the figures are the ``isa`` of every entry of a
 built cache (the whole walk of each target in it; no llvm-mca, no checked-tail figure, as
@@ -193,31 +197,47 @@ def _mmm(xs: list[float]) -> str:
     return f"{min(xs):6.1f} {statistics.median(xs):6.1f} {max(xs):6.1f}"
 
 
+def _per(key: str, over: str = "main_loop_mma"):
+    """A figure of one kernel's isa: ``key`` per ``over`` (None: per iteration)."""
+    return lambda isa: isa[key] / (isa[over] if over else 1)
+
+
+# (row, figure of one kernel's isa, the isa keys it needs): a row is printed for a target
+# whose entries all have its keys (sm_90's SASS reader counts no VALU, waits or exec
+# branches, so its rows are the instruction, load, LDS, MMA and barrier ones).
+_LOADS = ("main_loop_global_loads", "main_loop_async_copies")
+FIGURES = (
+    ("instr/loop", _per("main_loop_instructions", ""), ("main_loop_instructions",)),
+    ("MMA/loop", _per("main_loop_mma", ""), ()),
+    ("loads/loop", lambda i: i[_LOADS[0]] + i[_LOADS[1]], _LOADS),
+    ("instr/MMA", _per("main_loop_instructions"), ("main_loop_instructions",)),
+    ("essential instr/MMA", lambda i: _essential(i) / i["main_loop_mma"],
+     (*_LOADS, "main_loop_ds_stores", "main_loop_ds_loads", "main_loop_barriers")),
+    ("loads/MMA", lambda i: (i[_LOADS[0]] + i[_LOADS[1]]) / i["main_loop_mma"], _LOADS),
+    ("VALU/MMA", _per("main_loop_valu"), ("main_loop_valu",)),
+    ("LDS reads/MMA", _per("main_loop_ds_loads"), ("main_loop_ds_loads",)),
+    ("narrow LDS share", lambda i: 100 * i["main_loop_ds_loads_narrow"]
+     / max(i["main_loop_ds_loads"], 1), ("main_loop_ds_loads_narrow", "main_loop_ds_loads")),
+    ("exec branches/iter", _per("main_loop_exec_branches", ""), ("main_loop_exec_branches",)),
+    ("barriers/iter", _per("main_loop_barriers", ""), ("main_loop_barriers",)),
+    ("waits/iter", _per("main_loop_waits", ""), ("main_loop_waits",)),
+)
+
+
 def summary(docs: list[dict]) -> dict[str, dict[str, str]]:
+    """Per target (the WMMA targets first, then the others in the order met), the rows of
+    ``FIGURES`` its kernels have, over all and over the wide-load ones."""
     out: dict[str, dict[str, str]] = {}
-    for target in TARGETS:
-        rows = [d for d in docs if d["target"] == target and d["isa"]["main_loop_mma"]]
+    for target in dict.fromkeys([*TARGETS, *(d["target"] for d in docs)]):
+        rows = [d for d in docs if d["target"] == target and d["isa"].get("main_loop_mma")]
         if not rows:
             continue
         t: dict[str, str] = {}
         for name, sel in (("all", rows), ("wide", [d for d in rows if d["wide"]])):
-            ins = [d["isa"]["main_loop_instructions"] / d["isa"]["main_loop_mma"] for d in sel]
-            lds = [d["isa"]["main_loop_ds_loads"] / d["isa"]["main_loop_mma"] for d in sel]
-            narrow = [d["isa"]["main_loop_ds_loads_narrow"]
-                      / max(d["isa"]["main_loop_ds_loads"], 1) for d in sel]
-            ex = [d["isa"]["main_loop_exec_branches"] for d in sel]
             t[f"{name} n"] = str(len(sel))
-            t[f"{name} instr/MMA"] = _mmm(ins)
-            t[f"{name} essential instr/MMA"] = _mmm(
-                [_essential(d["isa"]) / d["isa"]["main_loop_mma"] for d in sel])
-            t[f"{name} VALU/MMA"] = _mmm([d["isa"]["main_loop_valu"] / d["isa"]["main_loop_mma"]
-                                          for d in sel])
-            t[f"{name} LDS reads/MMA"] = _mmm(lds)
-            t[f"{name} narrow LDS share"] = _mmm([100 * x for x in narrow])
-            t[f"{name} exec branches/iter"] = _mmm([float(x) for x in ex])
-            t[f"{name} barriers/iter"] = _mmm([float(d["isa"]["main_loop_barriers"])
-                                               for d in sel])
-            t[f"{name} waits/iter"] = _mmm([float(d["isa"]["main_loop_waits"]) for d in sel])
+            for row, figure, needs in FIGURES:
+                if all(k in d["isa"] for d in rows for k in needs):
+                    t[f"{name} {row}"] = _mmm([figure(d["isa"]) for d in sel])
         tails = [d["tail_instructions"] / d["isa"]["main_loop_mma"] for d in rows
                  if d.get("tail_instructions")]
         if tails:
@@ -238,6 +258,7 @@ def summary(docs: list[dict]) -> dict[str, dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print the summary per target; 1 with one line when a cache has nothing to show."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=48, help="kernels per target (spread)")
     ap.add_argument("--targets", default=",".join(TARGETS))
@@ -251,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         docs = from_cache(args.cache_dir, targets)
         if not docs:
             print(f"{args.cache_dir}: no entries of {args.targets}", file=sys.stderr)
+            return 1
+        if not any(d["isa"].get("main_loop_mma") for d in docs):
+            print(f"{args.cache_dir}: no entry of {args.targets} has a main loop with MMAs "
+                  "(entries built before main-loop figures were recorded?)", file=sys.stderr)
             return 1
     else:
         if _mca() is None:

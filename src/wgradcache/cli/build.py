@@ -71,12 +71,12 @@ def run_builds(requests, as_json: bool) -> str:
     failed). A two-stage entry is useless without its stage-2 kernel: exit 1 either way.
     A cache that refused a write is one line per target (``BuildSummary.stopped_line``),
     not one per job it stopped."""
+    from wgradcache.pipeline.publish import group_failures
+
     summaries = [_one(req, show_progress=not as_json) for req in requests]
-    for s in summaries:
-        for f in s.failures:
-            click.echo(printable(f"FAILED {f['label']}: {f['reason']}")
-                       + (" (failed before; --retry-failed compiles it again)"
-                          if f.get("previous") else ""), err=True)
+    for s in summaries:  # each reason once; per-job detail in the records and --json
+        for g in group_failures(s.failures):
+            click.echo(printable(g.line()), err=True)
     if as_json:
         for s in summaries:
             click.echo(json.dumps(s.to_json()))

@@ -34,7 +34,8 @@ from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import job_cost
 
-__all__ = ["BuildSummary", "BuildContext", "Publisher", "STOPPING", "stops_the_build"]
+__all__ = ["BuildSummary", "BuildContext", "FailureGroup", "Publisher", "STOPPING",
+           "group_failures", "stops_the_build"]
 
 # errnos of a write the cache refuses whatever is written: every later publish would fail
 STOPPING = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
@@ -44,6 +45,40 @@ STOPPING = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, err
 def stops_the_build(e: BaseException) -> bool:
     """Whether a publish error means the cache cannot be written at all (``STOPPING``)."""
     return isinstance(e, OSError) and e.errno in STOPPING
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """The jobs of one build that failed for the same reason: what the end-of-build
+    summary prints once, however many jobs it holds (a machine-wide cause, say a ptxas that
+    rejects every kernel, is one line, not one per job)."""
+
+    reason: str
+    previous: bool  # failed in an earlier build; not compiled again without --retry-failed
+    labels: tuple[str, ...]
+
+    SHOWN = 3  # labels named in the line; the rest are counted
+
+    def line(self) -> str:
+        again = " (failed before; --retry-failed compiles it again)" if self.previous else ""
+        if len(self.labels) == 1:
+            return f"FAILED {self.labels[0]}: {self.reason}{again}"
+        named = ", ".join(self.labels[:self.SHOWN])
+        rest = len(self.labels) - self.SHOWN
+        more = f" and {rest} more" if rest > 0 else ""
+        return f"FAILED {len(self.labels)} jobs: {self.reason}{again}: {named}{more}"
+
+
+def group_failures(failures: list[dict]) -> list[FailureGroup]:
+    """``failures`` (``BuildSummary.failures``) by (reason, previous): most jobs first, then
+    by reason, labels sorted, so the same failures read the same whatever order parallel
+    workers finished in."""
+    groups: dict[tuple[str, bool], list[str]] = {}
+    for f in failures:
+        groups.setdefault((f["reason"], bool(f.get("previous"))), []).append(f["label"])
+    return [FailureGroup(reason, previous, tuple(sorted(labels)))
+            for (reason, previous), labels in sorted(groups.items(),
+                                                     key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
 @dataclass
