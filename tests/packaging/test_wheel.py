@@ -80,3 +80,24 @@ def test_installed_count_and_build_run_from_elsewhere(installed, tmp_path):
         "gfx1250", 1, 1, 0)
     entries = list((tmp_path / "cache").rglob("*.json"))
     assert entries, "the build published nothing"
+
+
+def test_the_nvidia_extra_installs_and_sm90_is_buildable(installed, tmp_path):
+    """``pip install 'wgradcache[nvidia]'`` from the built wheel: the extra names ptxas's,
+    nvdisasm's and cuda-bindings' distributions (resolved from the system site, nothing
+    downloaded), and ``toolchain`` in that venv finds sm_90 buildable."""
+    bindir, env, wheel = installed
+    _run([str(bindir / "python"), "-m", "pip", "install", "--no-index", "-q",
+          f"wgradcache[nvidia] @ {wheel.as_uri()}"], tmp_path, env)
+    needs = _run([str(bindir / "python"), "-c",
+                  "import importlib.metadata as m; print('\\n'.join(r for r in "
+                  "m.requires('wgradcache') if 'nvidia' in r))"], tmp_path, env)
+    extra = sorted(ln.split(";")[0].split(">=")[0] for ln in needs.splitlines()
+                   if ln.endswith('extra == "nvidia"'))
+    assert extra == ["cuda-bindings", "nvidia-cuda-nvcc", "nvidia-cuda-nvdisasm"], needs
+    assert 'wgradcache[nvidia]; extra == "test"' in needs.splitlines()  # test reuses it
+    doc = json.loads(_run([str(bindir / "wgradcache"), "toolchain", "--target", "sm_90",
+                           "--json"], tmp_path, env))
+    assert doc["targets"]["sm_90"]["buildable"] is True, doc["targets"]
+    assert [t["tool"] for t in doc["targets"]["sm_90"]["tools"]] == ["codegen", "ptxas",
+                                                                     "nvdisasm"]
