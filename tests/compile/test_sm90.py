@@ -95,8 +95,9 @@ def test_bf16_and_fp32_dw_atomics_and_the_two_stage_workspace():
 
 
 def test_static_shared_memory_limit_is_48k():
-    """targets.py's lds_bytes for sm_90: 48 KB static compiles, 4 bytes more is ptxas's
-    error (it exits non-zero: a CodegenError naming it)."""
+    """targets.py's lds_static_bytes for sm_90: 48 KB static compiles, 4 bytes more is
+    ptxas's error (it exits non-zero: a CodegenError naming it), so the lowering makes
+    such an allocation dynamic (an extern array: no static bytes in the cubin)."""
     def kernel(nbytes):
         kb = KernelBuilder("lds_probe", block_size=32)
         out = kb.arg("out", ptr(f32))
@@ -109,8 +110,13 @@ def test_static_shared_memory_limit_is_48k():
 
     ok = compile_ir(kernel(49152), "sm_90")
     assert read_code_object(ok.hsaco).group_segment_fixed_size == 49152
+    static = kernel(49156).replace("external addrspace(3) global [0 x i8]",
+                                   "internal addrspace(3) global [49156 x i8] undef")
+    assert "[49156 x i8] undef" in static
     with pytest.raises(CodegenError, match="ptxas failed: .*too much shared data"):
-        compile_ir(kernel(49156), "sm_90")
+        compile_ir(static, "sm_90")
+    dynamic = compile_ir(kernel(49156), "sm_90")
+    assert read_code_object(dynamic.hsaco).group_segment_fixed_size == 0
 
 
 def test_nv_info_parser():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,15 @@ def _write(tmp_path: Path, text: str) -> Path:
     return p
 
 
-def test_shipped_file_loads_with_19_shared_and_4_wave64_cover_entries_each_with_a_reason():
+def test_shipped_file_loads_with_19_shared_4_wave64_and_4_sm90_cover_entries():
     d = load()
-    assert len(d.cover) == 23
+    assert len(d.cover) == 27
     assert all(c.reason for c in d.cover)
     wave64 = [c for c in d.cover if set(c.targets) <= {"gfx942", "gfx950"}]
-    assert len(wave64) == 4
+    assert len(wave64) == 3
+    assert len([c for c in d.cover if c.targets == ("sm_90",)]) == 4
     assert len(d.cover_for("gfx1250")) == 19
+    assert len(d.cover_for("sm_90")) == 19 + 1 + 4  # and 128x128x32 w2x2 beside gfx9xx
 
 
 def test_wave64_targets_walk_their_own_ladder():
@@ -38,6 +41,29 @@ def test_wave64_targets_walk_their_own_ladder():
     assert len(d.ladder_geometries()) == len(d.ladder_geometries("gfx1201")) == 3 * 3 * 2 * 3 * 3
 
 
+def test_a_target_may_walk_a_ladder_of_its_own(tmp_path):
+    """sm_90's (``ladder_targets``) comes before its wave size's and the shared one; a
+    target's ladder names a target of the catalog and is checked as a ladder is."""
+    d = load()
+    assert dict(d.target_ladders)["sm_90"] == d.ladder_for("sm_90")
+    assert d.ladder_for("sm_90")["tile_m"] == (32, 64, 128, 256)
+    assert d.ladder_for("gfx1250") == d.ladder and 256 not in d.ladder["tile_m"]
+    assert len(d.ladder_geometries("sm_90")) == 4 * 4 * 2 * 3 * 3
+    head = "ladder_targets:\n  sm_90:\n"
+    assert head in SHIPPED
+    with pytest.raises(GeometryFileError, match=r":\d+: ladder_targets.sm_91: unknown target"):
+        load(_write(tmp_path, SHIPPED.replace(head, "ladder_targets:\n  sm_91:\n")))
+    bad = SHIPPED.replace(head + "    tile_m: [32, 64, 128, 256]",
+                          head + "    tile_m: [32, 64, 128, -256]")
+    assert bad != SHIPPED
+    with pytest.raises(GeometryFileError, match=r": ladder_targets.sm_90.tile_m\[3\]: "):
+        load(_write(tmp_path, bad))
+    listed = re.sub(r"ladder_targets:\n(?: .*\n)+", "ladder_targets: [sm_90]\n", SHIPPED)
+    assert listed != SHIPPED
+    with pytest.raises(GeometryFileError, match=r"ladder_targets: expected a mapping"):
+        load(_write(tmp_path, listed))
+
+
 def test_cover_entry_on_the_wave64_ladder_only_serves_wave64_targets(tmp_path):
     entry = ("[256, 64, 32, 2, 2]\n    reason: wide kpg (256+, bottleneck reductions) on four "
              "64-lane waves\n")
@@ -45,7 +71,7 @@ def test_cover_entry_on_the_wave64_ladder_only_serves_wave64_targets(tmp_path):
     assert text != SHIPPED
     d = load(_write(tmp_path, text))
     c = next(c for c in d.cover if c.geometry == (256, 64, 32, 2, 2))
-    assert c.targets == ("gfx950", "gfx942")  # no wave32 ladder has 256
+    assert set(c.targets) == {"gfx950", "gfx942", "sm_90"}  # the ladders that have 256
     bad = SHIPPED.replace(entry + "    targets: [gfx942, gfx950]\n",
                           entry + "    targets: [gfx1250]\n")
     assert bad != SHIPPED

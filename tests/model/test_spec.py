@@ -10,6 +10,7 @@ from wgradcache.model.spec import (
     DEFAULT_LIMITS,
     KernelSpec,
     Limits,
+    dynamic_lds_bytes,
     from_label,
     geometry_fits,
     lds_bytes,
@@ -122,9 +123,11 @@ def test_sm90_sync_lds_is_k_outer():
     assert lds_bytes(dataclasses.replace(k_outer, vec_b=1)) == 2 * 256 * (32 + 8) * 2
     assert lds_bytes(s) == 2 * 64 * (64 + 8 + 64 + 8) * 2  # two stages
     assert validate(s, limits=Limits(max_k_steps=4)) == (True, "")
-    # two 128x64x64 stages would be 53248 B, over the 48 KB: one stage and two barriers
-    one = dataclasses.replace(s, tile_m=128, warp_m=2, warp_n=2)
-    assert lds_bytes(one) == 64 * (128 + 8 + 64 + 8) * 2
+    # two 128x64x64 stages are 53248 B, over the 48 KB of static shared memory: two stages
+    # all the same, as dynamic shared memory (227 KB; one stage and two barriers before)
+    two = dataclasses.replace(s, tile_m=128, warp_m=2, warp_n=2)
+    assert lds_bytes(two) == dynamic_lds_bytes(two) == 2 * 64 * (128 + 8 + 64 + 8) * 2
+    assert dynamic_lds_bytes(s) == 0
     # 128x128x32: two stages fit now (34816 B; 2 x 24576 K-contiguous did not)
     wide = dataclasses.replace(s, tile_m=128, tile_n=128, tile_k=32, warp_m=2, warp_n=4)
     assert lds_bytes(wide) == 2 * 32 * (128 + 8 + 128 + 8) * 2

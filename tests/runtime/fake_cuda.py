@@ -26,6 +26,9 @@ from wgradcache.pipeline.emulate import cached_kernel
 from wgradcache.wgrad.kernel import kernel_symbol
 from wgradcache.wgrad.stage2 import build_stage2
 
+_STATIC_SHARED = 48 * 1024  # dynamic shared memory a function may take without the opt-in
+_MAX_DYNAMIC_SHARED = 232448  # the H100/H200's per-block opt-in limit, 227 KB
+
 
 def _kernel_def(symbol: str):
     """The KernelDef behind a cubin's symbol: ``wgrad_sm_90_<label rest>`` or stage 2."""
@@ -81,6 +84,11 @@ class _Module:
 class _Function:
     module: _Module
     symbol: str
+    max_dynamic_shared: int = _STATIC_SHARED  # the driver's default without the opt-in
+
+
+class CUfunction_attribute(IntEnum):
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 @dataclass
@@ -95,6 +103,7 @@ class FakeCuda:
 
     CUresult = CUresult
     CUdevice_attribute = CUdevice_attribute
+    CUfunction_attribute = CUfunction_attribute
 
     def cuInit(self, flags):
         return OK
@@ -192,13 +201,27 @@ class FakeCuda:
         module.loaded = False
         return OK
 
+    def cuFuncSetAttribute(self, f, attrib, value):
+        """Only the dynamic shared opt-in, bounded as on the H100/H200 (227 KB)."""
+        if attrib != CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+            raise NotImplementedError(f"attribute {attrib}")
+        if not 0 <= value <= _MAX_DYNAMIC_SHARED - f.module.co.group_segment_fixed_size:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        f.max_dynamic_shared = value
+        return OK
+
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, kernelParams, extra):
         if not isinstance(kernelParams, int) or extra not in (0, None):
             raise NotImplementedError("the fake reads a void** kernelParams address only")
         co = f.module.co
         kd = _kernel_def(f.symbol)
         params = (ctypes.c_void_p * len(co.args)).from_address(kernelParams)
-        if (bx, by, bz) != (kd.block_size, 1, 1) or min(gx, gy, gz) < 1 or shared:
+        need = sum(a.nbytes for a in kd.lds) if co.group_segment_fixed_size == 0 else 0
+        # as the driver: a launch past the function's dynamic limit is refused; the fake
+        # also refuses one that passes less than the kernel's extern array needs (the
+        # real kernel would write past the CTA's shared memory: no error, wrong numbers)
+        if (bx, by, bz) != (kd.block_size, 1, 1) or min(gx, gy, gz) < 1 or \
+                shared > f.max_dynamic_shared or shared != need:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         values, bound = {}, {}
         for i, (a, ka) in enumerate(zip(co.args, kd.args, strict=True)):

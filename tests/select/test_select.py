@@ -86,7 +86,8 @@ def test_cli_json_lists_candidates_in_rank_order():
     assert len(doc) == 3
     assert [c["score"] for c in doc] == sorted(c["score"] for c in doc)
     assert set(doc[0]) == {"label", "key", "split_k", "slice_k", "reduction", "grid", "block",
-                           "lds_bytes", "workspace_bytes", "score", "cost_from"}
+                           "lds_bytes", "dynamic_lds_bytes", "workspace_bytes", "score",
+                           "cost_from"}
     assert {c["cost_from"] for c in doc} == {"formula"}  # the walk has no code objects
     assert doc[0]["grid"][2] == doc[0]["split_k"]
 

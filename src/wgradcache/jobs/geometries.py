@@ -60,13 +60,16 @@ class JobData:
     target_limits: tuple[tuple[str, Limits], ...] = ()  # per-target overrides, applied
     # per wave size, the ladder its targets walk instead of ``ladder`` (``ladder_wave64``)
     wave_ladders: tuple[tuple[int, dict[str, tuple[int, ...]]], ...] = ()
+    # per target, a ladder of its own (``ladder_targets``), before its wave size's
+    target_ladders: tuple[tuple[str, dict[str, tuple[int, ...]]], ...] = ()
 
     def limits_for(self, target: str) -> Limits:
         return dict(self.target_limits).get(target, self.limits)
 
     def ladder_for(self, target: str) -> dict[str, tuple[int, ...]]:
-        """The ladder ``target`` walks: its wave size's own ladder, else the shared one."""
-        return dict(self.wave_ladders).get(get_target(target).wave_size, self.ladder)
+        """The ladder ``target`` walks: its own, else its wave size's, else the shared one."""
+        return _ladder_of(target, self.ladder, dict(self.wave_ladders),
+                          dict(self.target_ladders))
 
     def ladder_geometries(self, target: str | None = None) -> list[Geometry]:
         """Every combination of ``target``'s ladder (the shared one when None), in a fixed
@@ -117,8 +120,8 @@ MAX_COVER = 256
 _VEC_RANGE = (1, max(VEC_WIDTHS))  # the exact set is load_widths_ok's rule
 _CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 
-_TOP = ("schema", "ladder", "ladder_wave64", "filters", "vec_pairs", "async_chunk_pairs",
-        "ws_replicas", "dtypes", "cover")
+_TOP = ("schema", "ladder", "ladder_wave64", "ladder_targets", "filters", "vec_pairs",
+        "async_chunk_pairs", "ws_replicas", "dtypes", "cover")
 # Optional ladders per wave size: the key and the wave size its targets have.
 _WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
@@ -145,23 +148,37 @@ def load(path: str | os.PathLike | None = None) -> JobData:
     ladder = _ladder(r, section("ladder"))
     wave_ladders = tuple((wave, _ladder(r, top[key], key))
                          for key, wave in _WAVE_LADDERS.items() if key in top)
+    target_ladders = tuple(
+        (t, _ladder(r, node, f"ladder_targets.{t}"))
+        for t, node in (r.mapping(top["ladder_targets"], "ladder_targets",
+                                  allowed=tuple(kernel_target_names()), what="target").items()
+                        if "ladder_targets" in top else ()))
     limits, target_limits = _filters(r, section("filters"))
     vec_pairs = _pairs(r, section("vec_pairs"), "vec_pairs", "sync", ladder)
     chunk_pairs = _pairs(r, section("async_chunk_pairs"), "async_chunk_pairs", "async", ladder)
     ws = r.int_(section("ws_replicas"), "ws_replicas", *WS_REPLICAS_RANGE)
     default_dtypes, optional_dtypes = _dtypes(r, section("dtypes"))
     per_target = dict(target_limits)
-    by_wave = dict(wave_ladders)
+    by_wave, by_target = dict(wave_ladders), dict(target_ladders)
 
     def ladder_of(t: str) -> dict[str, tuple[int, ...]]:
-        return by_wave.get(get_target(t).wave_size, ladder)
+        return _ladder_of(t, ladder, by_wave, by_target)
 
-    cover = _cover(r, section("cover"), (ladder, *by_wave.values()), ladder_of,
-                   lambda t: per_target.get(t, limits))
+    cover = _cover(r, section("cover"), (ladder, *by_wave.values(), *by_target.values()),
+                   ladder_of, lambda t: per_target.get(t, limits))
     return JobData(path=str(p), ladder=ladder, limits=limits, vec_pairs=vec_pairs,
                    async_chunk_pairs=chunk_pairs, ws_replicas=ws,
                    default_dtypes=default_dtypes, optional_dtypes=optional_dtypes,
-                   cover=cover, target_limits=target_limits, wave_ladders=wave_ladders)
+                   cover=cover, target_limits=target_limits, wave_ladders=wave_ladders,
+                   target_ladders=target_ladders)
+
+
+def _ladder_of(target: str, shared: dict, by_wave: dict, by_target: dict) -> dict:
+    """The one rule of which ladder a target walks: its own (``ladder_targets``), else its
+    wave size's (``ladder_wave64``), else the shared one."""
+    if target in by_target:
+        return by_target[target]
+    return by_wave.get(get_target(target).wave_size, shared)
 
 
 def _ints(r: NodeReader, node: yaml.Node, field: str, rng: tuple[int, int], *,

@@ -339,16 +339,21 @@ class _Lowering:
                           '"uniform-work-group-size"="true"')
         self.lds: dict[str, LValue] = {}
         self.lds_lines = []
-        for alloc in kd.lds:
-            ref = f'@"{_escape(f"lds.{alloc.name}")}"'
-            self.lds_lines.append(f"{ref} = internal addrspace(3) global [{alloc.nbytes:d} x i8] "
-                                  f"undef, align {max(16, alloc.align):d}")
-            self.lds[alloc.name] = ("ptr addrspace(3)", ref)
+        self.declare_lds()
         self.position(self.new_block("entry"))
         self.hw_ids()
         self.buffer_resources()
         self.block(kd.body)
         self.void("ret void")
+
+    def declare_lds(self):
+        """One ``addrspace(3)`` global per LDS allocation, sized exactly (``self.lds``: the
+        reference each allocation's uses take)."""
+        for alloc in self.kd.lds:
+            ref = f'@"{_escape(f"lds.{alloc.name}")}"'
+            self.lds_lines.append(f"{ref} = internal addrspace(3) global [{alloc.nbytes:d} x i8] "
+                                  f"undef, align {max(16, alloc.align):d}")
+            self.lds[alloc.name] = ("ptr addrspace(3)", ref)
 
     def hw_ids(self):
         """Materialise the hardware ids the kernel uses, once, in the entry block."""

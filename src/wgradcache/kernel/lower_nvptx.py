@@ -10,8 +10,11 @@ target's own pieces differ, each overridden here:
   thread); pointer parameters stay ``ptr addrspace(1)`` (CUDA's generic and global
   addresses coincide, so the launcher passes the device address unchanged);
 * shared memory: the IR's LDS is address space 3, NVPTX's ``.shared``; one
-  ``addrspace(3)`` global per allocation, as on AMDGPU (ptxas caps static shared memory at
-  48 KB: ``targets.py``);
+  ``addrspace(3)`` global per allocation, as on AMDGPU, while the kernel's LDS fits static
+  shared memory (ptxas caps it at 48 KB: ``targets.py``); past that
+  (``Target.lds_dynamic``) one ``external`` zero-length array, PTX's ``.extern .shared``
+  (dynamic shared memory, sized at launch: the launcher opts in to it), each allocation
+  at its aligned offset in it;
 * ids: ``llvm.nvvm.read.ptx.sreg.{tid.x, ctaid.x|y|z}``;
 * a wave-uniform ``if``: a plain branch (a warp that agrees does not diverge);
 * barrier: ``llvm.nvvm.barrier.cta.sync.aligned.all(0)`` (``bar.sync 0``), which itself
@@ -88,6 +91,24 @@ class _NvLowering(_Lowering):
         name = head.split("@", 1)[1]
         self.prototype = (f"define ptx_kernel void @{name}({params}) "
                           f'"nvvm.maxntid"="{self.kd.block_size}"')
+
+    def declare_lds(self):
+        """Static shared memory while it fits (the shared rule); past the static limit
+        (``Target.lds_dynamic``) the allocations are offsets into one extern array."""
+        total, offsets = 0, []
+        for alloc in self.kd.lds:
+            align = max(16, alloc.align)
+            total = -(-total // align) * align
+            offsets.append(total)
+            total += alloc.nbytes
+        if not self.target.lds_dynamic(total):
+            super().declare_lds()
+            return
+        base = "@lds_dynamic"  # a plain name: the extern declaration's is not mangled
+        self.lds_lines.append(f"{base} = external addrspace(3) global [0 x i8], align 16")
+        for alloc, off in zip(self.kd.lds, offsets, strict=True):
+            self.lds[alloc.name] = ("ptr addrspace(3)", base if off == 0 else (
+                f"getelementptr inbounds (i8, ptr addrspace(3) {base}, i32 {off})"))
 
     def hw_ids(self):
         seen: dict[tuple, Value] = {}

@@ -24,7 +24,8 @@ __all__ = [
     "spec_sync_k_outer",
     "DEFAULT_WS_REPLICAS",
     "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
-    "elem_bytes", "lds_bytes", "lds_bytes_for", "sync_stages", "accumulators_per_lane", "lds_fits",
+    "elem_bytes", "lds_bytes", "lds_bytes_for", "dynamic_lds_bytes", "sync_stages",
+    "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label", "geometry_tag",
@@ -288,6 +289,13 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
 def lds_bytes(spec: KernelSpec) -> int:
     return lds_bytes_for(get_target(spec.target), spec.dtype, spec.k_loop, spec.epilogue,
                          spec.tile_m, spec.tile_n, spec.tile_k, (spec.vec_a, spec.vec_b))
+
+
+def dynamic_lds_bytes(spec: KernelSpec) -> int:
+    """The dynamic shared memory a launch of ``spec`` passes (0: its LDS is static), by
+    ``Target.lds_dynamic``, the rule its lowering followed."""
+    need = lds_bytes(spec)
+    return need if get_target(spec.target).lds_dynamic(need) else 0
 
 
 def spec_sync_k_outer(spec: KernelSpec) -> bool:

@@ -71,7 +71,7 @@ class Target:
     family: str  # "wmma", "mfma" or "mma" (NVIDIA)
     wave_size: int
     atoms: dict[str, MmaAtom]  # A/B dtype -> the atom the kernels use
-    lds_bytes: int
+    lds_bytes: int  # the most one workgroup may allocate (on sm_90 the opt-in limit)
     async_lds_copy: bool
     packed_atomics_native: bool  # <2 x half>/<2 x bfloat> atomicrmw fadd selects natively
     float_atomics_validated: bool  # admits two-stage split-K (f32 workspace atomics)
@@ -90,6 +90,10 @@ class Target:
     # the transposing 16-bit LDS read the target has (kernel/mma.TRANSPOSED_READS): gfx1250's
     # ds_load_tr16_b128, sm_90's ldmatrix .x4 .trans; "" none
     lds_read_tr: str = ""
+    # Past this many bytes the allocation is dynamic (sm_90: static shared memory stops at
+    # 48 KB; above it the kernel declares extern shared memory and the launcher opts in to
+    # the size, ``lds_dynamic``); 0: the target has no such split (AMD's LDS is one kind).
+    lds_static_bytes: int = 0
     # the sync loop keeps K-outer LDS tiles and reads them with ``lds_read_tr`` instead of
     # transposing in registers on the way in, where both load vectors have at least this
     # many elements; 0: never (model/spec.sync_k_outer, wgrad/kloop say why)
@@ -119,6 +123,12 @@ class Target:
     @property
     def is_nvidia(self) -> bool:
         return self.vendor == "nvidia"
+
+    def lds_dynamic(self, nbytes: int) -> bool:
+        """Whether an allocation of ``nbytes`` is dynamic shared memory: the one rule the
+        lowering (extern shared), the spec (``dynamic_lds_bytes``), the launcher (its
+        opt-in attribute and launch size) and verify's structure check follow."""
+        return 0 < self.lds_static_bytes < nbytes
 
 
 def _atoms(m: int, n: int, k: int, form: str) -> dict[str, MmaAtom]:
@@ -227,9 +237,11 @@ TARGETS: dict[str, Target] = {
         #    point type" (f16 and bf16, f32 accumulators); two m16n8k16 side by side make
         #    the 16x16x16 atom (kernel/mma.py, lane maps); llc-22 -mcpu=sm_90 selects
         #    mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} (probe, tests/compile).
-        #  * lds_bytes: 48 KB of *static* shared memory per block (CUDA C++ Programming
-        #    Guide, "Shared Memory": above 48 KB needs dynamic shared memory and an opt-in);
-        #    ptxas refuses a static allocation past 0xc000 bytes (probe, tests/compile).
+        #  * lds_static_bytes: 48 KB of *static* shared memory per block (CUDA C++
+        #    Programming Guide, "Shared Memory"); ptxas refuses a static allocation past
+        #    0xc000 bytes (probe, tests/compile). lds_bytes: 227 KB (232448) per block as
+        #    dynamic shared memory with the opt-in (the Guide's table for 9.0; the H100 and
+        #    H200 have 228 KB per SM, 1 KB of it reserved per block).
         #  * async copy: cp.async (PTX ISA 9.7.9.25, sm_80+) with src-size: a chunk out of
         #    range copies 0 bytes and lands zeros (kernel/emulate._async_copy_zfill cites
         #    both sources); completion per thread (cp.async.wait_all).
@@ -240,13 +252,17 @@ TARGETS: dict[str, Target] = {
         Target(
             name="sm_90", family="mma", wave_size=32,
             atoms=_atoms(16, 16, 16, "m16n8k16"),
-            lds_bytes=49152, async_lds_copy=True, packed_atomics_native=True,
+            lds_bytes=232448, lds_static_bytes=49152, async_lds_copy=True,
+            packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=True, e_mach=90, vendor="nvidia", lds_row_span=32,
             lds_read_tr="ldmatrix_x4_trans", sync_k_outer_min_vec=1, async_zero_fill=True,
             sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
-                     "lds_bytes": "CUDA Programming Guide: 48 KB static shared per block; "
-                                  "ptxas limit 0xc000 (tests/compile)",
+                     "lds_bytes": "CUDA Programming Guide, compute capability 9.0: 227 KB "
+                                  "shared per block with the opt-in "
+                                  "(cudaFuncAttributeMaxDynamicSharedMemorySize)",
+                     "lds_static_bytes": "CUDA Programming Guide: 48 KB static shared per "
+                                         "block; ptxas limit 0xc000 (tests/compile)",
                      "async_lds_copy": "PTX ISA 9.7.9.25 cp.async (sm_80+); llc-22 selects "
                                        "cp.async.{ca,cg}.shared.global with src-size (probe)",
                      "async_zero_fill": "PTX ISA cp.async src-size (rest zero-filled); "

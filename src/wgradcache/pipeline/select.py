@@ -34,7 +34,13 @@ from dataclasses import dataclass
 
 from wgradcache.kernel import mma
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec, elem_bytes, lds_bytes, loads_per_thread
+from wgradcache.model.spec import (
+    KernelSpec,
+    dynamic_lds_bytes,
+    elem_bytes,
+    lds_bytes,
+    loads_per_thread,
+)
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.abi import pointer_dtypes
 from wgradcache.wgrad.capability import serves
@@ -89,6 +95,7 @@ class Candidate:
         return {"label": self.spec.label(), "key": self.key, "split_k": self.degree,
                 "slice_k": self.slice_k, "reduction": self.reduction, "grid": list(self.grid),
                 "block": self.block, "lds_bytes": self.lds_bytes,
+                "dynamic_lds_bytes": dynamic_lds_bytes(self.spec),
                 "workspace_bytes": self.workspace_bytes, "score": round(self.score, 6),
                 "cost_from": self.cost_from}
 

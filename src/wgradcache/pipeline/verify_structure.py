@@ -34,7 +34,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from wgradcache.model.spec import KernelSpec, lds_bytes, spec_sync_k_outer, sync_stages
+from wgradcache.model.spec import (
+    KernelSpec,
+    dynamic_lds_bytes,
+    lds_bytes,
+    spec_sync_k_outer,
+    sync_stages,
+)
 from wgradcache.model.targets import get_target
 
 __all__ = ["ATOMIC_FENCES", "isa_problems", "binary_facts", "record_differences",
@@ -250,9 +256,11 @@ def entry_problems(spec: KernelSpec, entry, data: bytes,
     problems = _common_problems(co, spec.target)
     problems += _symbol_problems(spec, co.symbol, walked_symbol)
     problems += _abi_problems(co, WGRAD_ARGS, spec.block_size, spec.target)
-    if co.group_segment_fixed_size != lds_bytes(spec):
-        problems.append(f"LDS {co.group_segment_fixed_size} B, generator allocates "
-                        f"{lds_bytes(spec)} B")
+    dynamic = dynamic_lds_bytes(spec)  # an extern array: no static bytes in the binary
+    if co.group_segment_fixed_size != lds_bytes(spec) - dynamic:
+        problems.append(f"LDS {co.group_segment_fixed_size} B static, generator allocates "
+                        f"{lds_bytes(spec)} B" + (f" (dynamic: {dynamic} B at launch)"
+                                                  if dynamic else ""))
     problems += record_differences(entry.symbol, entry.code_object, entry.isa, co, stats)
     return problems + isa_problems(spec, stats)
 

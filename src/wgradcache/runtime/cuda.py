@@ -108,6 +108,7 @@ class CudaKernel:
     module: object
     function: object
     image: bytes = field(repr=False)  # kept alive while the module is loaded
+    dynamic_shared: int = 0  # the opt-in set so far (cuFuncSetAttribute)
 
 
 class CudaSession:
@@ -213,16 +214,24 @@ class CudaSession:
         return k
 
     def launch(self, kernel: CudaKernel, grid: tuple[int, int, int], block: int,
-               kernargs: bytes, offsets: tuple[int, ...] = ()) -> None:
+               kernargs: bytes, offsets: tuple[int, ...] = (), shared: int = 0) -> None:
         """Enqueue one launch on the session's stream. ``kernargs``: the packed block
-        (``abi.pack``); ``offsets``: each parameter's byte offset in it (``kernarg_layout``)."""
+        (``abi.pack``); ``offsets``: each parameter's byte offset in it (``kernarg_layout``);
+        ``shared``: dynamic shared bytes (``spec.dynamic_lds_bytes``). Past 48 KB the
+        function must opt in first (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), once
+        per kernel and size."""
+        if shared > kernel.dynamic_shared:
+            attr = self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(self.cu.cuFuncSetAttribute(kernel.function, attr, int(shared)),
+                   f"cuFuncSetAttribute({kernel.symbol}, dynamic shared {shared} B)")
+            kernel.dynamic_shared = shared
         buf = ctypes.create_string_buffer(bytes(kernargs), max(1, len(kernargs)))
         base = ctypes.addressof(buf)
         params = (ctypes.c_void_p * max(1, len(offsets)))(*[base + o for o in offsets])
         self._pending.append((buf, params))
         gx, gy, gz = (int(g) for g in grid)
-        _check(self.cu.cuLaunchKernel(kernel.function, gx, gy, gz, int(block), 1, 1, 0,
-                                      self.stream, ctypes.addressof(params), 0),
+        _check(self.cu.cuLaunchKernel(kernel.function, gx, gy, gz, int(block), 1, 1,
+                                      int(shared), self.stream, ctypes.addressof(params), 0),
                f"cuLaunchKernel({kernel.symbol})")
 
     def synchronize(self) -> None:

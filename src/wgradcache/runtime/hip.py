@@ -210,12 +210,13 @@ class HipSession:
         return k
 
     def launch(self, kernel: HipKernel, grid: tuple[int, int, int], block: int,
-               kernargs: bytes, offsets: tuple[int, ...] = ()) -> None:
+               kernargs: bytes, offsets: tuple[int, ...] = (), shared: int = 0) -> None:
         """Enqueue one launch on the default stream (in order with the previous ones).
 
         ``kernargs`` is the explicit segment as ``abi.pack`` lays it out; ``offsets`` (each
         argument's place in it) is for CUDA's per-parameter pointers: HIP takes the whole
-        segment."""
+        segment. ``shared``: dynamic LDS bytes (0 on every AMD target: their LDS is
+        static, ``Target.lds_dynamic``)."""
         hip = self.hip
         buf = ctypes.create_string_buffer(bytes(kernargs), len(kernargs))
         size = ctypes.c_size_t(len(kernargs))
@@ -225,8 +226,8 @@ class HipSession:
             hip.HIP_LAUNCH_PARAM_END)
         gx, gy, gz = (int(g) for g in grid)
         self._pending.append((buf, size, extra))
-        _check(hip.hipModuleLaunchKernel(kernel.function, gx, gy, gz, int(block), 1, 1, 0,
-                                         None, None, extra),
+        _check(hip.hipModuleLaunchKernel(kernel.function, gx, gy, gz, int(block), 1, 1,
+                                         int(shared), None, None, extra),
                f"hipModuleLaunchKernel({kernel.symbol})")
 
     def synchronize(self) -> None:

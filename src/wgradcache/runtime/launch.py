@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec
+from wgradcache.model.spec import KernelSpec, dynamic_lds_bytes
 from wgradcache.numerics.error_model import peak_normalised_error
 from wgradcache.pipeline.emulate import EmulationReport, from_storage, prepare_run, to_storage
 from wgradcache.runtime.cuda import CudaDevice, CudaError, CudaSession
@@ -148,7 +148,7 @@ def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, pl
         raise ValueError(f"workspace {vals['ws_bytes']} B in the arguments, {sizes['ws']} B "
                          "allocated")
     session.launch(k1, plan.grid, spec.block_size, pack(WGRAD_ARGS, vals),
-                   offsets=_offsets(WGRAD_ARGS))
+                   offsets=_offsets(WGRAD_ARGS), shared=dynamic_lds_bytes(spec))
     if two_stage:
         k2 = session.load_kernel(stage2.hsaco, stage2.symbol)
         s2 = stage2_values(problem, spec.dw_dtype, plan.ws_replicas, pointers=ptr)
