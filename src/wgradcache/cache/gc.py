@@ -20,8 +20,11 @@ its blob is then an orphan (after the grace). A blob whose last entry this run r
 stale is no young orphan: it goes in the same run, grace or not. Before anything is
 removed every folder of the target is checked (``TargetCache.check_layout``): when
 ``entries/``, ``blobs/`` or ``used/`` is a symlink, gc refuses in one line and removes
-nothing, so it never deletes outside the cache. ``dry_run`` takes no lock and writes
-nothing: it runs on a read-only cache (and reports the blobs stale entries would free).
+nothing, so it never deletes outside the cache; each folder is then held by descriptor
+and every removal is relative to it, so a folder swapped for a symlink while gc runs stops
+it (``CacheMoved``, one line, exit 1) with nothing outside the cache removed.
+``dry_run`` takes no lock and writes nothing: it runs on a read-only cache (and reports
+the blobs stale entries would free).
 """
 
 from __future__ import annotations
