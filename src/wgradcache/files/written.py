@@ -142,14 +142,22 @@ class Folder:
                 raise _naming(e, self.join(name)) from None
             raise
 
+    def writable(self, name: str) -> None:
+        """``Refused`` ("kind") when something other than a regular file is at ``name``:
+        what ``put`` and ``stream`` refuse, for a caller that checks before its work."""
+        try:
+            st = self.lstat(name)
+        except OSError as e:
+            raise Refused("os_error", e.strerror or str(e)) from None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise Refused("kind", kind_of(st.st_mode))
+
     def put(self, name: str, data: bytes) -> None:
         """``write`` for a file a user named: ``Refused`` when something other than a
         regular file is at ``name`` (a symlink is never written through) or the write
         fails."""
+        self.writable(name)
         try:
-            st = self.lstat(name)
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                raise Refused("kind", kind_of(st.st_mode))
             self.write(name, data)
         except OSError as e:
             raise Refused("os_error", e.strerror or str(e)) from None
@@ -158,10 +166,8 @@ class Folder:
         """``name`` made empty and opened for appending text: a fresh file renamed into
         place at once (as ``put`` would, and refusing what ``put`` refuses), so each line
         written is there the moment it is flushed."""
+        self.writable(name)
         try:
-            st = self.lstat(name)
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                raise Refused("kind", kind_of(st.st_mode))
             fd, tmp = self._temp(name)
             try:
                 os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)

@@ -479,8 +479,11 @@ def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
 def write_junit(rep: VerifyReport, path: str | Path) -> None:
     """JUnit XML for CI: one testcase per (entry, level) checked, failures with the reason,
     not-covered entries skipped; a numerics case's system-out names its problems and
-    degrees, so a CI page shows what ran."""
+    degrees, so a CI page shows what ran. Written as every output is
+    (``files.written``): ``Refused`` for a symlink or anything but a regular file there."""
     import xml.etree.ElementTree as ET
+
+    from wgradcache.files.written import write_bytes
 
     ran = {n.key: n.describe() for n in rep.numerics if n.runs}
     suite = ET.Element("testsuite", name="wgradcache.pipeline.verify",
@@ -502,4 +505,4 @@ def write_junit(rep: VerifyReport, path: str | Path) -> None:
     for n in rep.not_covered:
         ET.SubElement(case(n.key, n.label, "numerics"), "skipped", message=n.describe())
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))
