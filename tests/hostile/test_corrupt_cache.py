@@ -130,7 +130,8 @@ def _assert_read_only_commands(s: Scene, line: str, *, shown: str) -> None:
     r = s.run("verify")
     assert r.exit_code == 1, r.output
     orphan = (f"FAIL [integrity] {s.e.blob}: orphan blob: no entry names it (`wgradcache gc "
-              "--orphans` removes it)")  # the entry that names it is not whole
+              "--orphans` removes it once it is 10 minutes old; until then a writer may "
+              "still need it)")  # the entry that names it is not whole
     assert r.stderr.splitlines() == [f"FAIL [integrity] ?: {line}", orphan, VERIFY_FAILED]
     r = s.run("select")  # still serves the rest, and says what it skipped
     assert (r.exit_code, r.stderr.splitlines()) == (0, [select_skipped(line)]), r.output

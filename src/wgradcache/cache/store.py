@@ -81,7 +81,7 @@ from wgradcache.cache.entry import (
 )
 from wgradcache.files.capped import Refused, kind_of
 from wgradcache.files.capped import read_capped as _read_file
-from wgradcache.files.written import Folder
+from wgradcache.files.written import TEMP_NAME, Folder
 
 __all__ = ["blob_suffix", "TargetCache", "CorruptEntry", "CacheRefused", "CacheMoved", "BlobRef",
            "content_key",
@@ -469,7 +469,7 @@ class TargetCache:
         """The folder held open for writes and removals (``_Folders.get``)."""
         return self._folders.get(sub, create)
 
-    def _names(self, sub: str) -> list[os.DirEntry]:
+    def _names(self, sub: str | None) -> list[os.DirEntry]:
         """The folder's listing: through its descriptor once one is held (gc), else by
         path after ``checked_dir``."""
         if self._folders.held(sub):
@@ -501,7 +501,7 @@ class TargetCache:
         assert folder is not None
         folder.write(name, data)
 
-    def _unlink(self, sub: str, name: str) -> None:
+    def _unlink(self, sub: str | None, name: str) -> None:
         """Remove ``<sub>/<name>`` relative to the folder held open (never through a
         symlinked or swapped folder; a symlink itself is removed, not followed)."""
         folder = self._folder(sub, create=False)
@@ -511,6 +511,29 @@ class TargetCache:
             folder.unlink(name)
         except OSError as e:
             raise _at(e, Path(folder.join(name))) from None
+
+    def temp_files(self) -> list[tuple[str | None, str, float]]:
+        """(folder, name, mtime) of each temporary file of the store's naming
+        (``files.written.TEMP_NAME``: ``.<name>.<8 characters>.tmp``) in the target folder
+        and its subfolders, regular files only (``lstat``): what a process killed between
+        a temp file's create and its rename leaves. Nothing else is ever listed, so gc
+        removes nothing it did not name."""
+        out = []
+        for sub in (None, *self._SUBDIRS):
+            for e in self._names(sub):
+                if TEMP_NAME.fullmatch(e.name) and e.is_file(follow_symlinks=False):
+                    out.append((sub, e.name, e.stat(follow_symlinks=False).st_mtime))
+        return sorted(out, key=lambda t: (t[0] or "", t[1]))
+
+    def temp_path(self, sub: str | None, name: str) -> Path:
+        return self.dir / sub / name if sub else self.dir / name
+
+    def remove_temp(self, sub: str | None, name: str) -> None:
+        """Remove a temporary file ``temp_files`` listed (call under the writer lock)."""
+        if sub not in (None, *self._SUBDIRS) or not TEMP_NAME.fullmatch(name):
+            raise CorruptEntry(f"{self.dir}: corrupt: {name[:60]!r} is not a temporary file "
+                               "of this store")
+        self._unlink(sub, name)
 
     # -- locking --------------------------------------------------------------------
     def lock(self) -> _WriterLock:
