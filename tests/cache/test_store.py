@@ -42,7 +42,7 @@ def test_atomic_write_leaves_no_temp_on_failure(tmp_path, monkeypatch):
     target = tmp_path / "x" / "f.json"
     atomic_write(target, b"old")
 
-    def boom(src, dst):
+    def boom(src, dst, **kw):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)

@@ -46,7 +46,8 @@ def test_small_cache_passes_numerics_from_the_cli(small_cache, tmp_path, monkeyp
     # 18 entries and the stage-2 kernels of the two-stage ones (fp16, bf16 at R = 8)
     assert (doc["ok"], doc["checked"], doc["failed"], doc["not_covered"]) == (True, 20, 0, 0)
     assert doc["targets"]["gfx1250"] == {"entries": 18, "expected": 18, "missing": 0,
-                                         "complete": True, "orphans": 0}
+                                         "complete": True, "orphans": 0,
+                                         "temp_files": 0}
     # no GPU here: the device path says so in one line instead of failing silently
     assert any(n.startswith("hip: no gfx1250 device") for n in doc["notes"])
     split = {e.label for _, e in TargetCache(small_cache["cache"], "gfx1250").iter_entries()
@@ -124,7 +125,8 @@ def test_orphan_blob(small_cache, tmp_path):
     cache.write_blob("f" * 64, b"\x7fELF orphan")
     reasons = _fail_reasons(cache, geo, "integrity")
     assert [r for r in reasons if r[1].startswith("orphan blob")] == [
-        ("integrity", "orphan blob: no entry names it (`wgradcache gc --orphans` removes it)")]
+        ("integrity", "orphan blob: no entry names it (`wgradcache gc --orphans` removes it "
+                      "once it is 10 minutes old; until then a writer may still need it)")]
     doc = json.loads(_verify(cache.root, geo, "--level", "integrity").stdout)
     assert (doc["failed"], doc["targets"]["gfx1250"]["orphans"]) == (1, 1)
 

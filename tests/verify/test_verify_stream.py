@@ -67,5 +67,5 @@ def test_a_stream_path_that_cannot_be_written_is_one_line(small_cache, tmp_path,
                                           "file\n")
     missing = tmp_path / "no" / "such" / "r.jsonl"
     r = _verify(small_cache, "--stream", str(missing))
-    assert (r.exit_code, r.stderr) == (2, f"error: --stream {missing}: No such file or "
-                                          "directory\n")
+    assert (r.exit_code, r.stderr) == (2, f"error: --stream {missing}: cannot write: No "
+                                          "such file or directory\n")

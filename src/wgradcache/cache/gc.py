@@ -1,9 +1,12 @@
 """Garbage collection of one target's cache: stale entries, orphan blobs, LRU past a bound.
 
 Runs under the target's writer lock, so a concurrent build never publishes half a job into
-a directory being collected. A build writes a blob and its entries in one lock hold; a blob
-younger than ``grace`` seconds is still never treated as an orphan, in case a writer from
-an older tool version wrote the blob first and the entry in a second hold.
+a directory being collected. A build writes a blob and its entries in one lock hold; a
+blob younger than ``grace`` seconds (``ORPHAN_GRACE``) is still never treated as an
+orphan, in case a writer from an older tool version wrote the blob first and the entry in
+a second hold. A temporary file of the store's naming (``.<name>.<8 characters>.tmp``,
+what a SIGKILL between a write's create and its rename leaves) older than the same grace
+is removed too; nothing else in the folders is.
 
 "Least recently used" is the explicit stamp ``used/<content key>``, written when a build
 or a merge publishes the blob: the order is oldest-published first, not last-served.
@@ -20,8 +23,11 @@ its blob is then an orphan (after the grace). A blob whose last entry this run r
 stale is no young orphan: it goes in the same run, grace or not. Before anything is
 removed every folder of the target is checked (``TargetCache.check_layout``): when
 ``entries/``, ``blobs/`` or ``used/`` is a symlink, gc refuses in one line and removes
-nothing, so it never deletes outside the cache. ``dry_run`` takes no lock and writes
-nothing: it runs on a read-only cache (and reports the blobs stale entries would free).
+nothing, so it never deletes outside the cache; each folder is then held by descriptor
+and every removal is relative to it, so a folder swapped for a symlink while gc runs stops
+it (``CacheMoved``, one line, exit 1) with nothing outside the cache removed.
+``dry_run`` takes no lock and writes nothing: it runs on a read-only cache (and reports
+the blobs stale entries would free).
 """
 
 from __future__ import annotations
@@ -34,7 +40,17 @@ from dataclasses import dataclass, field
 from wgradcache.cache.entry import Entry, Stage2Entry
 from wgradcache.cache.store import CorruptEntry, TargetCache, stage2_of
 
-__all__ = ["GcReport", "gc", "parse_size", "MAX_SIZE"]
+__all__ = ["GcReport", "gc", "parse_size", "MAX_SIZE", "ORPHAN_GRACE", "grace_text"]
+
+ORPHAN_GRACE = 600.0
+"""Seconds gc spares a blob no entry names, and a temporary file of the store's naming: a
+writer may still name the blob or rename the file. ``verify``'s hint for what it finds
+says the same."""
+
+
+def grace_text() -> str:
+    """``ORPHAN_GRACE`` in words: "10 minutes"."""
+    return f"{ORPHAN_GRACE / 60:g} minutes"
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
           "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
@@ -70,6 +86,7 @@ class GcReport:
     orphan_blobs: list[str] = field(default_factory=list)
     evicted_blobs: list[str] = field(default_factory=list)
     evicted_entries: list[str] = field(default_factory=list)
+    temp_files: list[str] = field(default_factory=list)  # stale temps, as <folder>/<name>
     bytes_before: int = 0
     bytes_after: int = 0
     notes: list[str] = field(default_factory=list)  # one line per corrupt entry: why
@@ -80,6 +97,7 @@ class GcReport:
                 "orphan_blobs": len(self.orphan_blobs),
                 "evicted_blobs": len(self.evicted_blobs),
                 "evicted_entries": len(self.evicted_entries),
+                "temp_files": len(self.temp_files),
                 "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
 
 
@@ -94,7 +112,7 @@ class _Needs:
 
 
 def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = True,
-       orphans: bool = True, max_size: int | None = None, grace: float = 600.0,
+       orphans: bool = True, max_size: int | None = None, grace: float = ORPHAN_GRACE,
        dry_run: bool = False) -> GcReport:
     """Collect; ``live_identities`` is what the current walk yields (None: skip stale)."""
     rep = GcReport(cache.target)
@@ -108,6 +126,7 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
             _orphans(cache, sizes, needs, grace, dry_run, rep)
         if max_size is not None:
             _evict(cache, sizes, needs, max_size, dry_run, rep)
+        _temps(cache, grace, dry_run, rep)
         rep.bytes_after = sum(sizes.values())
     return rep
 
@@ -169,6 +188,18 @@ def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, grace: fl
         if not dry_run:
             cache.remove_blob(key)
         del sizes[key]
+
+
+def _temps(cache: TargetCache, grace: float, dry_run: bool, rep: GcReport) -> None:
+    """Temporary files of the store's naming older than the grace (a killed writer's; a
+    younger one may be a live writer's, about to be renamed)."""
+    now = time.time()
+    for sub, name, mtime in cache.temp_files():
+        if now - mtime < grace:
+            continue
+        rep.temp_files.append(f"{sub}/{name}" if sub else name)
+        if not dry_run:
+            cache.remove_temp(sub, name)
 
 
 def _evict(cache: TargetCache, sizes: dict[str, int], needs: _Needs, max_size: int,

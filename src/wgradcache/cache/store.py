@@ -35,32 +35,38 @@ is also its one reader, and trusts nothing in it:
 * a blob is trusted only after ``check_blob``: its size and sha256 equal what the entry
   records.
 
-Every file is written to a temporary name in the same directory and moved into place with
-``os.replace``, so a reader sees the old file or the new one, never half of one; it gets
-the mode the umask gives (``mkstemp`` alone makes 0600). A write that fails (ENOSPC,
-EROFS, EACCES, ENOTDIR) raises the ``OSError`` with the path it was writing and leaves
-nothing half-published: a blob whose sidecar could not be written is removed again. An
-entry names its blob's size and sha256 and is written after the blob: an entry on disk
-means its blob was whole when it was published. Writers take one lock per target
-directory (filelock), created only when something is written, so a read-only cache serves
+Every writer and remover (build's publish and stage-2 writer, gc, merge, refresh) works
+through folders held by descriptor (``_Folders``): the target folder and each subfolder
+are opened once, ``O_DIRECTORY | O_NOFOLLOW``, and every later create, rename, stat and
+unlink is relative to that descriptor (``files/written.py``'s ``Folder``). Each use first
+proves that the path still names the folder held; a folder renamed away and replaced by a
+symlink mid-run stops the run with ``CacheMoved`` (one line naming it), and nothing is
+written or removed outside the cache (a swap between the proof and the call still lands in
+the folder held). Every file is written to a temporary name in the same directory
+(``O_EXCL | O_NOFOLLOW``) and moved into place with ``os.replace``, so a reader sees the
+old file or the new one, never half of one; it gets the mode the umask gives. A write
+that fails (ENOSPC, EROFS, EACCES, ENOTDIR) raises the ``OSError`` with the path it was
+writing and leaves nothing half-published: a blob whose sidecar could not be written is
+removed again. An entry names its blob's size and sha256 and is written after the blob:
+an entry on disk means its blob was whole when it was published. Writers take one lock
+per target directory (a ``flock`` on ``.lock``), created only when something is written,
+so a read-only cache serves
 every read; readers never lock.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from filelock import FileLock
 
 from wgradcache.cache.entry import (
     BlobMeta,
@@ -75,8 +81,10 @@ from wgradcache.cache.entry import (
 )
 from wgradcache.files.capped import Refused, kind_of
 from wgradcache.files.capped import read_capped as _read_file
+from wgradcache.files.written import TEMP_NAME, Folder
 
-__all__ = ["blob_suffix", "TargetCache", "CorruptEntry", "CacheRefused", "BlobRef", "content_key",
+__all__ = ["blob_suffix", "TargetCache", "CorruptEntry", "CacheRefused", "CacheMoved", "BlobRef",
+           "content_key",
            "atomic_write", "read_capped", "sha256_bytes", "blank_symbol", "stage2_name",
            "stage2_of", "MAX_RECORD", "MAX_LOG", "MAX_BLOB"]
 
@@ -100,6 +108,22 @@ class CacheRefused(OSError):
 
     def __init__(self, path: str | os.PathLike, reason: str):
         super().__init__(errno.EPERM, reason, str(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+class CacheMoved(OSError):
+    """A folder of the cache (``<target>``, ``entries``, ``blobs``...) that this run holds
+    open is no longer what its path names: renamed away, a symlink or another folder put in
+    its place. The run stops (one line naming the folder, exit 1); nothing was written or
+    removed through the new path, since every write and unlink is relative to the folder
+    held. An ``OSError`` of ``STOPPING``'s errno, so that a build stops publishing."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(errno.EPERM, "was replaced while this run used it (a symlink or "
+                         "another folder is there now): stopped, nothing written or removed "
+                         "through it", str(path))
 
     def __str__(self) -> str:
         return f"{self.filename}: {self.strerror}"
@@ -178,25 +202,6 @@ def read_capped(path: Path, cap: int) -> bytes | None:
 
 
 # -- writing ------------------------------------------------------------------------------
-_UMASK: int | None = None
-
-
-def _file_mode() -> int:
-    """0o666 less the process umask, as ``open`` would create a file; read once, from
-    /proc where it is (``os.umask`` can only be read by setting it, which races with
-    other threads creating files), else by setting and restoring it once."""
-    global _UMASK
-    if _UMASK is None:
-        try:
-            with open("/proc/self/status") as f:
-                _UMASK = next(int(line.split()[1], 8) for line in f
-                              if line.startswith("Umask:"))
-        except (OSError, StopIteration, ValueError, IndexError):
-            _UMASK = os.umask(0o022)
-            os.umask(_UMASK)
-    return 0o666 & ~_UMASK
-
-
 def _with_path(e: OSError, path: Path) -> OSError:
     """The error naming ``path`` when it names none (a ``write`` that hit ENOSPC)."""
     if e.filename is None:
@@ -204,30 +209,99 @@ def _with_path(e: OSError, path: Path) -> OSError:
     return e
 
 
+def _at(e: OSError, path: Path) -> OSError:
+    """The error of an operation relative to a folder descriptor, naming ``path`` (its own
+    filename is the bare name)."""
+    if isinstance(e, (CacheRefused, CacheMoved)):
+        return e
+    return type(e)(e.errno, e.strerror or str(e), str(path))
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Temp file in the same directory, fsync, ``os.replace``: never a half-written file.
-    The file gets the umask's mode; a failure raises the OSError naming ``path`` and
-    leaves no temp file."""
+    """Temp file in the same directory, fsync, ``os.replace`` (``Folder.write``): never a
+    half-written file. The file gets the umask's mode; a failure raises the OSError naming
+    ``path`` and leaves no temp file."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        folder = Folder.open(path.parent)
     except OSError as e:
         raise _with_path(e, path) from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _file_mode())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
+        folder.write(path.name, data)
+    finally:
+        folder.close()
+
+
+class _Folders:
+    """The target folder and its subfolders, each opened once by descriptor (``Folder``,
+    never through a symlink) the first time a writer or gc uses it. Every later use first
+    proves that the path still names the folder held (``st_dev``/``st_ino`` of the name in
+    its parent's descriptor), else ``CacheMoved``; the write or unlink itself is relative
+    to the descriptor, so even a swap between that proof and the call lands in the folder
+    held, inside the cache. The root is opened following links: it is where the user put
+    the cache."""
+
+    def __init__(self, cache: TargetCache):
+        self._cache = cache
+        self._root: Folder | None = None
+        self._top: Folder | None = None
+        self._subs: dict[str, Folder] = {}
+
+    def held(self, sub: str | None) -> bool:
+        return self._top is not None and (sub is None or sub in self._subs)
+
+    def get(self, sub: str | None, create: bool) -> Folder | None:
+        """``<target>`` (``sub`` None) or ``<target>/<sub>``, proven still in place; None
+        when absent and not ``create``."""
+        top = self._target(create)
+        if top is None or sub is None:
+            return top
+        held = self._subs.get(sub)
+        if held is None:
+            held = self._open(top, sub, self._cache.dir / sub, create)
+            if held is not None:
+                self._subs[sub] = held
+        elif not top.holds(sub, held):
+            raise CacheMoved(self._cache.dir / sub)
+        return held
+
+    def _target(self, create: bool) -> Folder | None:
+        c = self._cache
+        if self._top is not None:
+            assert self._root is not None
+            if not self._root.holds(c.target, self._top):
+                raise CacheMoved(c.dir)
+            return self._top
+        if self._root is None:
+            try:
+                try:
+                    self._root = Folder.open(c.root)
+                except FileNotFoundError:
+                    if not create:
+                        return None
+                    os.makedirs(c.root, exist_ok=True)
+                    self._root = Folder.open(c.root)
+            except NotADirectoryError:
+                raise CacheRefused(c.root, "not a directory: not a cache") from None
+            except OSError as e:
+                raise _with_path(e, c.root) from None
+        self._top = self._open(self._root, c.target, c.dir, create)
+        return self._top
+
+    @staticmethod
+    def _open(parent: Folder, name: str, path: Path, create: bool) -> Folder | None:
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            raise _with_path(e, path) from None
-        raise
+            st = parent.lstat(name)
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                raise CacheRefused(path, f"{kind_of(st.st_mode)}, not a directory: not "
+                                         "followed out of the cache (remove it)")
+            if st is None and not create:
+                return None
+            return parent.sub(name, create=create)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped since the lstat
+                raise CacheMoved(path) from None
+            raise _at(e, path) from None
 
 
 def _line(record: dict) -> bytes:
@@ -252,42 +326,60 @@ def _read_lines(path: Path) -> list[dict]:
 
 
 class _WriterLock:
-    """The target's writer lock: a reentrant FileLock on ``<target>/.lock``, created by the
-    first write (so a read-only cache is never asked for it) and refused when ``.lock`` is
-    a directory, a symlink or anything but a regular file. Failing to create or take it
-    raises the OSError naming the lock's path."""
+    """The target's writer lock: a reentrant ``flock`` on ``<target>/.lock`` (the lock the
+    filelock package takes, so older versions of this tool and this one exclude each
+    other), opened relative to the target folder's descriptor, created by the first write
+    (so a read-only cache is never asked for it) and refused when ``.lock`` is a directory,
+    a symlink or anything but a regular file. Failing to create or take it raises the
+    OSError naming the lock's path."""
 
     def __init__(self, cache: TargetCache):
         self._cache = cache
-        self._lock: FileLock | None = None
+        self._fd: int | None = None
+        self._depth = 0
 
     @property
     def is_locked(self) -> bool:
-        return self._lock is not None and self._lock.is_locked
+        return self._depth > 0
 
     def __enter__(self) -> _WriterLock:
-        if not self.is_locked:
-            path = self._cache.make_dir(None) / ".lock"
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                pass
-            else:
-                if not stat.S_ISREG(st.st_mode):
-                    raise CacheRefused(path, f"{kind_of(st.st_mode)}, not a regular file: not "
-                                             "a lock this tool will open (remove it)")
-            if self._lock is None:
-                self._lock = FileLock(str(path))
-        assert self._lock is not None
-        try:
-            self._lock.acquire()
-        except OSError as e:
-            raise _with_path(e, self._cache.dir / ".lock") from None
+        if self._depth == 0:
+            self._fd = self._open()
+        self._depth += 1
         return self
 
+    def _open(self) -> int:
+        path = self._cache.dir / ".lock"
+        top = self._cache._folder(None, create=True)
+        assert top is not None
+        try:
+            st = top.lstat(".lock")
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise CacheRefused(path, f"{kind_of(st.st_mode)}, not a regular file: not "
+                                         "a lock this tool will open (remove it)")
+            fd = top.open_file(".lock", os.O_RDWR | os.O_CREAT | os.O_NONBLOCK)
+        except OSError as e:
+            raise _at(e, path) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CacheRefused(path, "not a regular file: not a lock this tool will "
+                                         "open (remove it)")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException as e:
+            os.close(fd)
+            if isinstance(e, OSError):
+                raise _at(e, path) from None
+            raise
+        return fd
+
     def __exit__(self, *exc) -> None:
-        assert self._lock is not None
-        self._lock.release()
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
 
 def blob_suffix(target: str) -> str:
@@ -322,6 +414,7 @@ class TargetCache:
         self.rejects_path = self.dir / "rejects.jsonl"
         self.stats_path = self.dir / "stats.jsonl"
         self._lock = _WriterLock(self)
+        self._folders = _Folders(self)
         self._dirs_ok: set[str] = set()
         # key -> ((size, mtime_ns, inode), sha256) of the blob file last hashed
         self._blob_ok: dict[str, tuple[tuple[int, int, int], str]] = {}
@@ -360,36 +453,32 @@ class TargetCache:
 
     def check_layout(self) -> bool:
         """Whether the target folder exists, after proving it and every folder in it a
-        directory (CacheRefused otherwise): what gc checks before it removes anything, so
-        a symlinked ``used/`` is refused before an entry is touched."""
+        directory (CacheRefused otherwise) and opening each (``_Folders``): what gc checks
+        before it removes anything, so a symlinked ``used/`` is refused before an entry is
+        touched, and a folder swapped later stops it (``CacheMoved``)."""
         if self.checked_dir(None) is None:
             return False
         for sub in self._SUBDIRS:
             self.checked_dir(sub)
+        if self._folder(None, create=False) is not None:
+            for sub in self._SUBDIRS:
+                self._folder(sub, create=False)
         return True
 
-    def make_dir(self, sub: str | None) -> Path:
-        """``checked_dir``, created when absent (OSError naming the path otherwise)."""
-        path = self.checked_dir(sub)
-        if path is not None:
-            return path
-        path = self.dir / sub if sub else self.dir
-        try:
-            if sub:
-                self.make_dir(None)
-                os.mkdir(path)
-            else:
-                os.makedirs(path)
-        except FileExistsError:
-            pass  # a concurrent writer made it; checked below
-        except OSError as e:
-            raise _with_path(e, path) from None
-        made = self.checked_dir(sub)
-        if made is None:
-            raise FileNotFoundError(errno.ENOENT, "vanished after mkdir", str(path))
-        return made
+    def _folder(self, sub: str | None, create: bool) -> Folder | None:
+        """The folder held open for writes and removals (``_Folders.get``)."""
+        return self._folders.get(sub, create)
 
-    def _names(self, sub: str) -> list[os.DirEntry]:
+    def _names(self, sub: str | None) -> list[os.DirEntry]:
+        """The folder's listing: through its descriptor once one is held (gc), else by
+        path after ``checked_dir``."""
+        if self._folders.held(sub):
+            folder = self._folder(sub, create=False)
+            assert folder is not None
+            try:
+                return folder.scandir()
+            except OSError as e:
+                raise CacheRefused(folder.path, f"cannot be listed ({e.strerror})") from None
         d = self.checked_dir(sub)
         if d is None:
             return []
@@ -407,25 +496,49 @@ class TargetCache:
         return self.dir / sub / f"{key}{ext}"
 
     def _write(self, sub: str | None, name: str, data: bytes) -> None:
-        atomic_write(self.make_dir(sub) / name, data)
+        """``<sub>/<name>`` by ``Folder.write`` in the folder held open."""
+        folder = self._folder(sub, create=True)
+        assert folder is not None
+        folder.write(name, data)
 
-    def _unlink(self, sub: str, name: str) -> None:
-        """Remove ``<sub>/<name>`` (never through a symlinked folder; a symlink itself is
-        removed, not followed)."""
-        d = self.checked_dir(sub)
-        if d is None:
+    def _unlink(self, sub: str | None, name: str) -> None:
+        """Remove ``<sub>/<name>`` relative to the folder held open (never through a
+        symlinked or swapped folder; a symlink itself is removed, not followed)."""
+        folder = self._folder(sub, create=False)
+        if folder is None:
             return
         try:
-            os.unlink(d / name)
-        except FileNotFoundError:
-            pass
+            folder.unlink(name)
         except OSError as e:
-            raise _with_path(e, d / name) from None
+            raise _at(e, Path(folder.join(name))) from None
+
+    def temp_files(self) -> list[tuple[str | None, str, float]]:
+        """(folder, name, mtime) of each temporary file of the store's naming
+        (``files.written.TEMP_NAME``: ``.<name>.<8 characters>.tmp``) in the target folder
+        and its subfolders, regular files only (``lstat``): what a process killed between
+        a temp file's create and its rename leaves. Nothing else is ever listed, so gc
+        removes nothing it did not name."""
+        out = []
+        for sub in (None, *self._SUBDIRS):
+            for e in self._names(sub):
+                if TEMP_NAME.fullmatch(e.name) and e.is_file(follow_symlinks=False):
+                    out.append((sub, e.name, e.stat(follow_symlinks=False).st_mtime))
+        return sorted(out, key=lambda t: (t[0] or "", t[1]))
+
+    def temp_path(self, sub: str | None, name: str) -> Path:
+        return self.dir / sub / name if sub else self.dir / name
+
+    def remove_temp(self, sub: str | None, name: str) -> None:
+        """Remove a temporary file ``temp_files`` listed (call under the writer lock)."""
+        if sub not in (None, *self._SUBDIRS) or not TEMP_NAME.fullmatch(name):
+            raise CorruptEntry(f"{self.dir}: corrupt: {name[:60]!r} is not a temporary file "
+                               "of this store")
+        self._unlink(sub, name)
 
     # -- locking --------------------------------------------------------------------
     def lock(self) -> _WriterLock:
         """The target's writer lock; one reentrant object per TargetCache (a second
-        FileLock on the same file in this process would wait for the first forever)."""
+        ``flock`` on the same file in this process would wait for the first forever)."""
         return self._lock
 
     # -- blobs and their sidecars ---------------------------------------------------
@@ -598,8 +711,17 @@ class TargetCache:
         return dict(sorted(out.items()))
 
     def blob_mtime(self, key: str) -> float:
+        """The blob's mtime (``lstat``; relative to ``blobs/`` once it is held: gc's
+        grace), 0.0 when it cannot be read."""
+        path = self.blob_path(key)
         try:
-            return os.lstat(self.blob_path(key)).st_mtime
+            if self._folders.held("blobs"):
+                folder = self._folder("blobs", create=False)
+                st = folder.lstat(path.name) if folder is not None else None
+                return st.st_mtime if st is not None else 0.0
+            return os.lstat(path).st_mtime
+        except (CacheMoved, CacheRefused):
+            raise
         except OSError:
             return 0.0
 
@@ -740,15 +862,14 @@ class TargetCache:
         """One line at the end of ``stats.jsonl``, in a single O_APPEND write (whole lines
         without the lock). A log, so best effort: False, and nothing raised, when it cannot
         be written (a read-only cache answering an up-to-date build)."""
+        name = self.stats_path.name
         try:
-            path = self.make_dir(None) / self.stats_path.name
-            try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    return False
-            except FileNotFoundError:
-                pass
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-                         | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+            top = self._folder(None, create=True)
+            assert top is not None
+            st = top.lstat(name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                return False
+            fd = top.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK)
         except OSError:
             return False
         try:

@@ -222,15 +222,18 @@ def merge(sources, dest, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print report.json")
 def refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir, as_json) -> None:
     """The nightly job: build the plan incrementally, gc, verify, write the report."""
-    from wgradcache.pipeline.refresh import PlanError, load_plan
+    from wgradcache.pipeline.refresh import PlanError, ReportRefused, load_plan
     from wgradcache.pipeline.refresh import refresh as run_refresh
 
     try:
         plan = load_plan(plan_path)
     except (PlanError, ValueError) as e:
         raise UserError(str(e)) from None
-    doc = run_refresh(plan, str(cache_dir), report_dir, jobs=jobs or 0, shard=shard,
-                      geometries_file=geometries_file)
+    try:
+        doc = run_refresh(plan, str(cache_dir), report_dir, jobs=jobs or 0, shard=shard,
+                          geometries_file=geometries_file)
+    except ReportRefused as e:
+        raise UserError(str(e)) from None
     if as_json:
         click.echo(json.dumps(doc, indent=1, sort_keys=True))
     else:

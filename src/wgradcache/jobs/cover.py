@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from wgradcache.files.capped import Refused
-from wgradcache.files.written import write_text
+from wgradcache.files.written import refusal, write_text
 from wgradcache.jobs.geometries import MAX_COVER, default_jobdata
 from wgradcache.jobs.timings import Timing, Timings, TimingsError, load_timings
 from wgradcache.jobs.walk import LADDER_VARIANTS
@@ -396,5 +396,4 @@ def write_block(result: CoverResult, out: str) -> None:
     try:
         write_text(out, cover_block(result))
     except Refused as e:
-        what = f"{e.detail}, not a regular file" if e.code == "kind" else e.detail
-        raise TimingsError(f"--out {where}: cannot write: {what}") from None
+        raise TimingsError(f"--out {where}: cannot write: {refusal(e)}") from None

@@ -18,17 +18,28 @@ import yaml
 
 from wgradcache.cache.gc import gc, parse_size
 from wgradcache.cache.store import TargetCache
+from wgradcache.files.capped import Refused
+from wgradcache.files.written import Folder, open_out, refusal
 from wgradcache.jobs.yamlsafe import NodeReader, clip
 from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS
 from wgradcache.model.targets import TARGETS
 from wgradcache.pipeline.build import BuildRequest, BuildSummary, build
 from wgradcache.pipeline.verify import LEVELS, VerifyRequest, verify
 
-__all__ = ["Plan", "PlanError", "load_plan", "refresh", "render_markdown"]
+__all__ = ["Plan", "PlanError", "ReportRefused", "load_plan", "refresh", "render_markdown"]
 
 
 class PlanError(ValueError):
     pass
+
+
+class ReportRefused(ValueError):
+    """``report.json`` or ``report.md`` is a symlink or not a regular file, or cannot be
+    written (the folder persists between nights: a link planted there would redirect the
+    write). One line; checked before the build and again at the write."""
+
+
+REPORTS = ("report.json", "report.md")
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,7 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
 
     require_tools(plan.targets)  # every target's tools before the first one builds
     report_dir = Path(report_dir)
+    out = _report_folder(report_dir)  # a link planted there: refused before the build
     previous = _previous(report_dir / "report.json")
     _, toolchain, tdigest = codegen_context()
     doc: dict = {"when": time.time(), "toolchain": toolchain, "toolchain_digest": tdigest,
@@ -170,10 +182,31 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
         ok = ok and summary.ok and vrep.ok
         doc["targets"][target] = tdoc
     doc["ok"] = ok
-    report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "report.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
-    (report_dir / "report.md").write_text(render_markdown(doc))
+    for name, text in (("report.json", json.dumps(doc, indent=1, sort_keys=True)),
+                       ("report.md", render_markdown(doc))):
+        try:
+            out.put(name, text.encode())
+        except Refused as e:
+            raise ReportRefused(f"--report-dir {report_dir}: {name}: cannot write: "
+                                f"{refusal(e)}") from None
     return doc
+
+
+def _report_folder(report_dir: Path) -> Folder:
+    """The report folder, held by descriptor, once both report files are proven
+    writable there (no symlink, nothing but a regular file): ``ReportRefused``."""
+    try:
+        out = open_out(report_dir)
+    except Refused as e:
+        raise ReportRefused(f"--report-dir {report_dir}: cannot write: {refusal(e)}") \
+            from None
+    for name in REPORTS:
+        try:
+            out.writable(name)
+        except Refused as e:
+            raise ReportRefused(f"--report-dir {report_dir}: {name}: cannot write: "
+                                f"{refusal(e)}") from None
+    return out
 
 
 def _previous(path: Path) -> dict:

@@ -10,9 +10,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from wgradcache.files.capped import Refused
+from wgradcache.files.written import Folder, open_out, refusal
 from wgradcache.model.spec import KernelSpec, validate
 
-__all__ = ["CompileReport", "compile_one"]
+__all__ = ["CompileReport", "OutputRefused", "compile_one"]
+
+
+class OutputRefused(ValueError):
+    """A file of ``--out`` that is a symlink or not a regular file, or cannot be written:
+    one line (exit 2); nothing is written through it (``files.written``)."""
 
 
 @dataclass(frozen=True)
@@ -26,9 +33,11 @@ class CompileReport:
 
 def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
                 check: bool = True, geometries_file: str | None = None) -> CompileReport:
-    """Emit, compile and write the four files; ``check=False`` skips the validator (to
-    reproduce a kernel the rules refuse). ``geometries_file``: the job data whose rules
-    the spec is checked against (None: the shipped one)."""
+    """Emit, compile and write the four files (``OutputRefused`` when one of them is a
+    symlink or not a regular file: checked before the compile, and again at each write);
+    ``check=False`` skips the validator (to reproduce a kernel the rules refuse).
+    ``geometries_file``: the job data whose rules the spec is checked against (None: the
+    shipped one)."""
     from wgradcache.cache.store import content_key
     from wgradcache.compile.codegen import CodegenOptions
     from wgradcache.compile.isa import isa_stats
@@ -47,12 +56,17 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     # a set-up error before anything is written
     require_tools([spec.target])
     options, toolchain, _ = codegen_context(spec.target)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     label = spec.label()
+    names = {kind: f"{label}.{kind}" for kind in ("ll", "s", "hsaco", "json")}
+    try:
+        out = open_out(out_dir)
+        for name in names.values():  # a link at any of them: nothing written
+            out.writable(name)
+    except Refused as e:
+        raise OutputRefused(f"--out {out_dir}: cannot write: {refusal(e)}") from None
     k = emit_ir(spec, check=check)
-    files = {"ll": str(out / f"{label}.ll")}
-    Path(files["ll"]).write_text(k.ir_text)
+    files = {"ll": out.join(names["ll"])}
+    _put(out, names["ll"], k.ir_text.encode())
     res = compile_isolated(k.ir_text, spec.target, CodegenOptions(), timeout=timeout,
                            listing="assembly")
     doc: dict = {"label": label, "identity_key": spec.identity_key(), "symbol": k.symbol,
@@ -62,16 +76,22 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
                  "codegen_options": options}
     if not res.ok:
         doc["error"] = res.error
-        files["json"] = str(out / f"{label}.json")
-        Path(files["json"]).write_text(json.dumps(doc, indent=1, sort_keys=True))
+        files["json"] = out.join(names["json"])
+        _put(out, names["json"], json.dumps(doc, indent=1, sort_keys=True).encode())
         return CompileReport(False, label, files, res.error, doc)
-    files["s"] = str(out / f"{label}.s")
-    files["hsaco"] = str(out / f"{label}.hsaco")
-    files["json"] = str(out / f"{label}.json")
-    Path(files["s"]).write_text(res.obj.asm)
-    Path(files["hsaco"]).write_bytes(res.obj.hsaco)
+    for kind in ("s", "hsaco", "json"):
+        files[kind] = out.join(names[kind])
+    _put(out, names["s"], res.obj.asm.encode())
+    _put(out, names["hsaco"], res.obj.hsaco)
     doc["code_object"] = res.obj.info.to_dict()
     doc["isa"] = isa_stats(res.obj.asm)
     doc["timings"] = dict(res.obj.timings)
-    Path(files["json"]).write_text(json.dumps(doc, indent=1, sort_keys=True))
+    _put(out, names["json"], json.dumps(doc, indent=1, sort_keys=True).encode())
     return CompileReport(True, label, files, "", doc)
+
+
+def _put(out: Folder, name: str, data: bytes) -> None:
+    try:
+        out.put(name, data)
+    except Refused as e:
+        raise OutputRefused(f"{out.join(name)}: cannot write: {refusal(e)}") from None

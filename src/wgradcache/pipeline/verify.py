@@ -7,8 +7,10 @@ Four levels, each including the ones before it:
   entry is stale (its identity is no longer walked), and the entry count is compared with
   ``count`` (complete or not, and how much is missing). An orphan blob (no entry names it:
   what a build killed between a blob's publish and its entry's leaves) is a failure too,
-  counted in the summary with the hint that ``gc --orphans`` removes it: a cache that
-  holds bytes nothing accounts for has not been proven whole, and gc makes it whole
+  counted in the summary with the hint that ``gc --orphans`` removes it (once it is past
+  gc's grace, ``ORPHAN_GRACE``: the hint says when). A temporary file of the store's naming
+  (a write killed between create and rename) is a failure too, with gc's hint: a cache
+  that holds bytes nothing accounts for has not been proven whole, and gc makes it whole
   without a rebuild;
 * structure (``verify_structure``): each stored code object is read and disassembled, and
   its symbol, kernel arguments, LDS, registers and ISA statistics derived from the bytes
@@ -39,6 +41,7 @@ has not proven the cache. Without ``--problem`` the probes serve every walked sp
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,16 +257,40 @@ def _check_stage2(cache: TargetCache, good: list[_Row], rep: VerifyReport,
     return rows
 
 
+def _gc_hint(command: str, mtime: float) -> str:
+    """What gc does with a leftover of this age: at once, or once past ``ORPHAN_GRACE``
+    (gc's own grace: the hint never promises a removal gc would not do)."""
+    from wgradcache.cache.gc import ORPHAN_GRACE, grace_text
+
+    if time.time() - mtime >= ORPHAN_GRACE:
+        return f"`{command}` removes it"
+    return (f"`{command}` removes it once it is {grace_text()} old; until then a writer may "
+            "still need it")
+
+
 def _check_orphans(cache: TargetCache, referenced: set[str], rep: VerifyReport) -> int:
     """One failure per blob no entry names (left by a build killed between a blob and its
     entry, or by an entry removed by hand); returns how many."""
     orphans = [k for k in cache.blob_keys() if k not in referenced]
     for key in orphans:
         rep.checked += 1
+        hint = _gc_hint("wgradcache gc --orphans", cache.blob_mtime(key))
         rep.failures.append(Failure(key, "", "integrity",
-                                    "orphan blob: no entry names it "
-                                    "(`wgradcache gc --orphans` removes it)"))
+                                    f"orphan blob: no entry names it ({hint})"))
     return len(orphans)
+
+
+def _check_temps(cache: TargetCache, rep: VerifyReport) -> int:
+    """One failure per temporary file of the store's naming (a write killed between its
+    create and its rename); returns how many."""
+    temps = cache.temp_files()
+    for sub, name, mtime in temps:
+        rep.checked += 1
+        rep.failures.append(Failure(
+            f"{sub}/{name}" if sub else name, "", "integrity",
+            f"temporary file of an unfinished write: nothing accounts for it "
+            f"({_gc_hint('wgradcache gc', mtime)})"))
+    return len(temps)
 
 
 def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport, walk: _Walk
@@ -272,10 +299,12 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport, walk: 
     good, entries, referenced = _check_entries(cache, walk, rep)
     stage2 = _check_stage2(cache, good, rep, referenced)
     orphans = _check_orphans(cache, referenced, rep)
+    temps = _check_temps(cache, rep)
     expected = _expected_count(cache.target, entries, req.geometries_file)
     rep.targets[cache.target] = {"entries": len(entries), "expected": expected,
                                  "missing": max(0, expected - len(good)),
-                                 "complete": len(good) >= expected, "orphans": orphans}
+                                 "complete": len(good) >= expected, "orphans": orphans,
+                                 "temp_files": temps}
     return good, stage2
 
 
@@ -479,8 +508,11 @@ def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
 def write_junit(rep: VerifyReport, path: str | Path) -> None:
     """JUnit XML for CI: one testcase per (entry, level) checked, failures with the reason,
     not-covered entries skipped; a numerics case's system-out names its problems and
-    degrees, so a CI page shows what ran."""
+    degrees, so a CI page shows what ran. Written as every output is
+    (``files.written``): ``Refused`` for a symlink or anything but a regular file there."""
     import xml.etree.ElementTree as ET
+
+    from wgradcache.files.written import write_bytes
 
     ran = {n.key: n.describe() for n in rep.numerics if n.runs}
     suite = ET.Element("testsuite", name="wgradcache.pipeline.verify",
@@ -502,4 +534,4 @@ def write_junit(rep: VerifyReport, path: str | Path) -> None:
     for n in rep.not_covered:
         ET.SubElement(case(n.key, n.label, "numerics"), "skipped", message=n.describe())
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+    write_bytes(path, ET.tostring(suite, encoding="utf-8", xml_declaration=True))
