@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,11 @@ def _args():
     ap.add_argument("--prefix", default="resnet50/")
     ap.add_argument("--dtype", action="append", choices=["fp16", "bf16"])
     ap.add_argument("--top", type=int, default=8, help="select's candidates timed per layer")
+    ap.add_argument("--include", default="",
+                    help="also time, per layer, the best-ranked serving kernel of each geometry "
+                         "whose label matches this regex (e.g. new tiles select's model has "
+                         "not learnt), at most --include-top of them")
+    ap.add_argument("--include-top", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--spin", type=float, default=30.0,
@@ -136,6 +142,7 @@ def cudnn_call(torch, p, x, dy, w):
 
 def our_call(bench, cache, cand, p, x, dy, dw):
     """A closure launching one candidate on (x, dy) into dw (PyTorch tensors)."""
+    from wgradcache.model.spec import dynamic_lds_bytes
     from wgradcache.runtime.launch import stage2_code
     from wgradcache.wgrad.abi import (
         STAGE2_ARGS,
@@ -171,13 +178,14 @@ def our_call(bench, cache, cand, p, x, dy, dw):
         off2 = tuple(o for _, o, _ in kernarg_layout(STAGE2_ARGS))
         grid2 = stage2_grid(v2["total_elems"])
     s = bench.session
+    shared = dynamic_lds_bytes(spec)  # past 48 KB: the opt-in and the size at launch
 
     def run():
         if cand.reduction == "atomic":
             dw.zero_()
         if two:
             ws.zero_()
-        s.launch(k1, cand.grid, spec.block_size, args1, offsets=off1)
+        s.launch(k1, cand.grid, spec.block_size, args1, offsets=off1, shared=shared)
         if two:
             s.launch(k2, grid2, STAGE2_BLOCK, args2, offsets=off2)
     return run
@@ -227,7 +235,16 @@ def main() -> int:
             ref = cudnn_call(torch, p, x, dy, w)
             t_cudnn = bench.time(ref, a.warmup, a.iters)
             dw_ref = ref().float()
-            ranked = select(target, p, specs, facts=got.facts)[:a.top]
+            everything = select(target, p, specs, facts=got.facts)
+            ranked = everything[:a.top]
+            if a.include:  # the first-ranked serving kernel of each matching geometry
+                pat, seen = re.compile(a.include), {c.spec.label() for c in ranked}
+                first: dict = {}
+                for c in everything:
+                    if pat.search(c.spec.label()) and c.spec.geometry not in first:
+                        first[c.spec.geometry] = c
+                ranked += [c for c in list(first.values())[:a.include_top]
+                           if c.spec.label() not in seen]
             measured = []
             for rank, cand in enumerate(ranked, 1):
                 dw = torch.empty_like(w)

@@ -15,7 +15,7 @@ import click
 from wgradcache.cli.console import RunFailed, UserError, debug
 
 __all__ = ["main", "cache_dir_option", "geometries_option", "selection_options",
-           "json_option", "shard_option", "TargetParam", "ProblemParam", "LabelParam",
+           "json_option", "shard_option", "TargetParam", "ProblemParam", "LabelParam", "RegexParam",
            "PathParam"]
 
 
@@ -109,6 +109,22 @@ class TargetParam(click.ParamType):
         ok, why = check_target(value, kernels=self.kernels)
         if not ok:
             raise UserError(why)
+        return value
+
+
+class RegexParam(click.ParamType):
+    """A regular expression (Python's ``re``), checked here: a bad one is one line, exit 2."""
+
+    name = "regex"
+
+    def convert(self, value, param, ctx):
+        import re
+
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise UserError(f"--{param.name if param else 'regex'}: {value!r} is not a "
+                            f"regular expression: {e}") from None
         return value
 
 

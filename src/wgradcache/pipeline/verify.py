@@ -41,6 +41,7 @@ has not proven the cache. Without ``--problem`` the probes serve every walked sp
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +95,9 @@ class VerifyRequest:
     # re-emitted IR must hash, with the codegen options and toolchain it records, to
     # its blob's content key (``_ir_matches``)
     reproduce: bool = True
+    # a regular expression: reproduce and numerics run only on the entries whose label it
+    # finds (integrity and structure still see every entry); "" is every entry
+    label: str = ""
 
 
 @dataclass
@@ -451,8 +455,11 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
 
 
 def _sampled(rows: list[_Row], req: VerifyRequest) -> list[_Row]:
-    """The entry rows reproduce and numerics run on (``--sample``), and every stage-2 row
-    (a handful per target)."""
+    """The entry rows reproduce and numerics run on (``--label``, then ``--sample``), and
+    every stage-2 row (a handful per target)."""
+    if req.label:
+        pattern = re.compile(req.label)
+        rows = [r for r in rows if r.spec is None or pattern.search(r.label)]
     if req.sample >= 1.0:
         return rows
     rng = random.Random(req.seed)
