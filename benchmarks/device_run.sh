@@ -19,7 +19,7 @@
 #   6. Nsight Compute (when ncu is there) on select's pick for $NCU_LAYER: speed of light,
 #      occupancy, memory and the stall reasons per issued instruction.
 # Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu"; also asyncgeo,
-# asyncvar, variants) picks the steps of one call, so calls of the device tool (600 s each)
+# asyncvar, variants, and geo, asyncl, bigvar on the full cache itself) picks the steps of one call, so calls of the device tool (600 s each)
 # can split them (12-04: "asyncgeo asyncvar speed", then "variants" alone at 520 s).
 # Writes into $OUT (default ./device-out): env.txt, planted.txt/json, speed.txt/json,
 # verify.txt/json, pergeo.txt/json, ncu.txt: 10 files, and the device tool brings back 8 at
@@ -103,6 +103,24 @@ step asyncvar && verify_tar asyncvar "${ASYNC_TIMEOUT:-150}" $(edge_args)
 # shellcheck disable=SC2046
 step variants && verify_tar variants "${VARIANTS_TIMEOUT:-400}" \
   --sample "${VARIANTS_SAMPLE:-0.6}" $(edge_args)
+#    the same proofs on the full cache itself, no tarball of their own (verify --label:
+#    structure and numerics on the entries a regex finds): geo = every geometry's fp16
+#    sync.default.none kernel (pergeo's set), asyncl = every fp16 async.default.none
+#    (asyncgeo's), bigvar = every variant x dtype of the 256-wide and dynamic-shared
+#    geometries on the edge problems (a sample: $BIGVAR_SAMPLE)
+verify_label() {  # NAME TIMEOUT REGEX [verify options]
+  name=$1 limit=$2 regex=$3; shift 3
+  timeout "$limit" python3 -m wgradcache verify --from-cache --cache-dir "$DEVCACHE" \
+    --target sm_90 --level numerics --device cuda --no-reproduce --json --label "$regex" \
+    "$@" --stream "$OUT/$name.jsonl" > "$OUT/$name.json" 2> "$OUT/$name.txt"
+  echo "$name verify exit $?" >> "$OUT/$name.txt"
+}
+step geo && verify_label geo "${GEO_TIMEOUT:-400}" 'fp16-.*-sync-default-none$'
+step asyncl && verify_label asyncl "${ASYNC_TIMEOUT:-150}" 'fp16-.*-async-default-none$'
+# shellcheck disable=SC2046
+step bigvar && verify_label bigvar "${BIGVAR_TIMEOUT:-300}" \
+  't(128x256x32-w2x4|256x128x32-w4x2|64x256x32-w1x4|256x64x32-w4x1|128x128x32-w2x2|128x128x64-w4x2)-' \
+  --sample "${BIGVAR_SAMPLE:-0.5}" $(edge_args)
 # 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
 if step ncu && command -v ncu >/dev/null 2>&1; then
   timeout 120 ncu --kernel-name regex:^wgrad_ --launch-skip 3 --launch-count 1 \

@@ -19,9 +19,9 @@ def test_json_shape_and_totals():
     r = _run("--json", "--target", "gfx1250", "--dtype", "fp16",
              "--variant", "async.cshuffle.atomic", "--variant", "sync.default.none")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output) == {"total": 398, "targets": {"gfx1250": {"total": 398, "dtypes": {
-        "fp16": {"total": 398, "variants": {"sync.default.none": 360,
-                                            "async.cshuffle.atomic": 38}}}}}}
+    assert json.loads(r.output) == {"total": 476, "targets": {"gfx1250": {"total": 476, "dtypes": {
+        "fp16": {"total": 476, "variants": {"sync.default.none": 436,
+                                            "async.cshuffle.atomic": 40}}}}}}
 
 
 def test_walk_flag_gives_the_same_document():

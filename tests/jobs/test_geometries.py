@@ -28,7 +28,8 @@ def test_shipped_file_loads_with_19_shared_4_wave64_and_4_sm90_cover_entries():
     wave64 = [c for c in d.cover if set(c.targets) <= {"gfx942", "gfx950"}]
     assert len(wave64) == 3
     assert len([c for c in d.cover if c.targets == ("sm_90",)]) == 4
-    assert len(d.cover_for("gfx1250")) == 19
+    assert len(d.cover_for("gfx1250")) == 19 + 1  # and 128x128x32 w2x2 (64x64 warps)
+    assert len(d.cover_for("gfx1201")) == 10  # its filters keep ten (unchanged)
     assert len(d.cover_for("sm_90")) == 19 + 1 + 4  # and 128x128x32 w2x2 beside gfx9xx
 
 

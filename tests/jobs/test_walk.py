@@ -131,13 +131,14 @@ def test_sm90_measured_stack_frame_exclusions():
 
 
 def test_shipped_counts_are_pinned():
-    # 90 ladder geometries x 4 vec pairs x {none, atomic} plus the cover's variants.
+    # 109 ladder geometries (90 at 64 accumulators, 19 more at 128 since 2026-12-06) x 4 vec
+    # pairs x {none, atomic} plus the cover's variants (19 shared + 128x128x32 w2x2).
     c = count("gfx1250", ["fp16"])["fp16"]
-    assert c["sync.default.none"] == c["sync.default.atomic"] == 90 * 4
-    assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 19 * 4
-    assert c["sync.cshuffle.atomic"] == 19 * 2  # pairs with an even vec_b
-    assert c["async.default.none"] == 19 * 2  # two chunk pairs
-    assert sum(c.values()) == 720 + 19 * (4 + 2 + 4 + 4 * 2)
+    assert c["sync.default.none"] == c["sync.default.atomic"] == 109 * 4
+    assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 20 * 4
+    assert c["sync.cshuffle.atomic"] == 20 * 2  # pairs with an even vec_b
+    assert c["async.default.none"] == 20 * 2  # two chunk pairs
+    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4 + 4 * 2)
 
 
 def test_cshuffle_atomic_never_has_odd_store_vector():

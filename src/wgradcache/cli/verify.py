@@ -46,9 +46,9 @@ from wgradcache.cli.console import (
               show_default=True, help="fraction of entries to reproduce and run numerics on")
 @click.option("--seed", type=int, default=0, show_default=True, help="sample and input seed")
 @click.option("--label", default="", metavar="REGEX", type=RegexParam(),
-              help="reproduce and numerics only on the entries whose label this regular "
-                   "expression finds (every entry is still checked at integrity and "
-                   "structure), e.g. 'fp16-.*-sync-default-none$'")
+              help="structure, reproduce and numerics only on the entries whose label this "
+                   "regular expression finds (integrity still checks every entry and blob), "
+                   "e.g. 'fp16-.*-sync-default-none$'")
 @click.option("--problem", "problems", multiple=True, metavar="P", type=ProblemParam(),
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
 @click.option("--device", type=click.Choice(["auto", "emulator", "hip", "cuda"]), default="auto",

@@ -95,8 +95,8 @@ class VerifyRequest:
     # re-emitted IR must hash, with the codegen options and toolchain it records, to
     # its blob's content key (``_ir_matches``)
     reproduce: bool = True
-    # a regular expression: reproduce and numerics run only on the entries whose label it
-    # finds (integrity and structure still see every entry); "" is every entry
+    # a regular expression: structure, reproduce and numerics run only on the entries whose
+    # label it finds (integrity still sees every entry and blob); "" is every entry
     label: str = ""
 
 
@@ -455,11 +455,8 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
 
 
 def _sampled(rows: list[_Row], req: VerifyRequest) -> list[_Row]:
-    """The entry rows reproduce and numerics run on (``--label``, then ``--sample``), and
-    every stage-2 row (a handful per target)."""
-    if req.label:
-        pattern = re.compile(req.label)
-        rows = [r for r in rows if r.spec is None or pattern.search(r.label)]
+    """The entry rows reproduce and numerics run on (``--sample``), and every stage-2 row
+    (a handful per target)."""
     if req.sample >= 1.0:
         return rows
     rng = random.Random(req.seed)
@@ -475,6 +472,9 @@ def _verify_target(cache: TargetCache, req: VerifyRequest, rep: VerifyReport,
     entries, stage2 = _integrity(cache, req, rep, walk)
     if depth < LEVELS.index("structure"):
         return
+    if req.label:  # structure on: the entries the expression finds (and every stage 2)
+        pattern = re.compile(req.label)
+        entries = [r for r in entries if pattern.search(r.label)]
     rows = _structure(cache, entries + stage2, walk, rep)
     if depth < LEVELS.index("reproduce"):
         return
