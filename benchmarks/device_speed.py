@@ -56,6 +56,9 @@ def _args():
                          "whose label matches this regex (e.g. new tiles select's model has "
                          "not learnt), at most --include-top of them")
     ap.add_argument("--include-top", type=int, default=12)
+    ap.add_argument("--sweep", default="",
+                    help="comma-separated split degrees: time the layer's best split-K kernel "
+                         "at each (the policy's degree against the measured best degree)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--spin", type=float, default=30.0,
@@ -191,6 +194,38 @@ def our_call(bench, cache, cand, p, x, dy, dw):
     return run
 
 
+def sweep_degrees(bench, cache, ranked, measured, p, x, dy, w, a) -> dict:
+    """The fastest measured split-K kernel of a layer at each degree of ``--sweep``:
+    {"label", "policy": the degree select gave it, "ms": {degree: ms}, "best"}."""
+    import dataclasses
+
+    from wgradcache.wgrad.split_k import plan_split_k
+
+    split = [m for m in sorted(measured, key=lambda m: m["ms"]) if m["reduction"] != "none"]
+    if not split:
+        return {}
+    cand = next(c for c in ranked if c.spec.label() == split[0]["label"])
+    out = {"label": cand.spec.label(), "policy": cand.degree, "ms": {}}
+    for d in (int(v) for v in a.sweep.split(",")):
+        try:
+            plan = plan_split_k(cand.spec, p, split_k=d)
+        except ValueError:
+            continue
+        c = dataclasses.replace(cand, degree=plan.degree, slice_k=plan.slice_k,
+                                grid=plan.grid, reduction=plan.reduction)
+        dw = bench.torch.empty_like(w)
+        try:
+            out["ms"][d] = bench.time(our_call(bench, cache, c, p, x, dy, dw), a.warmup,
+                                      a.iters)
+        except Exception as e:  # a launch failure is a result
+            print(f"  sweep {cand.spec.label()} x{d}: {type(e).__name__}: {e}", flush=True)
+    if out["ms"]:
+        out["best"] = min(out["ms"], key=out["ms"].get)
+        print(f"  sweep {cand.spec.label()}: policy x{cand.degree}, best x{out['best']} "
+              + " ".join(f"x{d}:{ms:.3f}" for d, ms in out["ms"].items()), flush=True)
+    return out
+
+
 def main() -> int:
     a = _args()
     sys.path.insert(0, str(ROOT / "src"))
@@ -282,6 +317,8 @@ def main() -> int:
             else:
                 print(f"{ly.name:34s} {row['cudnn_tflops']:7.1f}  no cached kernel ran",
                       flush=True)
+            if a.sweep and measured:
+                row["sweep"] = sweep_degrees(bench, cache, ranked, measured, p, x, dy, w, a)
             for m in measured:
                 doc["timings"].append({"layer": ly.name, "problem": p.short(), "dtype": dtype,
                                        **{k: v for k, v in m.items() if k != "dw"}})
