@@ -8,15 +8,7 @@ from contextlib import contextmanager
 
 import click
 
-from wgradcache.cli.app import (
-    PathParam,
-    ProblemParam,
-    TargetParam,
-    cache_dir_option,
-    geometries_option,
-    json_option,
-    main,
-)
+from wgradcache.cli.app import cache_dir_option, geometries_option, json_option, main
 from wgradcache.cli.console import (
     ProgressHook,
     RunFailed,
@@ -24,6 +16,14 @@ from wgradcache.cli.console import (
     emit_json,
     printable,
     table,
+)
+from wgradcache.cli.params import (
+    MAX_SEED,
+    FloatParam,
+    IntParam,
+    PathParam,
+    ProblemParam,
+    TargetParam,
 )
 
 
@@ -41,9 +41,11 @@ from wgradcache.cli.console import (
                    "its spec and entry), reproduce (each job compiled again must give its "
                    "stored blob byte for byte), numerics (the reproduced IR run against "
                    "float64)")
-@click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0,
-              show_default=True, help="fraction of entries to reproduce and run numerics on")
-@click.option("--seed", type=int, default=0, show_default=True, help="sample and input seed")
+@click.option("--sample", type=FloatParam(0, 1, lo_open=True), default=1.0,
+              show_default=True, help="fraction (0, 1] of entries to reproduce and run "
+                                      "numerics on")
+@click.option("--seed", type=IntParam(0, MAX_SEED), default=0, show_default=True,
+              help=f"sample and input seed (0 to {MAX_SEED})")
 @click.option("--problem", "problems", multiple=True, metavar="P", type=ProblemParam(),
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups] (repeatable)")
 @click.option("--device", type=click.Choice(["auto", "emulator", "hip", "cuda"]), default="auto",
@@ -67,6 +69,7 @@ def verify(from_cache, junit, stream, as_json, **options) -> None:
     Exit 0 when every check passed, 1 on any failure, 2 for bad input.
     """
     from wgradcache.cache.catalog import cache_targets, foreign_folders
+    from wgradcache.cache.store import TargetCache
     from wgradcache.pipeline.verify import VerifyRequest
 
     options.update(targets=tuple(options["targets"]), cache_dir=str(options["cache_dir"]),
@@ -77,6 +80,10 @@ def verify(from_cache, junit, stream, as_json, **options) -> None:
     if not req.targets and not cache_targets(req.cache_dir):
         raise UserError(f"no cache under {req.cache_dir}: nothing to verify (build one with "
                         "`wgradcache build --target gfx1250`)")
+    for t in req.targets:  # an absent folder is no cache, not a clean one
+        where = TargetCache(req.cache_dir, t)
+        if where.checked_dir(None) is None:
+            raise UserError(f"--target: no cache for target {t} at {where.dir}")
     if not run_verify(req, junit, as_json, stream):
         raise RunFailed("verify found failures or entries no --problem covers")
 
