@@ -75,8 +75,6 @@ def verify(from_cache, junit, stream, as_json, **options) -> None:
     options.update(targets=tuple(options["targets"]), cache_dir=str(options["cache_dir"]),
                    problems=tuple(p.short() for p in options["problems"]))
     req = VerifyRequest(**options)
-    for line in foreign_folders(req.cache_dir):
-        click.echo(printable(line), err=True)
     if not req.targets and not cache_targets(req.cache_dir):
         raise UserError(f"no cache under {req.cache_dir}: nothing to verify (build one with "
                         "`wgradcache build --target gfx1250`)")
@@ -84,6 +82,8 @@ def verify(from_cache, junit, stream, as_json, **options) -> None:
         where = TargetCache(req.cache_dir, t)
         if where.checked_dir(None) is None:
             raise UserError(f"--target: no cache for target {t} at {where.dir}")
+    for line in foreign_folders(req.cache_dir):  # a cache's strays (not a refusal's)
+        click.echo(printable(line), err=True)
     if not run_verify(req, junit, as_json, stream):
         raise RunFailed("verify found failures or entries no --problem covers")
 
