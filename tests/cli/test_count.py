@@ -41,10 +41,11 @@ def test_list_prints_every_label_once():
 
 
 @pytest.mark.parametrize("args, msg", [
-    (("--target", "gfx900"), "error: unknown target 'gfx900'; valid: gfx1250, gfx1201, "
-                             "gfx1151, gfx950, gfx942, sm_90\n"),
-    (("--dtype", "fp8"), "error: unknown dtype 'fp8'; valid: fp16, bf16, fp16_f32, bf16_f32\n"),
-    (("--variant", "async"), "error: unknown variant 'async'; valid: " + ", ".join(
+    (("--target", "gfx900"), "error: --target: unknown target 'gfx900'; valid: gfx1250, "
+                             "gfx1201, gfx1151, gfx950, gfx942, sm_90\n"),
+    (("--dtype", "fp8"), "error: --dtype: unknown dtype 'fp8'; valid: fp16, bf16, fp16_f32, "
+                         "bf16_f32\n"),
+    (("--variant", "async"), "error: --variant: unknown variant 'async'; valid: " + ", ".join(
         f"{k}.{e}.{r}" for k in ("sync", "async") for e in ("default", "cshuffle")
         for r in ("none", "atomic", "two_stage")) + "\n"),
 ])
@@ -71,8 +72,8 @@ def test_every_command_checks_a_target_the_same_way(command, tmp_path):
                            + (["--cache-dir", str(tmp_path / "c")] if command[0] != "count"
                               else []))
     assert r.exit_code == 2
-    assert r.output == ("error: unknown target 'gfx900'; valid: gfx1250, gfx1201, gfx1151, "
-                        "gfx950, gfx942, sm_90\n")
+    assert r.output == ("error: --target: unknown target 'gfx900'; valid: gfx1250, gfx1201, "
+                        "gfx1151, gfx950, gfx942, sm_90\n")
     assert not (tmp_path / "c").exists()
 
 
@@ -85,4 +86,4 @@ def test_build_names_a_target_without_kernels(monkeypatch):
                         dataclasses.replace(targets.TARGETS["gfx942"], has_kernels=False))
     r = CliRunner().invoke(main, ["build", "--target", "gfx942"])
     assert r.exit_code == 2
-    assert r.output == "error: gfx942: no kernel generator for mfma targets yet\n"
+    assert r.output == "error: --target: gfx942: no kernel generator for mfma targets yet\n"

@@ -474,7 +474,8 @@ def test_a_full_disk_stops_the_build_and_leaves_no_blob_without_its_sidecar(scen
 def test_gc_max_size_that_is_not_a_size_is_one_line(scene, size, line):
     scene.seal()
     r = scene.cli("gc", "--max-size", size)
-    assert (r.exit_code, r.stdout, r.stderr.splitlines()) == (2, "", [f"error: {line}"])
+    assert (r.exit_code, r.stdout, r.stderr.splitlines()) == (2, "", [
+        f"error: --max-size: {line}"])
     assert scene.unchanged()
 
 

@@ -249,11 +249,12 @@ def test_out_never_writes_through_a_link_or_onto_a_directory(tmp_path):
 
 
 @pytest.mark.parametrize("args, why", [
-    (["--size", "0"], "--size 0: expected an integer in [1, 256]"),
-    (["--size", "257"], "--size 257: expected an integer in [1, 256]"),
-    (["--factor", "0.5"], "--factor 0.5: expected a number in [1, 100]"),
-    (["--factor", "nan"], "--factor nan: expected a number in [1, 100]"),
-    (["--factor", "inf"], "--factor inf: expected a number in [1, 100]"),
+    (["--size", "0"], "--size '0': expected an integer in [1, 256]"),
+    (["--size", "257"], "--size '257': expected an integer in [1, 256]"),
+    (["--size", "\uff11\uff19"], "--size '\uff11\uff19': expected an integer in [1, 256]"),
+    (["--factor", "0.5"], "--factor '0.5': expected a finite number in [1, 100]"),
+    (["--factor", "nan"], "--factor 'nan': expected a finite number in [1, 100]"),
+    (["--factor", "inf"], "--factor 'inf': expected a finite number in [1, 100]"),
 ])
 def test_bad_options(tmp_path, args, why):
     good = str(_file(tmp_path, _doc()))

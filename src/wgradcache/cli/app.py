@@ -1,5 +1,5 @@
-"""The click group, the options every command shares, and the one check of each kind of
-value a user types (a target, a problem, a label) so that no command restates it.
+"""The click group and the options every command shares; the parameter types behind them
+(one per kind of value a user types) live in ``cli/params.py``.
 
 Bad values fail at parse time with one line (``error: ...``, not click's usage block) and
 exit 2, click's own usage errors too (a bad choice, a missing option: ``_usage_line``);
@@ -13,10 +13,21 @@ import os
 import click
 
 from wgradcache.cli.console import RunFailed, UserError, debug
+from wgradcache.cli.params import (
+    DtypeParam,
+    IntParam,
+    LabelParam,
+    PathParam,
+    ProblemParam,
+    ShardParam,
+    TargetParam,
+    VariantParam,
+    max_jobs,
+)
 
 __all__ = ["main", "cache_dir_option", "geometries_option", "selection_options",
-           "json_option", "shard_option", "TargetParam", "ProblemParam", "LabelParam", "RegexParam",
-           "PathParam"]
+           "json_option", "shard_option", "jobs_option", "TargetParam", "ProblemParam",
+           "LabelParam", "PathParam"]
 
 
 class _Group(click.Group):
@@ -92,106 +103,12 @@ def main() -> None:
     """
 
 
-class TargetParam(click.ParamType):
-    """A target of the catalog; ``kernels=True`` also needs a kernel generator for it.
-
-    The one place a typed target name is checked: build, verify, select, gc, ls all use it.
-    """
-
-    name = "target"
-
-    def __init__(self, kernels: bool = False):
-        self.kernels = kernels
-
-    def convert(self, value, param, ctx):
-        from wgradcache.model.targets import check_target
-
-        ok, why = check_target(value, kernels=self.kernels)
-        if not ok:
-            raise UserError(why)
-        return value
-
-
-class RegexParam(click.ParamType):
-    """A regular expression (Python's ``re``), checked here: a bad one is one line, exit 2."""
-
-    name = "regex"
-
-    def convert(self, value, param, ctx):
-        import re
-
-        try:
-            re.compile(value)
-        except re.error as e:
-            raise UserError(f"--{param.name if param else 'regex'}: {value!r} is not a "
-                            f"regular expression: {e}") from None
-        return value
-
-
-class ProblemParam(click.ParamType):
-    """N,C,H,W,K,Y,X[,stride,pad,dilation,groups] -> ConvProblem."""
-
-    name = "problem"
-
-    def convert(self, value, param, ctx):
-        from wgradcache.model.problem import ConvProblem
-
-        if isinstance(value, ConvProblem):
-            return value
-        try:
-            return ConvProblem.parse(value)
-        except ValueError as e:
-            raise UserError(f"{param.opts[0] if param else 'problem'} {value}: {e}") from None
-
-
-class LabelParam(click.ParamType):
-    """A kernel label -> KernelSpec."""
-
-    name = "label"
-
-    def convert(self, value, param, ctx):
-        from wgradcache.model.spec import from_label
-
-        try:
-            return from_label(value)
-        except ValueError as e:
-            raise UserError(str(e)) from None
-
-
-class PathParam(click.ParamType):
-    """A path option: ``kind="file"`` (a file to read or write: a directory there is
-    refused) or ``kind="dir"`` (a directory to use or create: a file there is refused).
-    What ``click.Path`` checks, in one line (``error: --plan DIR: a directory, not a
-    file``, exit 2) instead of click's usage block. A path that does not exist, or is
-    something else (a FIFO, a device), is the command's to judge: its reader says what it
-    is in one line."""
-
-    name = "path"
-
-    def __init__(self, kind: str):
-        assert kind in ("file", "dir")
-        self.kind = kind
-
-    def convert(self, value, param, ctx):
-        import stat
-
-        text = os.fspath(value)
-        opt = param.opts[0] if param else "path"
-        try:
-            mode = os.stat(text).st_mode
-        except OSError:  # absent, a symlink loop, unreadable: the reader's line says which
-            return text
-        except ValueError as e:  # an embedded NUL
-            raise UserError(f"{opt} {text!r}: {e}") from None
-        if self.kind == "file" and stat.S_ISDIR(mode):
-            raise UserError(f"{opt} {text}: a directory, not a file")
-        if self.kind == "dir" and stat.S_ISREG(mode):
-            raise UserError(f"{opt} {text}: a file, not a directory")
-        return text
-
-
 def _default_cache_dir() -> str:
-    return os.environ.get("WGRADCACHE_DIR", "cache")
+    where = os.environ.get("WGRADCACHE_DIR", "cache")
+    if where == "":  # set but empty: not the current directory (gc would evict there)
+        raise UserError("--cache-dir: $WGRADCACHE_DIR is set but empty (unset it, or give "
+                        "a directory)")
+    return where
 
 
 def cache_dir_option(f):
@@ -201,9 +118,9 @@ def cache_dir_option(f):
 
 
 def geometries_option(f):
-    # A plain path: the loader says in one line what is wrong with it (a directory, a FIFO,
-    # a device), where click.Path's check prints the usage block.
-    return click.option("--geometries", "geometries_file", type=click.Path(),
+    # Only an empty path is refused here: the loader says in one line what else is wrong
+    # with it (a directory, a FIFO, a device).
+    return click.option("--geometries", "geometries_file", type=PathParam("any"),
                         default=None, envvar="WGRADCACHE_GEOMETRIES",
                         help="job data file (default: the shipped geometries.yaml)")(f)
 
@@ -213,9 +130,9 @@ def json_option(f):
 
 
 def selection_options(f):
-    f = click.option("--variant", "variants", multiple=True, metavar="V",
+    f = click.option("--variant", "variants", multiple=True, metavar="V", type=VariantParam(),
                      help="k_loop.epilogue.reduction, e.g. async.cshuffle.atomic (repeatable)")(f)
-    f = click.option("--dtype", "dtypes", multiple=True, metavar="D",
+    f = click.option("--dtype", "dtypes", multiple=True, metavar="D", type=DtypeParam(),
                      help="fp16, bf16, fp16_f32 or bf16_f32 (repeatable; default fp16, bf16)")(f)
     f = click.option("--target", "targets", multiple=True, type=TargetParam(), metavar="T",
                      help="gfx1250, gfx1201, gfx1151, gfx950, gfx942 (repeatable; "
@@ -223,15 +140,12 @@ def selection_options(f):
     return geometries_option(f)
 
 
-def _shard(ctx, param, value):
-    from wgradcache.pipeline.build import parse_shard
-
-    try:
-        return parse_shard(value) if value else None
-    except ValueError as e:
-        raise UserError(str(e)) from None
-
-
 def shard_option(f):
-    return click.option("--shard", default=None, metavar="i/n", callback=_shard,
+    return click.option("--shard", default=None, metavar="i/n", type=ShardParam(),
                         help="build shard i of n of the sorted job list")(f)
+
+
+def jobs_option(f):
+    return click.option("--jobs", "-j", type=IntParam(1, max_jobs), default=None,
+                        help="parallel workers (default: all cores; never more than there "
+                             "are jobs)")(f)

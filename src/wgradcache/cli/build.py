@@ -8,33 +8,44 @@ import json
 import click
 
 from wgradcache.cli.app import (
-    TargetParam,
     cache_dir_option,
     geometries_option,
+    jobs_option,
     main,
     shard_option,
 )
 from wgradcache.cli.console import ProgressHook, RunFailed, UserError, printable, table
+from wgradcache.cli.params import (
+    DtypeParam,
+    IntParam,
+    SchedulerParam,
+    SecondsParam,
+    TargetParam,
+    VariantParam,
+)
+
+MAX_LIMIT = 10**9  # --limit: more jobs than any walk yields
 
 
 @main.command()
 @click.option("--target", "targets", multiple=True, metavar="T", type=TargetParam(kernels=True),
               help="target (repeatable; default gfx1250)")
-@click.option("--dtype", "dtypes", multiple=True, metavar="D", help="restrict to dtypes")
-@click.option("--variant", "variants", multiple=True, metavar="V", help="restrict to variants")
+@click.option("--dtype", "dtypes", multiple=True, metavar="D", type=DtypeParam(),
+              help="restrict to dtypes")
+@click.option("--variant", "variants", multiple=True, metavar="V", type=VariantParam(),
+              help="restrict to variants")
 @click.option("--geometry", "geometries", multiple=True, metavar="G",
               help="restrict to a geometry, as in labels: t64x64x32-w2x2 (repeatable)")
-@click.option("--limit", type=click.IntRange(min=0), default=None,
+@click.option("--limit", type=IntParam(0, MAX_LIMIT), default=None,
               help="the first N jobs of the walk (before --shard splits them)")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="parallel workers (default: all cores)")
-@click.option("--job-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
-              help="seconds before a compile is killed and retried alone")
+@jobs_option
+@click.option("--job-timeout", type=SecondsParam(), default=300.0, show_default=True,
+              help="seconds (up to a day) before a compile is killed and retried alone")
 @click.option("--retry-failed", is_flag=True, help="compile jobs that failed before again")
 @shard_option
 @click.option("--backend", type=click.Choice(["loky", "dask"]), default="loky",
               show_default=True, help="joblib backend")
-@click.option("--scheduler", default=None, metavar="ADDR",
+@click.option("--scheduler", default=None, metavar="ADDR", type=SchedulerParam(),
               help="dask scheduler, tcp://HOST:PORT (with --backend dask)")
 @geometries_option
 @cache_dir_option
@@ -53,6 +64,8 @@ def build(targets, as_json, **options) -> None:
 
     if options["backend"] == "dask" and not options["scheduler"]:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT")
+    if options["scheduler"] and options["backend"] != "dask":
+        raise UserError("--scheduler needs --backend dask")
     options.update(jobs=options["jobs"] or 0, cache_dir=str(options["cache_dir"]))
     for k in ("dtypes", "variants", "geometries"):
         options[k] = tuple(options[k])

@@ -8,20 +8,21 @@ from pathlib import Path
 import click
 
 from wgradcache.cli.app import (
-    PathParam,
-    TargetParam,
     cache_dir_option,
     geometries_option,
+    jobs_option,
     json_option,
     main,
     shard_option,
 )
 from wgradcache.cli.console import RunFailed, UserError, emit_json, printable, table
+from wgradcache.cli.params import PathParam, SizeParam, TargetParam, VariantParam
 
 
 @main.command(name="ls")
 @click.option("--target", default=None, type=TargetParam(), help="only this target")
-@click.option("--variant", default=None, help="only this variant (k_loop.epilogue.reduction)")
+@click.option("--variant", default=None, type=VariantParam(),
+              help="only this variant (k_loop.epilogue.reduction)")
 @cache_dir_option
 @json_option
 def ls_(target, variant, cache_dir, as_json) -> None:
@@ -135,21 +136,12 @@ def _short(v) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-def _size(ctx, param, value):
-    from wgradcache.cache.gc import parse_size
-
-    try:
-        return parse_size(value) if value else None
-    except ValueError as e:
-        raise UserError(str(e)) from None
-
-
 @main.command(name="gc")
 @click.option("--target", "targets", multiple=True, metavar="T", type=TargetParam(),
               help="target (repeatable)")
 @click.option("--stale", is_flag=True, help="remove entries the current walk no longer yields")
 @click.option("--orphans", is_flag=True, help="remove blobs no entry names")
-@click.option("--max-size", default=None, metavar="SIZE", callback=_size,
+@click.option("--max-size", default=None, metavar="SIZE", type=SizeParam(),
               help="then evict the oldest-published blobs past SIZE (e.g. 2G)")
 @click.option("--dry-run", is_flag=True, help="report, remove nothing")
 @geometries_option
@@ -180,8 +172,9 @@ def gc_(as_json, **options) -> None:
 
 
 @main.command()
-@click.argument("sources", nargs=-1, required=True)
-@click.option("--into", "dest", required=True, help="the cache to merge into")
+@click.argument("sources", nargs=-1, required=True, type=PathParam("any"))
+@click.option("--into", "dest", required=True, type=PathParam("any"),
+              help="the cache to merge into")
 @json_option
 def merge(sources, dest, as_json) -> None:
     """Union shard caches into one, checking them whole first; writes nothing on a finding.
@@ -216,7 +209,7 @@ def merge(sources, dest, as_json) -> None:
 @click.option("--report-dir", default="report", show_default=True,
               type=PathParam("dir"), help="where report.json and report.md go")
 @shard_option
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None)
+@jobs_option
 @geometries_option
 @cache_dir_option
 @click.option("--json", "as_json", is_flag=True, help="print report.json")

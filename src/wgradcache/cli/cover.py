@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import click
 
-from wgradcache.cli.app import PathParam, geometries_option, json_option, main
+from wgradcache.cli.app import geometries_option, json_option, main
 from wgradcache.cli.console import UserError, emit_json, printable
+from wgradcache.cli.params import FloatParam, IntParam, PathParam
+
+
+def _max_cover() -> int:
+    from wgradcache.jobs.cover import MAX_COVER
+
+    return MAX_COVER
+
+
+def _max_factor() -> float:
+    from wgradcache.jobs.cover import MAX_FACTOR
+
+    return MAX_FACTOR
 
 
 @main.command(name="cover")
 @click.option("--timings", "timings_file", required=True, type=PathParam("file"),
               metavar="FILE", help="the JSON benchmarks/device_speed.py writes (--out)")
-@click.option("--size", type=int, default=19, show_default=True,
+@click.option("--size", type=IntParam(1, _max_cover), default=19, show_default=True,
               help="at most this many geometries (1 to 256)")
-@click.option("--factor", type=float, default=1.2, show_default=True,
+@click.option("--factor", type=FloatParam(1, _max_factor), default=1.2, show_default=True,
               help="every (layer, dtype) within this factor of its best measured time")
 @click.option("--out", "out_file", type=PathParam("file"), default=None, metavar="PATH",
               help="write the geometries.yaml cover: block here")

@@ -5,25 +5,33 @@ from __future__ import annotations
 
 import click
 
-from wgradcache.cli.app import (
+from wgradcache.cli.app import geometries_option, json_option, main
+from wgradcache.cli.console import RunFailed, UserError, emit_json, table
+from wgradcache.cli.params import (
+    MAX_SEED,
+    IntParam,
     LabelParam,
     PathParam,
     ProblemParam,
+    SecondsParam,
     TargetParam,
-    geometries_option,
-    json_option,
-    main,
 )
-from wgradcache.cli.console import RunFailed, UserError, emit_json, table
+
+
+def _max_grid_z() -> int:
+    from wgradcache.wgrad.capability import MAX_GRID_Z
+
+    return MAX_GRID_Z
 
 
 @main.command()
 @click.argument("spec", metavar="LABEL", type=LabelParam())
 @click.option("--problem", required=True, metavar="P", type=ProblemParam(),
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups]")
-@click.option("--split-k", type=click.IntRange(min=1), default=None,
+@click.option("--split-k", type=IntParam(1, _max_grid_z), default=None,
               help="explicit split degree (default: the policy's)")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=IntParam(0, MAX_SEED), default=0, show_default=True,
+              help=f"input seed (0 to {MAX_SEED})")
 @geometries_option
 @json_option
 def emulate(spec, problem, split_k, seed, geometries_file, as_json) -> None:
@@ -52,7 +60,8 @@ def emulate(spec, problem, split_k, seed, geometries_file, as_json) -> None:
 @click.option("--out", "out_dir", type=PathParam("dir"), default="out",
               show_default=True, help="directory for <label>.ll/.s/.hsaco/.json")
 @click.option("--no-validate", is_flag=True, help="compile even a spec the rules refuse")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True)
+@click.option("--timeout", type=SecondsParam(), default=300.0, show_default=True,
+              help="seconds (up to a day) before the compile is killed")
 @geometries_option
 @click.option("--json", "as_json", is_flag=True, help="print the .json document")
 def compile_(spec, out_dir, no_validate, timeout, geometries_file, as_json) -> None:

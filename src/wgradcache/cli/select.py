@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import click
 
-from wgradcache.cli.app import (
-    ProblemParam,
-    TargetParam,
-    cache_dir_option,
-    geometries_option,
-    main,
-)
-from wgradcache.cli.console import RunFailed, UserError, emit_json, printable, table
+from wgradcache.cli.app import cache_dir_option, geometries_option, main
+from wgradcache.cli.console import RunFailed, emit_json, printable, table
+from wgradcache.cli.params import DtypeParam, IntParam, ProblemParam, TargetParam
 
 SHOWN_BY_DEFAULT = 10
 
@@ -20,11 +15,11 @@ SHOWN_BY_DEFAULT = 10
 @click.option("--target", required=True, type=TargetParam(), help="the GPU to serve, e.g. gfx1250")
 @click.option("--problem", required=True, metavar="P", type=ProblemParam(),
               help="N,C,H,W,K,Y,X[,stride,pad,dilation,groups]")
-@click.option("--dtype", default="fp16", show_default=True,
+@click.option("--dtype", default="fp16", show_default=True, type=DtypeParam(),
               help="fp16, bf16, fp16_f32 or bf16_f32")
 @click.option("--from-walk", is_flag=True, help="answer from the walk instead of the cache")
 @click.option("--all-widths", is_flag=True, help="keep every vector width (no pruning)")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--limit", type=IntParam(1, 10**9), default=None,
               help=f"show the best N (default: {SHOWN_BY_DEFAULT} in the table, all in --json)")
 @click.option("--all", "show_all", is_flag=True, help="show every kernel that serves")
 @geometries_option
@@ -39,11 +34,8 @@ def select_(limit, show_all, as_json, **options) -> None:
     kernel is missing or not its bytes) are skipped and said so: one
     line on stderr with how many and an example, and in --json ("skipped").
     """
-    from wgradcache.model.spec import DTYPE_KEYS
     from wgradcache.pipeline.select import SelectRequest, serve
 
-    if options["dtype"] not in DTYPE_KEYS:
-        raise UserError(f"unknown dtype {options['dtype']!r}; valid: {', '.join(DTYPE_KEYS)}")
     req = SelectRequest(**{**options, "cache_dir": str(options["cache_dir"])})
     served = serve(req)
     found = served.candidates

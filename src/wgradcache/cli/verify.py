@@ -8,16 +8,7 @@ from contextlib import contextmanager
 
 import click
 
-from wgradcache.cli.app import (
-    PathParam,
-    ProblemParam,
-    RegexParam,
-    TargetParam,
-    cache_dir_option,
-    geometries_option,
-    json_option,
-    main,
-)
+from wgradcache.cli.app import cache_dir_option, geometries_option, json_option, main
 from wgradcache.cli.console import (
     ProgressHook,
     RunFailed,
@@ -25,6 +16,15 @@ from wgradcache.cli.console import (
     emit_json,
     printable,
     table,
+)
+from wgradcache.cli.params import (
+    MAX_SEED,
+    FloatParam,
+    IntParam,
+    PathParam,
+    ProblemParam,
+    RegexParam,
+    TargetParam,
 )
 
 
@@ -42,9 +42,11 @@ from wgradcache.cli.console import (
                    "its spec and entry), reproduce (each job compiled again must give its "
                    "stored blob byte for byte), numerics (the reproduced IR run against "
                    "float64)")
-@click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0,
-              show_default=True, help="fraction of entries to reproduce and run numerics on")
-@click.option("--seed", type=int, default=0, show_default=True, help="sample and input seed")
+@click.option("--sample", type=FloatParam(0, 1, lo_open=True), default=1.0,
+              show_default=True, help="fraction (0, 1] of entries to reproduce and run "
+                                      "numerics on")
+@click.option("--seed", type=IntParam(0, MAX_SEED), default=0, show_default=True,
+              help=f"sample and input seed (0 to {MAX_SEED})")
 @click.option("--label", default="", metavar="REGEX", type=RegexParam(),
               help="structure, reproduce and numerics only on the entries whose label this "
                    "regular expression finds (integrity still checks every entry and blob), "
@@ -72,16 +74,21 @@ def verify(from_cache, junit, stream, as_json, **options) -> None:
     Exit 0 when every check passed, 1 on any failure, 2 for bad input.
     """
     from wgradcache.cache.catalog import cache_targets, foreign_folders
+    from wgradcache.cache.store import TargetCache
     from wgradcache.pipeline.verify import VerifyRequest
 
     options.update(targets=tuple(options["targets"]), cache_dir=str(options["cache_dir"]),
                    problems=tuple(p.short() for p in options["problems"]))
     req = VerifyRequest(**options)
-    for line in foreign_folders(req.cache_dir):
-        click.echo(printable(line), err=True)
     if not req.targets and not cache_targets(req.cache_dir):
         raise UserError(f"no cache under {req.cache_dir}: nothing to verify (build one with "
                         "`wgradcache build --target gfx1250`)")
+    for t in req.targets:  # an absent folder is no cache, not a clean one
+        where = TargetCache(req.cache_dir, t)
+        if where.checked_dir(None) is None:
+            raise UserError(f"--target: no cache for target {t} at {where.dir}")
+    for line in foreign_folders(req.cache_dir):  # a cache's strays (not a refusal's)
+        click.echo(printable(line), err=True)
     if not run_verify(req, junit, as_json, stream):
         raise RunFailed("verify found failures or entries no --problem covers")
 
@@ -105,16 +112,13 @@ def run_verify(req, junit: str | None, as_json: bool, stream: str | None = None)
 def _stream(path: str | None):
     """``--stream``: the file opened (truncated) before any work, so a bad path is one line
     and nothing run; each result a flushed line."""
-    from wgradcache.files.capped import Refused
-    from wgradcache.files.written import open_stream, refusal
-
     if path is None:
         yield None
         return
     try:
-        f = open_stream(path)
-    except Refused as e:
-        raise UserError(f"--stream {path}: cannot write: {refusal(e)}") from None
+        f = open(path, "w", encoding="utf-8")  # noqa: SIM115 (held for the whole run)
+    except OSError as e:
+        raise UserError(f"--stream {path}: {e.strerror or e}") from None
     with f:
         def write(result) -> None:
             f.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
@@ -123,16 +127,12 @@ def _stream(path: str | None):
 
 
 def _write_junit(rep, path: str) -> None:
-    from wgradcache.files.capped import Refused
-    from wgradcache.files.written import refusal
     from wgradcache.pipeline.verify import write_junit
 
     try:
         write_junit(rep, path)
     except OSError as e:  # after the report: the results are on screen either way
         raise RunFailed(f"--junit {path}: {e.strerror or e}") from None
-    except Refused as e:
-        raise RunFailed(f"--junit {path}: cannot write: {refusal(e)}") from None
 
 
 def _render(req, rep) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import heapq
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -26,8 +27,12 @@ from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import default_jobdata, resolve_selection, walk
 from wgradcache.model.spec import KernelSpec, validate
 
-__all__ = ["BuildRequest", "BuildPlan", "MAX_SHARDS", "parse_shard", "check_shard", "job_cost",
-           "select_jobs", "make_plan"]
+__all__ = ["BuildRequest", "BuildPlan", "MAX_SHARDS", "MAX_JOBS", "JOB_TIMEOUT_RANGE",
+           "parse_shard", "check_shard", "job_cost", "select_jobs", "make_plan"]
+
+MAX_JOBS = 1024  # parallel workers: each one is a process; past this a typo, not a machine
+JOB_TIMEOUT_RANGE = (1.0, 86400.0)  # seconds one compile job may take: up to a day (inf or
+# 1e10 overflowed the worker's poll timeout)
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,16 @@ class BuildRequest:
     scheduler: str | None = None
     geometries_file: str | None = None
     cache_dir: str = "cache"
+
+    def __post_init__(self) -> None:
+        # a request made without the CLI too (the CLI's types refuse these first)
+        lo, hi = JOB_TIMEOUT_RANGE
+        if type(self.jobs) is not int or not 0 <= self.jobs <= MAX_JOBS:
+            raise ValueError(f"jobs {self.jobs!r}: expected 0 (all cores) to {MAX_JOBS}")
+        if not (isinstance(self.job_timeout, (int, float)) and math.isfinite(self.job_timeout)
+                and lo <= self.job_timeout <= hi):
+            raise ValueError(f"job_timeout {self.job_timeout!r}: expected finite seconds in "
+                             f"[{lo:g}, {hi:g}]")
 
 
 # Shards are CI matrix jobs: more than this is a typo (and 0/99999999999 was a MemoryError).

@@ -24,6 +24,7 @@ from wgradcache.jobs.yamlsafe import NodeReader, clip
 from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS
 from wgradcache.model.targets import TARGETS
 from wgradcache.pipeline.build import BuildRequest, BuildSummary, build
+from wgradcache.pipeline.plan import JOB_TIMEOUT_RANGE
 from wgradcache.pipeline.verify import LEVELS, VerifyRequest, verify
 
 __all__ = ["Plan", "PlanError", "ReportRefused", "load_plan", "refresh", "render_markdown"]
@@ -54,7 +55,6 @@ class Plan:
 
 
 _PLAN_KEYS = ("targets", "dtypes", "variants", "verify", "max_size", "job_timeout")
-JOB_TIMEOUT_RANGE = (1.0, 86400.0)  # seconds one compile job may take: up to a day
 
 
 def load_plan(path: str | Path) -> Plan:

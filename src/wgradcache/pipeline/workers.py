@@ -229,6 +229,7 @@ def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int
     as a ``"stopped"`` result, so every task still gets exactly one ``on_result``."""
     if not tasks:
         return
+    n_jobs = min(n_jobs, len(tasks))  # a worker is a process: none that would get no task
     stop = stop or (lambda: False)
     if n_jobs == 1 and req.backend != "dask":
         run_one_worker(fn, tasks, req, on_result, retry, stop, key_of)
