@@ -127,7 +127,8 @@ def test_bad_codegen_backend_is_a_one_line_error(monkeypatch, tmp_path):
                  ["compile", LABEL, "--out", str(tmp_path / "out")]):
         r = _run(*args)
         assert r.exit_code == 2, r.output
-        assert r.output == ("error: WGRADCACHE_CODEGEN='gcc': expected one of auto, libllvm, "
+        assert r.output == ("error: gfx1250 cannot be built here: codegen: "
+                            "WGRADCACHE_CODEGEN='gcc': expected one of auto, libllvm, "
                             "llvmlite, llc\n")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
 

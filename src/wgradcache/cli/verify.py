@@ -112,13 +112,16 @@ def run_verify(req, junit: str | None, as_json: bool, stream: str | None = None)
 def _stream(path: str | None):
     """``--stream``: the file opened (truncated) before any work, so a bad path is one line
     and nothing run; each result a flushed line."""
+    from wgradcache.files.capped import Refused
+    from wgradcache.files.written import open_stream, refusal
+
     if path is None:
         yield None
         return
     try:
-        f = open(path, "w", encoding="utf-8")  # noqa: SIM115 (held for the whole run)
-    except OSError as e:
-        raise UserError(f"--stream {path}: {e.strerror or e}") from None
+        f = open_stream(path)
+    except Refused as e:
+        raise UserError(f"--stream {path}: cannot write: {refusal(e)}") from None
     with f:
         def write(result) -> None:
             f.write(json.dumps(result.to_json(), sort_keys=True) + "\n")
@@ -127,12 +130,16 @@ def _stream(path: str | None):
 
 
 def _write_junit(rep, path: str) -> None:
+    from wgradcache.files.capped import Refused
+    from wgradcache.files.written import refusal
     from wgradcache.pipeline.verify import write_junit
 
     try:
         write_junit(rep, path)
     except OSError as e:  # after the report: the results are on screen either way
         raise RunFailed(f"--junit {path}: {e.strerror or e}") from None
+    except Refused as e:
+        raise RunFailed(f"--junit {path}: cannot write: {refusal(e)}") from None
 
 
 def _render(req, rep) -> None:
