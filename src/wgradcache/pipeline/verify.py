@@ -27,8 +27,11 @@ Four levels, each including the ones before it:
   the report names every (problem, degree) run per entry.
 
 Reproduce is a level below numerics rather than an option: numerics without it would
-check an IR nobody proved to be the stored binary's. It costs one compile per sampled
-entry (~0.2 s), less than one emulated run.
+check an IR nobody proved to be the stored binary's. ``--no-reproduce`` (a device machine
+without the build's toolchain) does just that, and says so in its help: the blob is held
+only to the facts of its spec that structure reads from its bytes, which refuse another
+tile's or other widths' binary renamed to this kernel, not one of the same shape.
+Reproduce costs one compile per sampled entry (~0.2 s), less than one emulated run.
 
 With ``--problem``, an entry that none of the problems serves is *not covered*: not a
 failure, not a pass. It is counted (``not_covered`` in the JSON, the summary line, a skipped
@@ -89,7 +92,9 @@ class VerifyRequest:
     # False (--no-reproduce): numerics without compiling each job again, for a device
     # machine that lacks the build's toolchain; the IR check stays: each entry's
     # re-emitted IR must hash, with the codegen options and toolchain it records, to
-    # its blob's content key (``_ir_matches``)
+    # its blob's content key (``_ir_matches``). The bytes are then bound to the spec only
+    # by what structure reads from them (symbol, ABI, LDS, block, loads per K step, ISA):
+    # that they are the compile of the IR is left unproven
     reproduce: bool = True
 
 
