@@ -31,6 +31,7 @@ from operator import itemgetter
 from typing import Any, TypeVar, get_type_hints
 
 __all__ = ["CorruptEntry", "Entry", "Stage2Entry", "BlobMeta", "FailureRecord", "read_record",
+           "parse_object",
            "record_json", "record_bytes", "is_key", "check_key", "UNKNOWN_SHA256",
            "CODE_OBJECT_FIELDS", "KERNEL_ARG_FIELDS"]
 
@@ -346,10 +347,11 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a finite number")
 
 
-def _parse(data: bytes | str, where: str) -> dict:
+def parse_object(data: bytes | str, where: str) -> dict:
     """The JSON object in ``data``: UTF-8, finite, not too deep; CorruptEntry otherwise.
     What a record may nest is its schema's business: a value the schema wants scalar is
-    checked scalar, so an accepted record is at most three deep (``code_object.args[i]``)."""
+    checked scalar, so an accepted record is at most three deep (``code_object.args[i]``).
+Also the parse of refresh's previous report: one reader of outside JSON."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -372,7 +374,7 @@ def _parse(data: bytes | str, where: str) -> dict:
 def read_record(cls: type[R], data: bytes | str, where: str) -> R:
     """The record of type ``cls`` in ``data`` (the file's bytes, or its text; ``where``
     names it in the error); CorruptEntry with the reason otherwise."""
-    doc = _parse(data, where)
+    doc = parse_object(data, where)
     defaults = _DEFAULTS.get(cls, {})
     values = {}
     for name, typ, check in _SCHEMAS[cls]:
