@@ -1,13 +1,14 @@
 """Schema-valid cache records for tests that need no compiler: keys are 64 hex digits, the
-identity is a real spec's canonical form, the code object has every field the reader
-checks."""
+identity is a real spec's canonical form and an entry's key its hash, the code object has
+every field the reader checks."""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 from wgradcache.cache.entry import CODE_OBJECT_FIELDS, Entry
-from wgradcache.model.spec import KernelSpec
+from wgradcache.model.spec import KernelSpec, identity_key_of
 
 SPEC = KernelSpec(target="gfx1250", dtype="fp16", dw_dtype="fp16", tile_m=32, tile_n=32,
                   tile_k=32, warp_m=1, warp_n=1, vec_a=8, vec_b=8)
@@ -22,8 +23,22 @@ def key(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()
 
 
-def entry(ik: str = "ab" * 32, **kw) -> Entry:
-    base = dict(identity_key=ik, identity=SPEC.canonical(), label="x", target="gfx1250",
+def spec_named(name: str = "") -> KernelSpec:
+    """A spec of its own per name (only ws_replicas differs; "" is ``SPEC``): the entry
+    reader wants an identity that hashes to its key, so distinct entries need distinct
+    identities."""
+    return replace(SPEC, ws_replicas=int(key(name)[:6], 16)) if name else SPEC
+
+
+def ik(name: str = "") -> str:
+    """The identity key of ``entry(name)``."""
+    return spec_named(name).identity_key()
+
+
+def entry(name: str = "", **kw) -> Entry:
+    identity = kw.pop("identity", spec_named(name).canonical())
+    base = dict(identity_key=identity_key_of(identity), identity=identity, label="x",
+                target="gfx1250",
                 variant="sync.default.none", dtype="fp16", blob=key("k1"), blob_size=64,
                 blob_sha256="0" * 64, symbol="wgrad_x", emitted_symbol="wgrad_x",
                 ir_sha256="1" * 64, block_size=64, code_object=CODE_OBJECT,

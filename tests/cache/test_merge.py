@@ -7,7 +7,7 @@ from pathlib import PurePath
 
 import pytest
 
-from tests.cache.records import entry, key
+from tests.cache.records import entry, ik, key
 from wgradcache.cache.merge import Digests, decide, merge
 from wgradcache.cache.store import TargetCache
 
@@ -18,7 +18,7 @@ def _shard(root, keys: list[str], **fields) -> None:
     c = TargetCache(root, "gfx1250")
     for k in keys:
         ref = c.write_blob(key(f"b{k}"), f"blob {k}".encode())
-        c.write_entry(entry(key(k), blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256,
+        c.write_entry(entry(k, blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256,
                             **fields))
 
 
@@ -43,7 +43,7 @@ def test_merge_plans_with_one_lookup_per_entry(tmp_path, monkeypatch):
     dest = TargetCache(tmp_path / "dest", "gfx1250")
     assert len(dest.entry_keys()) == 3 * n
     b = key("b10007")
-    assert dest.read_entry(key("10007")) == entry(key("10007"), blob=b, blob_size=10,
+    assert dest.read_entry(ik("10007")) == entry("10007", blob=b, blob_size=10,
                                                    blob_sha256=dest.blob_ref(b).sha256)
 
 
@@ -92,29 +92,29 @@ def test_the_current_build_wins_between_two_shards_in_either_order(tmp_path, ord
     _shard(tmp_path / "old", ["1"], **_OLD)
     c = TargetCache(tmp_path / "new", "gfx1250")
     ref = c.write_blob(key("rebuilt"), b"rebuilt bytes")
-    new = entry(key("1"), blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256)
+    new = entry("1", blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256)
     c.write_entry(new)
     rep = merge([tmp_path / o for o in order], tmp_path / "dest", current=NOW)
     assert (rep.ok, rep.copied_entries, rep.superseded) == (True, 1, 1)
     dest = TargetCache(tmp_path / "dest", "gfx1250")
-    assert dest.read_entry(key("1")) == new
+    assert dest.read_entry(ik("1")) == new
     assert dest.blob_keys() == [ref.key]  # the superseded build's blob is not copied
 
 
 def test_one_content_key_with_two_blobs_is_a_conflict(tmp_path):
     """Two identities share a blob when their IR is the same: two shards that give that
     content key other bytes disagree, whichever identity they came with."""
-    for name, ik, data in (("s1", "1", b"one"), ("s2", "2", b"two")):
+    for name, n, data in (("s1", "1", b"one"), ("s2", "2", b"two")):
         c = TargetCache(tmp_path / name, "gfx1250")
         ref = c.write_blob(key("shared"), data)
-        c.write_entry(entry(key(ik), blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256))
+        c.write_entry(entry(n, blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256))
     rep = merge([tmp_path / "s1", tmp_path / "s2"], tmp_path / "dest", current=NOW)
-    one, two = (TargetCache(tmp_path / s, "gfx1250").read_entry(key(k)) for s, k in
+    one, two = (TargetCache(tmp_path / s, "gfx1250").read_entry(ik(k)) for s, k in
                 (("s1", "1"), ("s2", "2")))
     assert [f.line() for f in rep.findings] == [
         f"CONFLICT gfx1250 x from {tmp_path / 's2'}: content key {key('shared')[:16]}: blob "
         f"sha256 {two.blob_sha256[:12]} here, {one.blob_sha256[:12]} in "
-        f"{tmp_path / 's1' / 'gfx1250' / 'entries' / (key('1') + '.json')} "
+        f"{tmp_path / 's1' / 'gfx1250' / 'entries' / (ik('1') + '.json')} "
         "(a non-deterministic build)"]
     assert not (tmp_path / "dest").exists()
 
@@ -135,11 +135,11 @@ def test_a_target_with_its_own_toolchain_is_judged_by_its_digest(tmp_path):
 
     spec = KernelSpec(target="sm_90", dtype="fp16", dw_dtype="fp16", tile_m=32, tile_n=32,
                       tile_k=32, warp_m=1, warp_n=1, vec_a=8, vec_b=8)
-    ik = spec.identity_key()
+    spec_key = spec.identity_key()
     for name, digest in (("ptx", "p"), ("amd", "t")):
         c = TargetCache(tmp_path / name, "sm_90")
         ref = c.write_blob(key(name), f"cubin {name}".encode())
-        c.write_entry(entry(ik, identity=spec.canonical(), target="sm_90", blob=ref.key,
+        c.write_entry(entry(identity=spec.canonical(), target="sm_90", blob=ref.key,
                             blob_size=ref.size, blob_sha256=ref.sha256,
                             toolchain_digest=digest))
     now = Digests(generator="g", toolchain="t", by_target=(("sm_90", "p"),))
@@ -149,4 +149,4 @@ def test_a_target_with_its_own_toolchain_is_judged_by_its_digest(tmp_path):
         dest = tmp_path / f"dest-{order[0]}"
         rep = merge([tmp_path / o for o in order], dest, current=now)
         assert rep.ok, rep.findings
-        assert TargetCache(dest, "sm_90").read_entry(ik).toolchain_digest == "p"
+        assert TargetCache(dest, "sm_90").read_entry(spec_key).toolchain_digest == "p"

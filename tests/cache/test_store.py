@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.cache.records import entry, key
+from tests.cache.records import entry, ik, key
 from wgradcache.cache.entry import CorruptEntry, Entry, FailureRecord, read_record
 from wgradcache.cache.store import TargetCache, atomic_write, content_key
 
@@ -52,19 +52,19 @@ def test_atomic_write_leaves_no_temp_on_failure(tmp_path, monkeypatch):
     assert sorted(p.name for p in target.parent.iterdir()) == ["f.json"]
 
 
-def _entry(ik: str = "ab" * 32, **kw) -> Entry:
-    return entry(ik, **kw)
+def _entry(**kw) -> Entry:
+    return entry(**kw)
 
 
 def test_entries_round_trip_and_corrupt_entries_are_reported(tmp_path):
     c = TargetCache(tmp_path, "gfx1250")
     c.write_entry(_entry())
-    assert c.read_entry("ab" * 32) == _entry()
+    assert c.read_entry(ik()) == _entry()
     assert c.read_entry("cd" * 32) is None
-    path = c.entry_path("ab" * 32)
+    path = c.entry_path(ik())
     path.write_bytes(path.read_bytes()[:7])  # truncated
     with pytest.raises(CorruptEntry, match="not whole JSON"):
-        c.read_entry("ab" * 32)
+        c.read_entry(ik())
     assert [type(e) for _, e in c.iter_entries()] == [CorruptEntry]
 
 

@@ -16,6 +16,7 @@ alarm that fails the test instead of blocking the suite.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -166,6 +167,46 @@ def test_an_entry_that_is_not_whole_is_one_line_everywhere_and_build_mends_it(
     assert (r.exit_code, r.stderr) == (0, ""), r.output
     assert scene.summary(r)["relinked"] == 1 and scene.summary(r)["up_to_date"] == 17
     assert scene.c.read_entry(scene.e.identity_key).blob == scene.e.blob
+    assert scene.canary.unchanged()
+
+
+def _other_entry(s: Scene) -> dict:
+    """Another kernel's whole entry, its key rewritten to this file's name."""
+    other = next(e for _, e in s.c.iter_entries()
+                 if e.dtype == "bf16" and e.variant == "sync.default.none")
+    doc = json.loads(s.c.entry_path(other.identity_key).read_bytes())
+    return {**doc, "identity_key": s.e.identity_key}
+
+
+@pytest.mark.parametrize(("plant", "why"), [
+    (lambda s: {"identity": {**s.e.identity, "tile_m": 64}}, "hashes"),
+    (lambda s: {"identity": {**s.e.identity, "vec_a": 4, "vec_b": 4},
+                "label": s.e.label.replace("v8x8", "v4x4")}, "hashes"),
+    (_other_entry, "hashes"),
+    (lambda s: {"identity": {**s.e.identity, "schema": 2}},
+     "identity: schema 2 is not one this version reads (1)"),
+    (lambda s: {"identity": {**s.e.identity, "schema": -1}},
+     "identity: schema -1 is not one this version reads (1)"),
+], ids=["other-tile", "other-widths-relabelled", "other-entry", "schema-2", "schema-neg"])
+def test_an_entry_that_is_not_what_its_name_says_is_corrupt_everywhere_and_build_mends_it(
+        scene, plant, why):
+    """Its identity hashes to another key (an edited spec, another kernel's entry copied
+    onto this name) or is of a schema this version does not read: select must not serve
+    it, gc must drop it, show must refuse it, and a build compiles it again."""
+    doc = {**json.loads(scene.path.read_bytes()), **plant(scene)}
+    scene.path.write_text(json.dumps(doc))
+    scene.seal()
+    if why == "hashes":
+        got = KernelSpec.from_dict(doc["identity"]).identity_key()
+        why = (f"identity: hashes to {got[:16]}, not to the entry's key "
+               f"{scene.e.identity_key[:16]}")
+    line = f"{scene.path}: corrupt: {why}"
+    _assert_read_only_commands(scene, line, shown=f"error: {line}")
+    r = scene.run("build")
+    assert (r.exit_code, r.stderr) == (0, ""), r.output
+    assert scene.summary(r)["relinked"] == 1 and scene.summary(r)["up_to_date"] == 17
+    assert dataclasses.replace(scene.c.read_entry(scene.e.identity_key), published=0) == \
+        dataclasses.replace(scene.e, published=0)
     assert scene.canary.unchanged()
 
 

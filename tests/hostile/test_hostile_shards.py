@@ -226,6 +226,26 @@ def test_an_entry_without_a_blob_field_is_refused_before_any_entry_is_written(sc
     scene.refused([f"REFUSED {path}: corrupt: no field 'blob'"])
 
 
+@pytest.mark.parametrize("how", ["other-entry", "schema-2"])
+def test_an_entry_that_is_not_what_its_name_says_is_refused(scene, how):
+    """Another bf16 kernel's whole entry under this one's name (its key field rewritten to
+    match), or this identity under a schema this version does not read: merging it would
+    publish one kernel as another."""
+    e = scene.entry()
+    path = scene.s.entry_path(e.identity_key)
+    if how == "other-entry":
+        other = scene.entry(variant="sync.cshuffle.none")
+        doc = json.loads(scene.s.entry_path(other.identity_key).read_text())
+        why = (f"identity: hashes to {other.identity_key[:16]}, not to the entry's key "
+               f"{e.identity_key[:16]}")
+    else:
+        doc = json.loads(path.read_text())
+        doc["identity"]["schema"] = 2
+        why = "identity: schema 2 is not one this version reads (1)"
+    scene.write_json(path, {**doc, "identity_key": e.identity_key})
+    scene.refused([f"REFUSED {path}: corrupt: {why}"])
+
+
 def test_a_fifo_entry_and_links_to_dev_zero_do_not_hang(scene):
     a, b, c = (scene.entry(variant=v) for v in (
         "sync.default.none", "sync.default.atomic", "sync.cshuffle.none"))

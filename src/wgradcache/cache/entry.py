@@ -9,8 +9,10 @@ reader trusts nothing: the bytes must be UTF-8, the JSON finite and not nested p
 the values inside the nested ``identity``, ``code_object``, ``isa``, ``toolchain`` and
 ``codegen_options`` objects; keys and hashes are 64 hex digits (a key becomes a file
 name, so this is what keeps a path under the cache root), an identity's target is one of
-the catalog's. A record that fails raises ``CorruptEntry`` with one line, ``<file>:
-corrupt: <reason>``; a record that passes is whole. The checks compare exact types, mostly
+the catalog's and its ``schema`` the one this version reads, and an entry's identity hashes
+to its key (``read_entry`` checks the key against the file name: an entry is what its name
+says, for every reader alike). A record that fails raises ``CorruptEntry`` with one line,
+``<file>: corrupt: <reason>``; a record that passes is whole. The checks compare exact types, mostly
 in C-level passes: validating a full-cache entry costs about what parsing it does (40 us),
 which matters to the no-op rebuild, which reads every entry.
 
@@ -29,6 +31,7 @@ from operator import itemgetter
 from typing import Any, TypeVar, get_type_hints
 
 __all__ = ["CorruptEntry", "Entry", "Stage2Entry", "BlobMeta", "FailureRecord", "read_record",
+           "parse_object",
            "record_json", "record_bytes", "is_key", "check_key", "UNKNOWN_SHA256",
            "CODE_OBJECT_FIELDS", "KERNEL_ARG_FIELDS"]
 
@@ -273,10 +276,28 @@ def _identity_schema() -> dict[str, type]:
 
 
 def _identity(v: Any) -> tuple[bool, str]:
+    from wgradcache.model.spec import SPEC_SCHEMA
+
     ok, why = _IDENTITY(v)
+    if ok and v["schema"] != SPEC_SCHEMA:
+        # another schema's fields mean other things: its key is not this version's to check
+        return False, (f"schema {v['schema']} is not one this version reads "
+                       f"({SPEC_SCHEMA})")
     if ok and not _target_ok(v["target"]):
         return False, f"target: {v['target'][:40]!r} is not a target of the catalog"
     return ok, why
+
+
+def _entry_is_its_key(values: dict) -> str:
+    """An entry is what its key says: its identity hashes to it (``read_entry`` checks the
+    key against the file name). Else a spec's entry copied or renamed onto another's key
+    would be served, kept and shown as that other kernel."""
+    from wgradcache.model.spec import identity_key_of
+
+    got, ik = identity_key_of(values["identity"]), values["identity_key"]
+    if got == ik:
+        return ""
+    return f"identity: hashes to {got[:16]}, not to the entry's key {ik[:16]}"
 
 
 def _target_ok(name: str) -> bool:
@@ -311,6 +332,8 @@ def _schema(cls: type) -> tuple[tuple[str, type | tuple[type, ...], _Check | Non
 
 
 _SCHEMAS = {cls: _schema(cls) for cls in (Entry, Stage2Entry, BlobMeta, FailureRecord)}
+# Checks across the fields of a record whose fields passed: why it is not whole, or "".
+_WHOLE: dict[type, Callable[[dict], str]] = {Entry: _entry_is_its_key}
 
 
 def _finite(text: str) -> float:
@@ -324,10 +347,11 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a finite number")
 
 
-def _parse(data: bytes | str, where: str) -> dict:
+def parse_object(data: bytes | str, where: str) -> dict:
     """The JSON object in ``data``: UTF-8, finite, not too deep; CorruptEntry otherwise.
     What a record may nest is its schema's business: a value the schema wants scalar is
-    checked scalar, so an accepted record is at most three deep (``code_object.args[i]``)."""
+    checked scalar, so an accepted record is at most three deep (``code_object.args[i]``).
+Also the parse of refresh's previous report: one reader of outside JSON."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -350,7 +374,7 @@ def _parse(data: bytes | str, where: str) -> dict:
 def read_record(cls: type[R], data: bytes | str, where: str) -> R:
     """The record of type ``cls`` in ``data`` (the file's bytes, or its text; ``where``
     names it in the error); CorruptEntry with the reason otherwise."""
-    doc = _parse(data, where)
+    doc = parse_object(data, where)
     defaults = _DEFAULTS.get(cls, {})
     values = {}
     for name, typ, check in _SCHEMAS[cls]:
@@ -365,6 +389,10 @@ def read_record(cls: type[R], data: bytes | str, where: str) -> R:
             if not ok:
                 raise CorruptEntry(f"{where}: corrupt: {name}: {why}")
         values[name] = v
+    whole = _WHOLE.get(cls)
+    why = whole(values) if whole is not None else ""
+    if why:
+        raise CorruptEntry(f"{where}: corrupt: {why}")
     return cls(**values)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -215,7 +214,7 @@ def merge(sources, dest, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print report.json")
 def refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir, as_json) -> None:
     """The nightly job: build the plan incrementally, gc, verify, write the report."""
-    from wgradcache.pipeline.refresh import PlanError, ReportRefused, load_plan
+    from wgradcache.pipeline.refresh import PlanError, ReportRefused, load_plan, render_markdown
     from wgradcache.pipeline.refresh import refresh as run_refresh
 
     try:
@@ -230,6 +229,6 @@ def refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir, as_j
     if as_json:
         click.echo(json.dumps(doc, indent=1, sort_keys=True))
     else:
-        click.echo(Path(report_dir, "report.md").read_text())
+        click.echo(render_markdown(doc))  # what report.md holds, not read back
     if not doc["ok"]:
         raise RunFailed(f"refresh failed; see {report_dir}/report.md")

@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from wgradcache.files.shown import printable  # the one escape, shared with the reports
+
 __all__ = ["UserError", "RunFailed", "emit_json", "table", "console", "progress",
            "ProgressHook", "debug", "printable"]
 
@@ -52,20 +54,6 @@ def console(stderr: bool = False):
 
 def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=False))
-
-
-def printable(value: Any) -> str:
-    """``str(value)`` with every non-printable character escaped (``\\n``, ``\\x1b``).
-
-    Labels, reasons and keys printed for people can come from a cache directory, which is
-    input: a newline there would forge a line of our output (a GitHub ``::error::``
-    annotation), an escape code would drive the terminal.
-    """
-    s = str(value)
-    if s.isprintable():
-        return s
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in s)
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],

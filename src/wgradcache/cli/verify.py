@@ -56,8 +56,13 @@ from wgradcache.cli.params import (
 @click.option("--device", type=click.Choice(["auto", "emulator", "hip", "cuda"]), default="auto",
               show_default=True, help="where numerics run")
 @click.option("--reproduce/--no-reproduce", default=True, show_default=True,
-              help="numerics: compile every job again first (--no-reproduce on a device "
-                   "machine without the build's toolchain: the IR check only)")
+              help="numerics: compile every job again first. --no-reproduce (a device "
+                   "machine without the build's toolchain) proves less: each blob is held "
+                   "only to the facts of its spec that show in its bytes (symbol, kernel "
+                   "arguments, LDS, block, loads per K step, ISA counts) and the re-emitted "
+                   "IR to the blob's key; it is not proven that the bytes are the compile of "
+                   "that IR, so a binary of the same shape (another dtype's, say) passes, "
+                   "and in the emulator numerics run the IR, not the binary")
 @click.option("--junit", type=PathParam("file"), default=None,
               help="write JUnit XML here")
 @click.option("--stream", type=PathParam("file"), default=None,

@@ -28,7 +28,7 @@ __all__ = [
     "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
-    "validate", "from_label", "geometry_tag",
+    "validate", "from_label", "geometry_tag", "SPEC_SCHEMA", "identity_key_of",
 ]
 
 AB_DTYPES = ("fp16", "bf16")
@@ -43,7 +43,7 @@ ASYNC_CHUNK_BYTES = (4, 8, 16)
 VEC_WIDTHS = (1, 2, 4, 8)
 LDS_ROW_PAD = 8  # elements added to each K-outer LDS row (bank spread; upstream's pad)
 DEFAULT_WS_REPLICAS = 8
-_SCHEMA = 1  # bump when the meaning of a field changes: every identity key changes with it
+SPEC_SCHEMA = 1  # bump when the meaning of a field changes: every identity key changes with it
 
 
 @dataclass(frozen=True)
@@ -118,13 +118,13 @@ class KernelSpec:
 
     def canonical(self) -> dict:
         # fields are flat ints and strings: no deep copy (asdict) needed
-        return {"schema": _SCHEMA, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return {"schema": SPEC_SCHEMA, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
     def canonical_json(self) -> str:
-        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return _canonical_json(self.canonical())
 
     def identity_key(self) -> str:
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        return identity_key_of(self.canonical())
 
     def label(self) -> str:
         dw = "" if self.dw_dtype == self.dtype else f"-dw{self.dw_dtype}"
@@ -140,6 +140,17 @@ class KernelSpec:
     def from_dict(d: dict) -> KernelSpec:
         names = {f.name for f in fields(KernelSpec)}
         return KernelSpec(**{k: v for k, v in d.items() if k in names})
+
+
+def _canonical_json(canonical: dict) -> str:
+    return json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+
+
+def identity_key_of(canonical: dict) -> str:
+    """The identity key of a canonical spec (``KernelSpec.canonical``): the one hashing
+    rule, used by ``identity_key`` and by the cache's entry reader, which checks that a
+    stored identity hashes to the file it was read from without building a spec."""
+    return hashlib.sha256(_canonical_json(canonical).encode()).hexdigest()
 
 
 _LABEL = re.compile(

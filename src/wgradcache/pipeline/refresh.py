@@ -16,9 +16,11 @@ from pathlib import Path
 
 import yaml
 
+from wgradcache.cache.entry import CorruptEntry, is_key, parse_object
 from wgradcache.cache.gc import gc, parse_size
-from wgradcache.cache.store import TargetCache
+from wgradcache.cache.store import TargetCache, read_capped
 from wgradcache.files.capped import Refused
+from wgradcache.files.shown import printable
 from wgradcache.files.written import Folder, open_out, refusal
 from wgradcache.jobs.yamlsafe import NodeReader, clip
 from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS
@@ -27,7 +29,9 @@ from wgradcache.pipeline.build import BuildRequest, BuildSummary, build
 from wgradcache.pipeline.plan import JOB_TIMEOUT_RANGE
 from wgradcache.pipeline.verify import LEVELS, VerifyRequest, verify
 
-__all__ = ["Plan", "PlanError", "ReportRefused", "load_plan", "refresh", "render_markdown"]
+__all__ = ["Plan", "PlanError", "ReportRefused", "load_plan", "refresh",
+           "render_markdown", "PreviousReport", "PreviousTarget", "read_previous",
+           "MAX_REPORT"]
 
 
 class PlanError(ValueError):
@@ -133,10 +137,12 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
     require_tools(plan.targets)  # every target's tools before the first one builds
     report_dir = Path(report_dir)
     out = _report_folder(report_dir)  # a link planted there: refused before the build
-    previous = _previous(report_dir / "report.json")
+    previous, unread = _previous(report_dir / "report.json")
     _, toolchain, tdigest = codegen_context()
     doc: dict = {"when": time.time(), "toolchain": toolchain, "toolchain_digest": tdigest,
                  "generator_digest": generator_digest(), "targets": {}}
+    if unread:  # compared as a first run: its word on what changed is not taken
+        doc["previous_unread"] = unread
     ok = True
     for target in plan.targets:
         t0 = time.monotonic()
@@ -156,8 +162,8 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
                                     device="emulator", geometries_file=geometries_file))
         t_verify = time.monotonic() - t0 - t_build - t_gc
         keys = cache.entry_keys()
-        prev_t = previous.get("targets", {}).get(target, {})
-        before = set(prev_t.get("entries", []))
+        prev_t = previous.targets.get(target) if previous else None
+        before = prev_t.entries if prev_t else frozenset()
         tdoc = {
             **summary.to_json(),
             "failures": summary.failures,
@@ -171,11 +177,12 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
             "changed": {
                 "added": len(set(keys) - before) if previous else len(keys),
                 "removed": len(before - set(keys)) if previous else 0,
-                "toolchain": bool(previous) and prev_t.get(
-                    "toolchain_digest", previous.get("toolchain_digest")) != tdigest_t,
-                "generator": bool(previous)
-                and previous.get("generator_digest") != doc["generator_digest"],
-                "first_run": not previous,
+                "toolchain": previous is not None and (
+                    prev_t.toolchain_digest if prev_t and prev_t.toolchain_digest
+                    else previous.toolchain_digest) != tdigest_t,
+                "generator": previous is not None
+                and previous.generator_digest != doc["generator_digest"],
+                "first_run": previous is None,
             },
             "entries": keys,
         }
@@ -209,14 +216,75 @@ def _report_folder(report_dir: Path) -> Folder:
     return out
 
 
-def _previous(path: Path) -> dict:
+MAX_REPORT = 64 << 20
+"""The previous ``report.json``: a full six-target report is a few MB (its entry keys)."""
+
+
+@dataclass(frozen=True)
+class PreviousTarget:
+    entries: frozenset[str]
+    toolchain_digest: str | None  # absent from reports before per-target digests
+
+
+@dataclass(frozen=True)
+class PreviousReport:
+    """What refresh reads of the report it wrote last time: the fields "changed" compares,
+    with their types checked. That folder persists between nights and anyone with the CI's
+    write access can put anything there, so the report is input like a cache file."""
+
+    generator_digest: str | None
+    toolchain_digest: str | None
+    targets: dict[str, PreviousTarget]
+
+
+def _digest(doc: dict, name: str, where: str) -> str | None:
+    v = doc.get(name)
+    if v is not None and type(v) is not str:
+        raise CorruptEntry(f"{where}: corrupt: {name}: {type(v).__name__}, not a string")
+    return v
+
+
+def _previous_target(doc: object, where: str) -> PreviousTarget:
+    if type(doc) is not dict:
+        raise CorruptEntry(f"{where}: corrupt: {type(doc).__name__}, not an object")
+    keys = doc.get("entries", [])
+    if type(keys) is not list or not all(map(is_key, keys)):
+        raise CorruptEntry(f"{where}: corrupt: entries: not a list of keys")
+    return PreviousTarget(frozenset(keys), _digest(doc, "toolchain_digest", where))
+
+
+def read_previous(path: Path) -> PreviousReport | None:
+    """The previous report at ``path``, None when there is none; CorruptEntry (one line
+    naming it) when it is not a regular file (a FIFO, a link: never followed, no open
+    that blocks: the cache's capped read), is over ``MAX_REPORT``, is not whole JSON (the
+    entry reader's parse: deep nesting, not UTF-8) or is not a report of the fields used
+    here."""
+    data = read_capped(path, MAX_REPORT)
+    if data is None:
+        return None
+    doc = parse_object(data, str(path))
+    targets = doc.get("targets", {})
+    if type(targets) is not dict:
+        raise CorruptEntry(f"{path}: corrupt: targets: {type(targets).__name__}, not an object")
+    return PreviousReport(
+        generator_digest=_digest(doc, "generator_digest", str(path)),
+        toolchain_digest=_digest(doc, "toolchain_digest", str(path)),
+        targets={t: _previous_target(v, f"{path}: targets.{t}")
+                 for t, v in targets.items() if t in TARGETS})
+
+
+def _previous(path: Path) -> tuple[PreviousReport | None, str]:
+    """(the previous report or None, why it was not used: "" when it was or is absent)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+        return read_previous(path), ""
+    except CorruptEntry as e:
+        return None, str(e)
 
 
 def render_markdown(doc: dict) -> str:
+    """report.md. Labels, reasons and keys come from the cache (input) and are escaped with
+    the console's ``printable``: a newline in a label would forge a line (a CI
+    ``::error::`` annotation) of the file and of what ``refresh`` prints."""
     tc = doc["toolchain"]
     lines = [f"# wgradcache nightly refresh: {'ok' if doc['ok'] else 'FAILED'}", "",
              f"Toolchain: LLVM {tc.get('llvm_version', '?')}, linker "
@@ -232,6 +300,8 @@ def render_markdown(doc: dict) -> str:
                      f"{'ok' if v['ok'] else 'FAILED'} ({v['checked']} checked, "
                      f"{v['failed']} failed) | {d['cache_bytes']} | {s['build']} | {s['gc']} "
                      f"| {s['verify']} |")
+    if doc.get("previous_unread"):
+        lines += ["", f"Previous report not used: {printable(doc['previous_unread'])}"]
     for t, d in doc["targets"].items():
         c = d["changed"]
         lines += ["", f"## {t}", ""]
@@ -244,9 +314,11 @@ def render_markdown(doc: dict) -> str:
         if d["built"] == 0 and d["relinked"] == 0:
             lines.append("Nothing was built: every job was up to date.")
         for f in d["failures"]:
-            lines.append(f"- FAILED `{f['label']}`: {f['reason']}")
+            lines.append(f"- FAILED `{printable(f['label'])}`: {printable(f['reason'])}")
         for f in d["verify"]["failures"]:
-            lines.append(f"- verify {f['level']} `{f['label'] or f['key']}`: {f['reason']}")
+            lines.append(f"- verify {f['level']} `{printable(f['label'] or f['key'])}`: "
+                         f"{printable(f['reason'])}")
         for r in d["rejects"]:
-            lines.append(f"- rejected `{r.get('label')}`: {r.get('reason')}")
+            lines.append(f"- rejected `{printable(r.get('label'))}`: "
+                         f"{printable(r.get('reason'))}")
     return "\n".join(lines) + "\n"

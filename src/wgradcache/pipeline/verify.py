@@ -29,8 +29,11 @@ Four levels, each including the ones before it:
   the report names every (problem, degree) run per entry.
 
 Reproduce is a level below numerics rather than an option: numerics without it would
-check an IR nobody proved to be the stored binary's. It costs one compile per sampled
-entry (~0.2 s), less than one emulated run.
+check an IR nobody proved to be the stored binary's. ``--no-reproduce`` (a device machine
+without the build's toolchain) does just that, and says so in its help: the blob is held
+only to the facts of its spec that structure reads from its bytes, which refuse another
+tile's or other widths' binary renamed to this kernel, not one of the same shape.
+Reproduce costs one compile per sampled entry (~0.2 s), less than one emulated run.
 
 With ``--problem``, an entry that none of the problems serves is *not covered*: not a
 failure, not a pass. It is counted (``not_covered`` in the JSON, the summary line, a skipped
@@ -93,7 +96,9 @@ class VerifyRequest:
     # False (--no-reproduce): numerics without compiling each job again, for a device
     # machine that lacks the build's toolchain; the IR check stays: each entry's
     # re-emitted IR must hash, with the codegen options and toolchain it records, to
-    # its blob's content key (``_ir_matches``)
+    # its blob's content key (``_ir_matches``). The bytes are then bound to the spec only
+    # by what structure reads from them (symbol, ABI, LDS, block, loads per K step, ISA):
+    # that they are the compile of the IR is left unproven
     reproduce: bool = True
     # a regular expression: structure, reproduce and numerics run only on the entries whose
     # label it finds (integrity still sees every entry and blob); "" is every entry
@@ -184,7 +189,8 @@ def _blob_bytes(cache: TargetCache, entry: Entry | Stage2Entry) -> tuple[bytes |
 
 
 def _identity_problem(ik: str, entry: Entry, walk: _Walk) -> tuple[KernelSpec | None, str]:
-    """(the entry's spec, "") or (None, why its identity cannot be trusted)."""
+    """(the entry's spec, "") or (None, why its identity cannot be trusted). That the
+    identity hashes to the file name is the entry reader's check (``read_entry``)."""
     from wgradcache.wgrad.kernel import kernel_symbol
 
     if ik not in walk.specs:
@@ -194,8 +200,6 @@ def _identity_problem(ik: str, entry: Entry, walk: _Walk) -> tuple[KernelSpec | 
         spec = KernelSpec.from_dict(entry.identity)
     except (KeyError, TypeError, ValueError) as e:
         return None, f"bad identity: {e}"
-    if spec.identity_key() != ik:
-        return None, "identity does not hash to the entry's file name"
     told = {"label": (entry.label, spec.label()), "variant": (entry.variant, spec.variant),
             "dtype": (entry.dtype, spec.dtype_key),
             "block_size": (entry.block_size, spec.block_size),
