@@ -175,7 +175,7 @@ def test_a_geometry_the_cover_rule_refuses(tmp_path):
     line = _refused(["--timings", str(p)])
     assert line.startswith(f"{p}: timings[0].label: geometry [256, 256, 32, 2, 2] is no "
                            "cover geometry of sm_90 in ")
-    assert line.endswith("(tile_m 256 is not on the ladder)")
+    assert line.endswith("(fp16: 512 accumulator registers per lane exceed the budget 128)")
 
 
 def test_mixed_targets_and_inconsistent_problems(tmp_path):
