@@ -18,7 +18,7 @@
 #      by benchmarks/device_caches.sh (`make devcache`);
 #   6. Nsight Compute (when ncu is there) on select's pick for $NCU_LAYER: speed of light,
 #      occupancy, memory and the stall reasons per issued instruction.
-# Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu"; also asyncgeo,
+# $SPEED_ARGS: more device_speed.py options (--dtype, --include, --sweep). Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu"; also asyncgeo,
 # asyncvar, variants, and geo, asyncl, bigvar on the full cache itself) picks the steps of one call, so calls of the device tool (600 s each)
 # can split them (12-04: "asyncgeo asyncvar speed", then "variants" alone at 520 s).
 # Writes into $OUT (default ./device-out): env.txt, planted.txt/json, speed.txt/json,
@@ -61,8 +61,9 @@ if step planted && [ -f devcache/planted/planted.txt ]; then
 fi
 # 2. the speed benchmark (its JSON is rewritten after each dtype: a timeout keeps fp16)
 if step speed; then
+  # shellcheck disable=SC2086
   timeout "${SPEED_TIMEOUT:-330}" python3 benchmarks/device_speed.py --cache-dir "$DEVCACHE" \
-    --top "${SPEED_TOP:-12}" --out "$OUT/speed.json" > "$OUT/speed.txt" 2>&1
+    --top "${SPEED_TOP:-12}" ${SPEED_ARGS:-} --out "$OUT/speed.json" > "$OUT/speed.txt" 2>&1
   rc2=$?
   echo "device_speed exit $rc2" >> "$OUT/speed.txt"
 fi
