@@ -8,6 +8,7 @@ tests fail with the install hint, as a build would.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -223,3 +224,23 @@ def test_a_warp_uniform_if_is_a_plain_branch():
     assert "readfirstlane" not in ir
     obj = compile_ir(ir, "sm_90")
     assert read_code_object(obj.hsaco).max_flat_workgroup_size == 256
+
+
+def test_compile_writes_cubin_and_ptx_in_nvidia_words(tmp_path):
+    """`compile` of an sm_90 kernel: .cubin and .ptx (not .hsaco and .s), and the summary
+    says registers, static and dynamic shared bytes, local bytes and max threads."""
+    from click.testing import CliRunner
+
+    from wgradcache.cli import main
+
+    label = "sm_90-fp16-t128x128x64-w4x2-v8x8-sync-default-atomic"
+    r = CliRunner().invoke(main, ["compile", label, "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert [ln.split()[0] for ln in lines[:4]] == ["ll", "ptx", "cubin", "json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{label}.{ext}" for ext in ("ll", "ptx", "cubin", "json"))
+    assert (tmp_path / f"{label}.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert ".entry wgrad_sm_90_fp16" in (tmp_path / f"{label}.ptx").read_text()
+    assert re.fullmatch(r"registers \d+, shared 0 B static \+ 69632 B dynamic, local 0 B, "
+                        r"max threads 256; mma 64 barriers \d+ atomics 32", lines[4]), lines[4]

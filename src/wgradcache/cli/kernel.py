@@ -66,7 +66,7 @@ def emulate(spec, problem, split_k, seed, geometries_file, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the .json document")
 def compile_(spec, out_dir, no_validate, timeout, geometries_file, as_json) -> None:
     """Compile one job outside the cache, to reproduce and inspect it."""
-    from wgradcache.pipeline.reproduce import compile_one
+    from wgradcache.pipeline.reproduce import compile_one, summary_line
 
     try:
         rep = compile_one(spec, out_dir, timeout, check=not no_validate,
@@ -76,16 +76,10 @@ def compile_(spec, out_dir, no_validate, timeout, geometries_file, as_json) -> N
     if as_json:
         emit_json(rep.doc)
     else:
-        for kind, path in rep.files.items():
-            click.echo(f"{kind:6} {path}")
+        for path in rep.files.values():  # each file by its own suffix (.cubin, .ptx, ...)
+            click.echo(f"{path.rsplit('.', 1)[-1]:6} {path}")
         if rep.ok:
-            co, isa = rep.doc["code_object"], rep.doc["isa"]
-            click.echo(f"vgpr {co['vgpr_count']} sgpr {co['sgpr_count']} "
-                       f"spills {co['vgpr_spill_count']}/{co['sgpr_spill_count']} "
-                       f"lds {co['group_segment_fixed_size']} B "
-                       f"scratch {co['private_segment_fixed_size']} B; "
-                       f"mma {isa['mma']} barriers {isa['barriers']} "
-                       f"atomics {isa['global_atomics']}")
+            click.echo(summary_line(spec, rep.doc))
     if not rep.ok:
         raise RunFailed(f"compile failed: {rep.error}")
 

@@ -94,6 +94,7 @@ class Target:
     # 48 KB; above it the kernel declares extern shared memory and the launcher opts in to
     # the size, ``lds_dynamic``); 0: the target has no such split (AMD's LDS is one kind).
     lds_static_bytes: int = 0
+    asm_suffix: str = ".s"  # the listing ``compile`` writes: LLVM's assembly, or NVPTX's PTX
     # the sync loop keeps K-outer LDS tiles and reads them with ``lds_read_tr`` instead of
     # transposing in registers on the way in, where both load vectors have at least this
     # many elements; 0: never (model/spec.sync_k_outer, wgrad/kloop say why)
@@ -252,7 +253,7 @@ TARGETS: dict[str, Target] = {
         Target(
             name="sm_90", family="mma", wave_size=32,
             atoms=_atoms(16, 16, 16, "m16n8k16"),
-            lds_bytes=232448, lds_static_bytes=49152, async_lds_copy=True,
+            lds_bytes=232448, lds_static_bytes=49152, asm_suffix=".ptx", async_lds_copy=True,
             packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
             has_kernels=True, e_mach=90, vendor="nvidia", lds_row_span=32,

@@ -57,7 +57,7 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     require_tools([spec.target])
     options, toolchain, _ = codegen_context(spec.target)
     label = spec.label()
-    names = {kind: f"{label}.{kind}" for kind in ("ll", "s", "hsaco", "json")}
+    names = file_names(spec)
     try:
         out = open_out(out_dir)
         for name in names.values():  # a link at any of them: nothing written
@@ -88,6 +88,38 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     doc["timings"] = dict(res.obj.timings)
     _put(out, names["json"], json.dumps(doc, indent=1, sort_keys=True).encode())
     return CompileReport(True, label, files, "", doc)
+
+
+def file_names(spec: KernelSpec) -> dict[str, str]:
+    """The four files ``compile`` writes, by kind: the LLVM IR (``ll``), the listing
+    (``s``: ``.s``, or ``.ptx`` for NVPTX), the code object (``hsaco``: ``.hsaco``, or
+    ``.cubin``, the cache's own suffix) and the report (``json``)."""
+    from wgradcache.cache.store import blob_suffix
+    from wgradcache.model.targets import get_target
+
+    label = spec.label()
+    return {"ll": f"{label}.ll", "s": label + get_target(spec.target).asm_suffix,
+            "hsaco": label + blob_suffix(spec.target), "json": f"{label}.json"}
+
+
+def summary_line(spec: KernelSpec, doc: dict) -> str:
+    """The compile summary in the vendor's words: VGPRs, SGPRs, LDS and scratch for AMD;
+    registers, static and dynamic shared bytes and local (stack) bytes for NVIDIA."""
+    from wgradcache.model.spec import dynamic_lds_bytes
+    from wgradcache.model.targets import get_target
+
+    co, isa = doc["code_object"], doc["isa"]
+    tail = (f"mma {isa['mma']} barriers {isa['barriers']} "
+            f"atomics {isa['global_atomics']}")
+    if get_target(spec.target).is_nvidia:
+        return (f"registers {co['vgpr_count']}, shared {co['group_segment_fixed_size']} B "
+                f"static + {dynamic_lds_bytes(spec)} B dynamic, local "
+                f"{co['private_segment_fixed_size']} B, max threads "
+                f"{co['max_flat_workgroup_size']}; {tail}")
+    return (f"vgpr {co['vgpr_count']} sgpr {co['sgpr_count']} "
+            f"spills {co['vgpr_spill_count']}/{co['sgpr_spill_count']} "
+            f"lds {co['group_segment_fixed_size']} B "
+            f"scratch {co['private_segment_fixed_size']} B; {tail}")
 
 
 def _put(out: Folder, name: str, data: bytes) -> None:
