@@ -229,10 +229,6 @@ def test_a_warp_uniform_if_is_a_plain_branch():
 def test_compile_writes_cubin_and_ptx_in_nvidia_words(tmp_path):
     """`compile` of an sm_90 kernel: .cubin and .ptx (not .hsaco and .s), and the summary
     says registers, static and dynamic shared bytes, local bytes and max threads."""
-    from click.testing import CliRunner
-
-    from wgradcache.cli import main
-
     label = "sm_90-fp16-t128x128x64-w4x2-v8x8-sync-default-atomic"
     r = CliRunner().invoke(main, ["compile", label, "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
