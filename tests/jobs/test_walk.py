@@ -108,12 +108,22 @@ def test_sm90_measured_stack_frame_exclusions():
     d = default_jobdata()
     ex = {(32, 64, 64, 1, 1, 8, 8), (64, 128, 32, 2, 2, 8, 1), (64, 32, 64, 2, 1, 8, 1),
           (64, 64, 32, 4, 1, 8, 1), (64, 128, 64, 2, 4, 4, 4)}
-    assert set(d.limits_for("sm_90").exclude) == ex
+    # 2026-12-06: the full build of sm_90's own ladder kept a frame in 82 sync kernels of 21
+    # (geometry, vec pair)s
+    new = {(32, 256, 32, 1, 2, 4, 4), (32, 256, 32, 1, 2, 8, 8), (32, 256, 32, 2, 1, 4, 4),
+           (32, 256, 32, 2, 1, 8, 8), (64, 64, 64, 1, 1, 8, 8), (64, 128, 64, 1, 2, 8, 8),
+           (64, 128, 64, 2, 1, 8, 8), (64, 256, 32, 2, 2, 4, 4), (64, 256, 64, 1, 4, 4, 4),
+           (64, 256, 64, 1, 4, 8, 8), (64, 256, 64, 2, 2, 4, 4), (64, 256, 64, 2, 2, 8, 8),
+           (64, 256, 64, 4, 1, 4, 4), (64, 256, 64, 4, 1, 8, 8), (128, 64, 64, 1, 2, 8, 8),
+           (128, 64, 64, 2, 1, 8, 8), (128, 128, 64, 4, 1, 4, 4), (128, 256, 64, 4, 2, 4, 4),
+           (256, 32, 32, 1, 2, 8, 1), (256, 32, 32, 2, 1, 8, 1), (256, 64, 32, 1, 4, 8, 8)}
+    assert set(d.limits_for("sm_90").exclude) == ex | new
+    ex |= new
     assert all(d.limits_for(t).exclude == () for t in ("gfx1250", "gfx942", "gfx950"))
     specs = list(walk("sm_90"))
     # 2026-12-06: sm_90's own ladder (256-wide tiles, 128 accumulators, dynamic shared)
-    assert len(specs) == sum(sum(v.values()) for v in count("sm_90").values()) == 2470
-    assert sum(s.k_loop == "sync" for s in specs) == 2118
+    assert len(specs) == sum(sum(v.values()) for v in count("sm_90").values()) == 2386
+    assert sum(s.k_loop == "sync" for s in specs) == 2034
     got = {(*s.geometry, s.vec_a, s.vec_b) for s in specs}
     assert not got & ex
     # the neighbours that compile clean are walked, the three re-admitted ones among them
