@@ -105,6 +105,22 @@ def show(key_or_label, cache_dir, as_json) -> None:
         rows.append(("transposing read lane map", transposed_read_provenance(found.target)))
     table(str(e.get("label")), ("field", "value"),
           [(k, "" if v is None else v) for k, v in rows], numeric_from=1)
+    _show_measured(cache_dir, found)
+
+
+def _show_measured(cache_dir, found) -> None:
+    """The kernel's measured times, one table per device class (none: nothing printed)."""
+    from wgradcache.cache.catalog import measured_times
+
+    got, bad = measured_times(cache_dir, found)
+    for line in bad:
+        click.echo(printable(f"show: {line} (not read)"), err=True)
+    for m in got:
+        stale = f"; {m.stale} stale row(s) of an older blob, ignored" if m.stale else ""
+        table(f"measured on {m.device} [{m.device_class}]{stale}",
+              ("problem", "dtype", "split", "median ms", "spread ms", "iterations"),
+              [(r.problem, r.dtype, r.degree, f"{r.median_ms:.4f}", f"{r.spread_ms:.4f}",
+                r.iterations) for r in m.rows], numeric_from=2)
 
 
 @main.command()
