@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass, field
 from wgradcache.cache.entry import CorruptEntry, _parse, is_key
 
 __all__ = ["DeviceClass", "TimingRow", "VendorRow", "Fit", "TimingsFile", "read_timings",
-           "timings_bytes", "timings_json", "check_timings_doc", "BadTimings", "merge_files", "is_slug", "row_key", "merge_rows",
+           "timings_bytes", "timings_json", "check_timings_doc", "BadTimings", "merge_files",
+           "is_slug", "row_key", "merge_rows",
            "row_is_current", "MAX_ROWS", "MAX_MS", "MAX_TIMINGS_FILE", "MAX_ITERATIONS"]
 
 MAX_ROWS = 100_000
