@@ -294,10 +294,12 @@ def _fit(v, where: str) -> Fit | None:
 _TOP = {"device": 0, "rows": 0, "vendor": 0, "fit": 0}
 
 
-def check_timings_doc(doc: object, extra: tuple[str, ...] = ()) -> TimingsFile:
-    """The ``TimingsFile`` a parsed JSON document holds; ``BadTimings`` (a ValueError's reason)
-    otherwise. ``extra``: top-level fields a caller reads itself (``tune --json``'s
-    ``target``). The row count is checked before any row."""
+def check_timings_doc(doc: object, extra: tuple[str, ...] = (),
+                      unique: bool = True) -> TimingsFile:
+    """The ``TimingsFile`` a parsed JSON document holds; ``BadTimings`` (a ValueError's
+    reason) otherwise. ``extra``: top-level fields a caller reads itself (``tune --json``'s
+    ``target``); ``unique``: refuse two rows of one key (off for rows whose keys the
+    caller fills in later). The row count is checked before any row."""
     d = _obj(doc, {**_TOP, **dict.fromkeys(extra, 0)}, "file") if extra else \
         _obj(doc, _TOP, "file")
     device = _device(d["device"], "device")
@@ -310,7 +312,7 @@ def check_timings_doc(doc: object, extra: tuple[str, ...] = ()) -> TimingsFile:
     problems: dict[str, str] = {}
     got = tuple(_row(r, f"rows[{i}]", problems) for i, r in enumerate(rows))
     seen: set = set()
-    for i, r in enumerate(got):
+    for i, r in enumerate(got if unique else ()):
         if row_key(r) in seen:
             raise BadTimings(f"rows[{i}]: a second row of the same kernel, blob, problem, dtype "
                        "and degree")
