@@ -3,7 +3,8 @@ this cache row by row, then merged into its device class's file; all or nothing.
 
 This is how the build machine, which has no GPU, gets the device's measurements. Two forms:
 
-* ``tune --json``'s output: ``{"target", "device", "rows", "vendor", "fit"}``, the rows as
+* ``tune --json``'s output: ``{"target", "device", "rows", "vendor", "fit"}`` (and its
+  ``failures`` and ``refit`` lines, checked and not kept), the rows as
   ``cache/timings.py`` writes them (identity key and blob key of each kernel);
 * ``benchmarks/device_speed.py --out``: ``{"device": "sm_90 device 0 (<name>)", "iters",
   "timings": [{label, problem, dtype, split_k, ms, ...}], "layers": [{..., cudnn_ms}]}``.
@@ -223,6 +224,14 @@ def read_import(path: str, now: float) -> _Parsed:
     try:
         if type(doc) is dict and "timings" in doc:
             return _speed(doc, now)
+        if type(doc) is dict:  # tune --json's report lines: checked, not imported
+            doc = dict(doc)
+            failures, said = doc.pop("failures", []), doc.pop("refit", "")
+            if type(failures) is not list or len(failures) > MAX_ROWS or not all(
+                    type(x) is str and len(x) <= 1000 for x in failures):
+                raise BadTimings("failures: not a list of lines")
+            if type(said) is not str or len(said) > 1000:
+                raise BadTimings("refit: not a line")
         got = check_timings_doc(doc, extra=("target",))
         target = doc["target"]  # type: ignore[index]
         if type(target) is not str or len(target) > 40:
