@@ -147,3 +147,18 @@ def test_no_device_is_one_line(built, cache, monkeypatch):
     assert r.exit_code == 2
     assert r.output == "error: tune: no sm_90 device: 1 CUDA device(s), none is sm_90\n"
     assert TargetCache(cache, "sm_90").timing_classes() == []
+
+
+def test_a_layers_file_that_is_a_fifo_or_not_a_layer_set_is_one_line(cache, fake, tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # an open without O_NONBLOCK would wait for a writer for ever
+    r = _tune(cache, fifo)
+    assert (r.exit_code, r.output) == (2, f"error: --layers {fifo}: cannot read: a FIFO, not "
+                                          "a regular file\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema: 2\n")
+    r = _tune(cache, bad)
+    assert (r.exit_code, r.output) == (2, f"error: --layers {bad}: {bad}: expected 'schema: 1' "
+                                          "and a 'layers' list\n")

@@ -216,3 +216,12 @@ def test_show_prints_a_kernels_measured_times(cache):
     line = next(ln for ln in r.output.splitlines() if P in ln)
     assert line.split() == ["│", P, "│", "fp16", "│", "1", "│", "0.1250", "│", "0.0000",
                             "│", "10", "│"]
+
+
+def test_a_timings_file_that_is_not_whole_stops_select_in_one_line(cache):
+    path = TargetCache(cache, T).timings_path(DEV.slug())
+    path.parent.mkdir()
+    path.write_text('{"device": {"name": "AMD Fake GPU"')
+    r, _ = _select(cache)
+    assert (r.exit_code, r.output) == (
+        1, f"failed: {path}: corrupt: not whole JSON (Expecting ',' delimiter at char 34)\n")

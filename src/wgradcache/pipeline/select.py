@@ -258,25 +258,17 @@ def issue_slots(spec: KernelSpec, facts: CodeFacts | None = None) -> tuple[float
     return per_tile, formula_epi * per_tile / formula_tile
 
 
-def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, int],
+def _score(spec: KernelSpec, problem: ConvProblem, slice_k: int, grid: tuple[int, int, int],
            facts: CodeFacts | None = None) -> float:
     """Rounds of ``RESIDENT_CTAS`` CTAs per CU over the grid, times one round's clocks: its
     waves x K tiles x slots per K tile (``issue_slots``) over the rate the round's waves can
     issue at (``ISSUE_PER_WAVE`` each, ``ISSUE_PER_CU`` at most), or its fragment reads over
     ``LDS_BYTES_PER_CLOCK`` where those take longer, then the epilogue's slots at the same
-    rate; partial tiles count as full. Two-stage adds its stage-2 pass (10 %)."""
-    t = get_target(spec.target)
-    ctas = grid[0] * grid[1] * grid[2]
-    rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
-    k_tiles = -(-slice_k // spec.tile_k)
-    per_tile, epilogue = issue_slots(spec, facts)
-    resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
-    rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
-    loop = resident_waves * k_tiles * per_tile / rate
-    lds = RESIDENT_CTAS * k_tiles * lds_read_bytes_per_k_tile(spec) / LDS_BYTES_PER_CLOCK
-    cta = max(loop, lds) + resident_waves * epilogue / rate
+    rate; partial tiles count as full. Two-stage adds its stage-2 pass (10 %). The parts
+    are ``cost_terms``'s, which a fit weighs by measured constants instead."""
+    t = cost_terms(spec, problem, slice_k, grid, facts)
     stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
-    return rounds * cta * stage2
+    return (max(t["issue"], t["lds"]) + t["epilogue"]) * stage2
 
 
 COST_TERMS = ("launch", "issue", "lds", "epilogue", "stage2")
@@ -382,7 +374,7 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
                              slice_k=plan.slice_k, reduction=plan.reduction, grid=plan.grid,
                              block=s.block_size, lds_bytes=lds_bytes(s),
                              workspace_bytes=plan.workspace_bytes,
-                             score=_score(s, plan.degree, plan.slice_k, plan.grid, code),
+                             score=_score(s, problem, plan.slice_k, plan.grid, code),
                              cost_from=cost_from, expected_ms=ms))
     out.sort(key=lambda c: (c.expected_ms is None,
                             c.score if c.expected_ms is None else c.expected_ms,

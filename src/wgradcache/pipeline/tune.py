@@ -84,11 +84,17 @@ class _Job:
 def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
     """(per distinct layer problem and dtype, the candidates to time; lines for entries
     skipped as corrupt). TuneError when the layer file cannot be read."""
+    from wgradcache.files.capped import Refused, read_capped
     from wgradcache.numerics.layers import load_layers
     from wgradcache.pipeline.select import candidates_from_cache, select
 
-    try:
+    try:  # a FIFO or a device is refused before load_layers opens it (it would block)
+        read_capped(req.layers_file, 16 << 20, follow=True, missing_ok=False)
         layers = load_layers(req.layers_file)
+    except Refused as e:
+        why = f"{e.detail}, not a regular file" if e.code == "kind" else (
+            f"{e.detail} bytes, over 16 MiB" if e.code == "size" else str(e.detail))
+        raise TuneError(f"--layers {req.layers_file}: cannot read: {why}") from None
     except (OSError, ValueError) as e:
         raise TuneError(f"--layers {req.layers_file}: {e}") from None
     seen, distinct = set(), []
