@@ -90,20 +90,25 @@ def test_a_stale_row_is_ignored_and_its_kernel_ranks_by_the_formula(cache):
 
 
 def test_the_fit_recovers_known_constants_within_5_percent():
+    """Times made from known constants with +-2 % seeded noise (a device's run-to-run
+    spread): every constant comes back within 5 %, the residual near the noise."""
+    import random
+
+    rng = random.Random(0)
+    true = {**TRUE, "stage2": 2e-8}
     specs = candidates_from_walk(T, "fp16") + candidates_from_walk(T, "bf16")
     samples = []
     for text in PROBLEMS:
         p = ConvProblem.parse(text)
         for c in select(T, p, specs)[:40]:
             terms = cost_terms(c.spec, p, c.slice_k, c.grid)
-            true = {**TRUE, "stage2": 2e-8}
-            samples.append(FitSample(terms, fitted_ms(true, terms)))
+            samples.append(FitSample(terms, fitted_ms(true, terms) * rng.uniform(0.98, 1.02)))
     got = fit_samples(samples)
     assert not isinstance(got, str), got
-    assert set(got.constants) == {"launch", "issue", "lds", "epilogue", "stage2"}
-    for name, want in {**TRUE, "stage2": 2e-8}.items():
+    assert set(got.constants) == set(true)
+    for name, want in true.items():
         assert abs(got.constants[name] - want) <= 0.05 * want, (name, got.constants)
-    assert got.residual < 1e-6 and got.rows == len(samples)
+    assert 0.005 < got.residual < 0.02 and got.rows == len(samples) == 240
 
 
 def test_fit_stores_the_fit_and_select_ranks_unmeasured_problems_by_it(cache):
@@ -207,15 +212,20 @@ def test_import_of_a_device_speed_file(cache, tmp_path):
 
 
 def test_show_prints_a_kernels_measured_times(cache):
+    from wgradcache.cache.timings import VendorRow
+
     _, _, cands = _served(cache, P)
-    _write(cache, _rows(cache, P, lambda c: 0.125))
+    c = TargetCache(cache, T)
+    with c.lock():
+        c.write_timings(TimingsFile(DEV, tuple(_rows(cache, P, lambda c: 0.125)), (
+            VendorRow("cudnn", P, "fp16", 0.25, 0.0, 10, 1.0),)))
     r = CliRunner().invoke(main, ["show", cands[0].spec.label(), "--cache-dir", str(cache)])
     assert r.exit_code == 0, r.output
     assert f"measured on AMD Fake GPU (256 SMs/CUs, driver 6.4, runtime 6.4) [{DEV.slug()}]" \
         in r.output
     line = next(ln for ln in r.output.splitlines() if P in ln)
     assert line.split() == ["│", P, "│", "fp16", "│", "1", "│", "0.1250", "│", "0.0000",
-                            "│", "10", "│"]
+                            "│", "10", "│", "cudnn", "0.2500", "│"]
 
 
 def test_a_timings_file_that_is_not_whole_stops_select_in_one_line(cache):

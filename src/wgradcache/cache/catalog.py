@@ -15,7 +15,7 @@ from pathlib import Path
 
 from wgradcache.cache.entry import CorruptEntry, Entry, record_json
 from wgradcache.cache.store import CacheRefused, TargetCache
-from wgradcache.cache.timings import TimingRow
+from wgradcache.cache.timings import TimingRow, VendorRow
 from wgradcache.model.spec import from_label
 from wgradcache.model.targets import target_names
 
@@ -138,6 +138,12 @@ class Measured:
     device: str
     rows: tuple[TimingRow, ...]
     stale: int
+    vendor: tuple[VendorRow, ...] = ()  # the vendor library's rows of the same problems
+
+    def vendor_text(self, row: TimingRow) -> str:
+        """The vendor libraries' times of ``row``'s problem and dtype: "cudnn 0.1234"."""
+        return ", ".join(f"{v.library} {v.median_ms:.4f}" for v in self.vendor
+                         if (v.problem, v.dtype) == (row.problem, row.dtype))
 
 
 def measured_times(root: str | Path, found: FoundEntry) -> tuple[list[Measured], list[str]]:
@@ -157,5 +163,5 @@ def measured_times(root: str | Path, found: FoundEntry) -> tuple[list[Measured],
         current = tuple(r for r in mine if r.blob == found.record.blob)
         if mine:
             out.append(Measured(slug, tf.device.describe(), current,
-                                len(mine) - len(current)))
+                                len(mine) - len(current), tf.vendor))
     return out, bad

@@ -34,7 +34,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from wgradcache.cache.entry import CorruptEntry, _parse, is_key
 
@@ -136,7 +136,6 @@ class TimingsFile:
     rows: tuple[TimingRow, ...] = ()
     vendor: tuple[VendorRow, ...] = ()
     fit: Fit | None = None
-    notes: tuple[str, ...] = field(default=(), compare=False)  # not stored
 
 
 def row_key(row: TimingRow) -> tuple[str, str, str, str, int]:

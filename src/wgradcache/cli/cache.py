@@ -118,9 +118,10 @@ def _show_measured(cache_dir, found) -> None:
     for m in got:
         stale = f"; {m.stale} stale row(s) of an older blob, ignored" if m.stale else ""
         table(f"measured on {m.device} [{m.device_class}]{stale}",
-              ("problem", "dtype", "split", "median ms", "spread ms", "iterations"),
+              ("problem", "dtype", "split", "median ms", "spread ms", "iterations",
+               "vendor ms"),
               [(r.problem, r.dtype, r.degree, f"{r.median_ms:.4f}", f"{r.spread_ms:.4f}",
-                r.iterations) for r in m.rows], numeric_from=2)
+                r.iterations, m.vendor_text(r)) for r in m.rows], numeric_from=2)
 
 
 @main.command()
@@ -190,9 +191,11 @@ def gc_(as_json, **options) -> None:
         emit_json(reports)
         return
     table(f"gc{' (dry run)' if req.dry_run else ''}",
-          ("target", "stale", "corrupt", "orphans", "evicted", "bytes before", "bytes after"),
+          ("target", "stale", "corrupt", "orphans", "evicted", "timing rows", "bytes before",
+           "bytes after"),
           [(r["target"], r["stale_entries"], r["corrupt_entries"], r["orphan_blobs"],
-            r["evicted_blobs"], r["bytes_before"], r["bytes_after"]) for r in reports])
+            r["evicted_blobs"], r["timing_rows"], r["bytes_before"], r["bytes_after"])
+           for r in reports])
 
 
 @main.command()

@@ -17,8 +17,9 @@ least every ``flush_s`` seconds and after every layer), so a killed run keeps ev
 finished except those of the last ``flush_s`` seconds. A launch that fails is reported and
 the run goes on. At the end the cost model is refitted to the class's timings.
 
-Buffers are allocated once per layer and dtype, inputs left as allocated: a kernel's time
-does not depend on the values it reads (no data-dependent control flow in these kernels).
+Buffers are allocated once per layer and dtype (the workspace at the largest a candidate
+needs) and the inputs zeroed: a kernel's time does not depend on the values it reads (no
+data-dependent control flow in these kernels), and zeros are no NaN or Inf.
 """
 
 from __future__ import annotations
@@ -245,6 +246,8 @@ def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
     big = {b: max(sz[b] for sz in sizes.values()) for b in ("dy", "x", "dw", "ws")}
     ptr = {b: s.alloc(n) for b, n in big.items()}
     try:
+        for b in ("dy", "x"):  # zeros, not whatever the allocation held (NaN, Inf)
+            s.memset(ptr[b], 0, big[b])
         for cand in job.candidates:
             spec, entry = cand.spec, cache.read_entry(cand.key)
             try:
