@@ -34,8 +34,8 @@ from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.select import COST_TERMS, CodeFacts, cost_terms
 from wgradcache.wgrad.split_k import plan_split_k
 
-__all__ = ["FitSample", "FitResult", "fit_samples", "refit", "refit_line", "FitRequest",
-           "fit_class", "MIN_ROWS"]
+__all__ = ["FitSample", "FitResult", "fit_samples", "samples_of", "refit", "refit_line",
+           "FitRequest", "fit_class", "MIN_ROWS"]
 
 MIN_ROWS = 8
 """A fit of five constants to fewer rows says little beyond those rows."""
@@ -75,7 +75,7 @@ def fit_samples(samples: list[FitSample]) -> FitResult | str:
                      float(np.sqrt(np.mean(rel * rel))), len(samples))
 
 
-def _samples(cache: TargetCache, rows: tuple[TimingRow, ...]
+def samples_of(cache: TargetCache, rows: tuple[TimingRow, ...]
              ) -> tuple[list[FitSample], list[TimingRow]]:
     """The samples of the rows whose kernel the cache holds with the blob they timed."""
     entries = {ik: e for ik, e in cache.iter_entries() if isinstance(e, Entry)}
@@ -116,7 +116,7 @@ def refit(cache: TargetCache, slug: str, now: float | None = None) -> Fit | str:
         tf = cache.read_timings(slug)
         if tf is None:
             return f"no timings of {slug}"
-        samples, used = _samples(cache, tf.rows)
+        samples, used = samples_of(cache, tf.rows)
         got = fit_samples(samples)
         fit = None if isinstance(got, str) else Fit(
             got.constants, got.residual, got.rows, len({r.identity_key for r in used}),
