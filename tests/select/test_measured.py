@@ -235,3 +235,10 @@ def test_a_timings_file_that_is_not_whole_stops_select_in_one_line(cache):
     r, _ = _select(cache)
     assert (r.exit_code, r.output) == (
         1, f"failed: {path}: corrupt: not whole JSON (Expecting ',' delimiter at char 34)\n")
+
+
+def test_a_fit_that_predicts_no_time_falls_back_to_the_formula():
+    terms = {"launch": 1.0, "issue": 100.0, "lds": 0.0, "epilogue": 0.0, "stage2": 0.0}
+    assert fitted_ms({"launch": 0.01, "issue": 1e-4, "lds": 1.0}, terms) == pytest.approx(0.02)
+    assert fitted_ms({"launch": -0.02, "issue": 1e-4}, terms) is None  # -0.01 ms
+    assert fitted_ms({"launch": 0.01}, terms) is None  # issue was never fitted

@@ -302,10 +302,13 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
 
 def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | None:
     """The fitted model's milliseconds for a launch's ``terms``; None where a term the
-    launch has was not fitted (no measured launch had it: the fit knows nothing of it)."""
+    launch has was not fitted (no measured launch had it: the fit knows nothing of it), or
+    where the fit, unconstrained, comes out at no time at all (a launch far outside what it
+    was fitted on: it would rank first for no reason)."""
     if any(v and name not in constants for name, v in terms.items()):
         return None
-    return sum(constants.get(name, 0.0) * v for name, v in terms.items())
+    ms = sum(constants.get(name, 0.0) * v for name, v in terms.items())
+    return ms if ms > 0 else None
 
 
 def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
