@@ -143,3 +143,16 @@ def test_merge_refuses_a_corrupt_timings_file_and_writes_nothing(tmp_path):
     assert not rep.ok
     assert [f.line() for f in rep.findings] == [f"REFUSED {bad}: corrupt: file: no field 'rows'"]
     assert dest.timing_classes() == []
+
+
+def test_a_class_past_the_row_cap_is_never_written(tmp_path, monkeypatch):
+    import wgradcache.cache.timings as timings_mod
+
+    monkeypatch.setattr(timings_mod, "MAX_ROWS", 2)
+    c = _cache(tmp_path)
+    rows = tuple(_row(key("a"), key("blob-a"), degree=d) for d in (1, 2, 3))
+    with pytest.raises(CorruptEntry) as e, c.lock():
+        c.write_timings(TimingsFile(H100, rows))
+    assert str(e.value) == (f"{c.timings_path(H100.slug())}: 3 rows for {H100.slug()}, more "
+                            "than 2 (`wgradcache gc` drops the stale ones): not written")
+    assert c.timing_classes() == []

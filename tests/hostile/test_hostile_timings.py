@@ -348,7 +348,7 @@ def test_import_refuses_nan_infinity_truncation_and_a_million_rows(import_cache,
     doc = _import_doc(import_cache)
     doc["rows"] = [{}] * 10 ** 6  # 3 MB: under the size cap, refused by its count first
     p.write_text(json.dumps(doc))
-    assert _import_refused(import_cache, p) == f"{p}: rows: 1000000 rows, more than 100000"
+    assert _import_refused(import_cache, p) == f"{p}: rows: 1000000 rows, more than 200000"
     p.write_text(good.replace('"vendor"', '"rows"'))
     assert _import_refused(import_cache, p) == f"{p}: not valid JSON: repeated key 'rows'"
 
@@ -368,7 +368,7 @@ def test_import_refuses_a_fifo_a_symlink_and_a_huge_file(import_cache, tmp_path)
     with open(huge, "wb") as f:
         f.truncate(1 << 36)  # 64 GB, sparse: never read
     assert _import_refused(import_cache, huge) == \
-        f"{huge}: cannot read: {1 << 36} bytes, over the 32 MiB cap"
+        f"{huge}: cannot read: {1 << 36} bytes, over the 96 MiB cap"
     assert _import_refused(import_cache, tmp_path / "nowhere.json") == \
         f"{tmp_path / 'nowhere.json'}: cannot read: No such file or directory"
 

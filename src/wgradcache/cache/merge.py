@@ -65,7 +65,7 @@ from wgradcache.cache.store import (
     sha256_bytes,
     stage2_of,
 )
-from wgradcache.cache.timings import TimingsFile, merge_files
+from wgradcache.cache.timings import TimingsFile, merge_files, over_cap
 
 __all__ = ["Digests", "Finding", "MergeReport", "merge", "decide"]
 
@@ -318,10 +318,12 @@ class _Planner:
                 continue
             key = (c.target, slug)
             have = self.timings.get(key)
-            if have is None:
-                self.timings[key] = (tf if dest else None, tf)
-            else:
-                self.timings[key] = (have[0], merge_files(have[1], tf))
+            union = tf if have is None else merge_files(have[1], tf)
+            if why := over_cap(union):
+                self.refuse(c.root, f"{c.timings_path(slug)}: the union would hold {why}",
+                            target=c.target, name=slug)
+                continue
+            self.timings[key] = (have[0] if have else tf if dest else None, union)
 
     def consider(self, s: TargetCache, kind: str, name: str,
                  rec: Record | CorruptEntry) -> None:

@@ -85,6 +85,7 @@ from wgradcache.cache.timings import (
     MAX_TIMINGS_FILE,
     TimingsFile,
     is_slug,
+    over_cap,
     read_timings,
     timings_bytes,
 )
@@ -861,6 +862,9 @@ class TargetCache:
 
     def write_timings(self, tf: TimingsFile) -> None:
         """The class's file, whole (call under the writer lock: read, merge, write)."""
+        why = over_cap(tf)
+        if why:
+            raise CorruptEntry(f"{self.timings_path(tf.device.slug())}: {why}: not written")
         data = timings_bytes(tf)
         if len(data) > MAX_TIMINGS_FILE:
             raise CorruptEntry(f"{self.timings_path(tf.device.slug())}: {len(data)} bytes, "

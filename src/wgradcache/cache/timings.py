@@ -40,14 +40,15 @@ from wgradcache.cache.entry import CorruptEntry, _parse, is_key
 
 __all__ = ["DeviceClass", "TimingRow", "VendorRow", "Fit", "TimingsFile", "read_timings",
            "timings_bytes", "timings_json", "check_timings_doc", "BadTimings", "merge_files",
-           "is_slug", "row_key", "merge_rows",
+           "is_slug", "row_key", "merge_rows", "over_cap",
            "row_is_current", "MAX_ROWS", "MAX_MS", "MAX_TIMINGS_FILE", "MAX_ITERATIONS"]
 
-MAX_ROWS = 100_000
-"""Rows of one class: ``tune --all`` over every layer of ``layers/reference.yaml`` in four
-dtypes times a full cache's servers is ~40 000."""
-MAX_TIMINGS_FILE = 32 << 20
-"""A row is ~300 bytes written: ``MAX_ROWS`` of them and the vendor rows fit."""
+MAX_ROWS = 200_000
+"""Rows of one class: ``tune --all`` over the ~46 distinct layers of ``layers/reference.yaml``
+in two dtypes times a few hundred serving kernels each is ~30 000; room for four dtypes and
+the stale rows of a few rebuilds (gc drops those)."""
+MAX_TIMINGS_FILE = 96 << 20
+"""A row is ~330 bytes written: ``MAX_ROWS`` of them and the vendor rows fit."""
 MAX_MS = 1e6  # a launch of 1000 s is a broken clock, not a kernel time
 MAX_ITERATIONS = 1_000_000
 MAX_CONSTANTS = 32
@@ -162,6 +163,15 @@ def merge_rows(old: tuple, new: tuple, key=row_key) -> tuple:
 
 def _vendor_key(row: VendorRow) -> tuple[str, str, str]:
     return (row.library, row.problem, row.dtype)
+
+
+def over_cap(tf: TimingsFile) -> str:
+    """Why ``tf`` cannot be written (more rows than its reader takes), or ""."""
+    for name, rows in (("rows", tf.rows), ("vendor rows", tf.vendor)):
+        if len(rows) > MAX_ROWS:
+            return (f"{len(rows)} {name} for {tf.device.slug()}, more than {MAX_ROWS} "
+                    "(`wgradcache gc` drops the stale ones)")
+    return ""
 
 
 def merge_files(old: TimingsFile, new: TimingsFile) -> TimingsFile:

@@ -48,6 +48,7 @@ from wgradcache.cache.timings import (
     check_timings_doc,
     is_slug,
     merge_files,
+    over_cap,
     row_key,
 )
 from wgradcache.files.capped import Refused, read_capped
@@ -341,6 +342,8 @@ def import_timings(req: ImportRequest, refit=None) -> ImportReport:
     ok, why = check_target(target)
     if not ok:
         raise ImportRefused(f"{where}: target: {why}")
+    if not parsed.rows:
+        raise ImportRefused(f"{where}: no rows (nothing was measured)")
     cache = TargetCache(req.cache_dir, target)
     rows = _resolve(cache, parsed, where)
     device, _ = _class_of(cache, parsed, req.device_class, where)
@@ -348,6 +351,8 @@ def import_timings(req: ImportRequest, refit=None) -> ImportReport:
     with cache.lock():
         _, have = _class_of(cache, parsed, req.device_class, where)
         union = new if have is None else merge_files(have, new)
+        if why := over_cap(union):
+            raise ImportRefused(f"{where}: the class would hold {why}; nothing imported")
         added = len(set(union.rows) - set(have.rows if have else ()))
         cache.write_timings(union)
     said = refit(cache, device.slug()) if refit is not None else ""

@@ -30,7 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wgradcache.cache.store import TargetCache
-from wgradcache.cache.timings import DeviceClass, TimingRow, TimingsFile, VendorRow, merge_files
+from wgradcache.cache.timings import (
+    DeviceClass,
+    TimingRow,
+    TimingsFile,
+    VendorRow,
+    merge_files,
+    over_cap,
+)
 
 __all__ = ["TuneRequest", "TuneReport", "TuneError", "tune", "plan_tune"]
 
@@ -143,7 +150,10 @@ class _Writer:
         new = TimingsFile(self.device, tuple(self.rows), tuple(self.vendor))
         with self.cache.lock():
             have = self.cache.read_timings(self.device.slug())
-            self.cache.write_timings(new if have is None else merge_files(have, new))
+            union = new if have is None else merge_files(have, new)
+            if why := over_cap(union):
+                raise TuneError(f"tune: the class would hold {why}; stopped")
+            self.cache.write_timings(union)
         self.rows, self.vendor = [], []
         self.at = time.monotonic()
 
