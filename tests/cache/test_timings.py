@@ -156,3 +156,21 @@ def test_a_class_past_the_row_cap_is_never_written(tmp_path, monkeypatch):
     assert str(e.value) == (f"{c.timings_path(H100.slug())}: 3 rows for {H100.slug()}, more "
                             "than 2 (`wgradcache gc` drops the stale ones): not written")
     assert c.timing_classes() == []
+
+
+def test_a_symlinked_timings_folder_is_refused_and_nothing_outside_is_touched(tmp_path):
+    from wgradcache.cache.store import CacheRefused
+
+    c = _cache(tmp_path / "c")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / f"{H100.slug()}.json").write_bytes(timings_bytes(TimingsFile(H100)))
+    (tmp_path / "c" / "gfx1250" / "timings").symlink_to(outside)
+    for call in (c.timing_classes, lambda: c.read_timings(H100.slug()),
+                 lambda: gc(TargetCache(tmp_path / "c", "gfx1250"), set())):
+        with pytest.raises(CacheRefused, match="a symbolic link, not a directory"):
+            call()
+    with pytest.raises(CacheRefused), c.lock():
+        c.write_timings(TimingsFile(H100, (_row(key("a"), key("blob-a")),)))
+    assert [p.name for p in outside.iterdir()] == [f"{H100.slug()}.json"]
+    assert c.entry_keys() == sorted([key("a"), key("b")])  # gc removed nothing

@@ -242,3 +242,25 @@ def test_a_fit_that_predicts_no_time_falls_back_to_the_formula():
     assert fitted_ms({"launch": 0.01, "issue": 1e-4, "lds": 1.0}, terms) == pytest.approx(0.02)
     assert fitted_ms({"launch": -0.02, "issue": 1e-4}, terms) is None  # -0.01 ms
     assert fitted_ms({"launch": 0.01}, terms) is None  # issue was never fitted
+
+
+def test_a_device_speed_file_joins_a_named_class(cache, tmp_path):
+    _write(cache, _rows(cache, P, lambda c: 1.0)[:1])
+    _, p, cands = _served(cache, P)
+    doc = {"device": "gfx1250 device 0 (AMD Fake GPU)", "iters": 5,
+           "timings": [{"layer": "net/a", "problem": p.short(), "dtype": "fp16",
+                        "label": c.spec.label(), "split_k": c.degree, "ms": 0.5}
+                       for c in cands[1:3]]}
+    f = tmp_path / "speed.json"
+    f.write_text(json.dumps(doc))
+    r = CliRunner().invoke(main, ["tune", "--import", str(f), "--cache-dir", str(cache),
+                                  "--device-class", DEV.slug(), "--json"])
+    assert r.exit_code == 0, r.output
+    assert (json.loads(r.stdout)["device_class"], json.loads(r.stdout)["rows"]) == \
+        (DEV.slug(), 3)
+    assert TargetCache(cache, T).timing_classes() == [DEV.slug()]
+    r = CliRunner().invoke(main, ["tune", "--import", str(f), "--cache-dir", str(cache),
+                                  "--device-class", "amd-other-0123456789ab"])
+    assert (r.exit_code, r.output) == (2, "error: --device-class amd-other-0123456789ab: no "
+                                          f"such class in the {T} cache (it has: "
+                                          f"{DEV.slug()})\n")
