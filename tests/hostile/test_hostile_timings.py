@@ -259,3 +259,124 @@ def test_out_never_writes_through_a_link_or_onto_a_directory(tmp_path):
 def test_bad_options(tmp_path, args, why):
     good = str(_file(tmp_path, _doc()))
     assert _refused(["--timings", good, *args]) == why
+
+
+# -- tune --import: timings measured elsewhere, checked against the cache ------------------
+def _import_doc(cache) -> dict:
+    """A whole ``tune --json`` document: one row of a kernel of ``cache`` that serves."""
+    from wgradcache.cache.store import TargetCache
+
+    entry = next(e for _, e in TargetCache(cache, "gfx1250").iter_entries()
+                 if e.label == "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")
+    return {"target": "gfx1250",
+            "device": {"name": "AMD Fake GPU", "sm_count": 256, "driver": "6.4",
+                       "runtime": "6.4"},
+            "rows": [{"identity_key": entry.identity_key, "blob": entry.blob,
+                      "problem": "2,32,8,8,32,3,3,1,1", "dtype": "fp16", "degree": 1,
+                      "median_ms": 0.5, "spread_ms": 0.01, "iterations": 10,
+                      "when": 100.0}],
+            "vendor": [], "fit": None}
+
+
+@pytest.fixture
+def import_cache(small_cache, tmp_path):
+    import shutil
+
+    dst = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], dst)
+    return dst
+
+
+def _import_refused(cache, path, *extra) -> str:
+    r = CliRunner().invoke(main, ["tune", "--import", str(path), "--cache-dir", str(cache),
+                                  *extra])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code == 2, r.output
+    assert r.output.count("\n") == 1 and r.output.startswith("error: "), r.output[:500]
+    assert not (cache / "gfx1250" / "timings").exists()  # nothing imported
+    return r.output[len("error: "):].rstrip("\n")
+
+
+def _set(doc: dict, path: str, value) -> dict:
+    *head, last = path.split(".")
+    d = doc
+    for k in head:
+        d = d[int(k)] if k.isdigit() else d[k]
+    d[last] = value
+    return doc
+
+
+@pytest.mark.parametrize("path, value, why", [
+    ("rows.0.median_ms", -1.0, "rows[0].median_ms: -1.0 is not a number in (0, 1e+06]"),
+    ("rows.0.median_ms", 1e7, "rows[0].median_ms: 10000000.0 is not a number in (0, 1e+06]"),
+    ("rows.0.median_ms", "0.5", "rows[0].median_ms: 0.5 is not a number in (0, 1e+06]"),
+    ("rows.0.degree", 1.0, "rows[0].degree: 1.0 is not an integer in [1, 65535]"),
+    ("rows.0.evil", 1, "rows[0]: unknown field 'evil'"),
+    ("evil", 1, "file: unknown field 'evil'"),
+    ("rows", {}, "rows: dict, not a list"),
+    ("device.name", "../../etc/x", "device.name: '../../etc/x' is not a device name (1 to 100 "
+                                   "of A-Z a-z 0-9 space . _ ( ) + -)"),
+    ("rows.0.blob", "ab" * 32, "rows[0].blob: abababababababab is not the blob of "
+                               "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none here"),
+    ("rows.0.identity_key", "cd" * 32, "rows[0]: kernel cdcdcdcdcdcdcdcd is not in this "
+                                       "cache's gfx1250 entries"),
+    ("rows.0.problem", "2,12,8,8,32,3,3,1,1", "rows[0]: gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-"
+                                              "default-none does not serve 2,12,8,8,32,3,3,1,1 at "
+                                              "split 1: vec_b 8 does not divide cpg=12"),
+    ("rows.0.degree", 2, "rows[0]: gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none does "
+                         "not serve 2,32,8,8,32,3,3,1,1 at split 2: split degree 2 needs a "
+                         "split-K kernel (reduction is none)"),
+    ("target", "../gfx1250", "target: "),
+])
+def test_import_refuses_a_bad_value_in_one_line(import_cache, tmp_path, path, value, why):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_set(_import_doc(import_cache), path, value)))
+    assert _import_refused(import_cache, p).startswith(f"{p}: {why}")
+
+
+def test_import_refuses_nan_infinity_truncation_and_a_million_rows(import_cache, tmp_path):
+    good = json.dumps(_import_doc(import_cache))
+    p = tmp_path / "t.json"
+    for lit in ("NaN", "Infinity"):
+        p.write_text(good.replace('"median_ms": 0.5', f'"median_ms": {lit}'))
+        assert _import_refused(import_cache, p) == \
+            f"{p}: not valid JSON: {lit} is not a number this file may hold"
+    p.write_text(good.replace('"median_ms": 0.5', '"median_ms": 1e999'))
+    assert _import_refused(import_cache, p) == \
+        f"{p}: rows[0].median_ms: inf is not a number in (0, 1e+06]"
+    p.write_text(good[:len(good) // 2])
+    assert _import_refused(import_cache, p).startswith(f"{p}:1: not whole JSON: ")
+    doc = _import_doc(import_cache)
+    doc["rows"] = [{}] * 10 ** 6  # 3 MB: under the size cap, refused by its count first
+    p.write_text(json.dumps(doc))
+    assert _import_refused(import_cache, p) == f"{p}: rows: 1000000 rows, more than 200000"
+    p.write_text(good.replace('"vendor"', '"rows"'))
+    assert _import_refused(import_cache, p) == f"{p}: not valid JSON: repeated key 'rows'"
+
+
+def test_import_refuses_a_fifo_a_symlink_and_a_huge_file(import_cache, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # no writer: an open without O_NONBLOCK would wait for ever
+    assert _import_refused(import_cache, fifo) == \
+        f"{fifo}: cannot read: a FIFO, not a regular file (not followed)"
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_import_doc(import_cache)))
+    link = tmp_path / "link.json"
+    link.symlink_to(good)
+    assert _import_refused(import_cache, link) == \
+        f"{link}: cannot read: a symbolic link, not a regular file (not followed)"
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 36)  # 64 GB, sparse: never read
+    assert _import_refused(import_cache, huge) == \
+        f"{huge}: cannot read: {1 << 36} bytes, over the 96 MiB cap"
+    assert _import_refused(import_cache, tmp_path / "nowhere.json") == \
+        f"{tmp_path / 'nowhere.json'}: cannot read: No such file or directory"
+
+
+def test_import_refuses_a_device_class_that_is_no_slug(import_cache, tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(_import_doc(import_cache)))
+    assert _import_refused(import_cache, p, "--device-class", "../../x") == (
+        "--device-class '../../x': not a device class (<name>-<12 hex digits>: a file name "
+        "under <target>/timings/)")

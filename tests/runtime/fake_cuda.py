@@ -58,6 +58,7 @@ class CUresult(IntEnum):
 
 
 class CUdevice_attribute(IntEnum):  # noqa: N801 - cuda-bindings' names
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
@@ -100,6 +101,13 @@ class FakeCuda:
     streams: list = field(default_factory=list)
     retained: int = 0
     _next: int = _BASE
+    # timing: a clock that each launch moves by launch_ms[symbol] ms (default 0.001 ms per
+    # CTA), read by cuEventRecord; the emulator's own run time is not what the fake reports
+    launch_ms: dict = field(default_factory=dict)
+    clock_ms: float = 0.0
+    events: dict = field(default_factory=dict)
+    sm_count: int = 132
+    driver_version: int = 13000
 
     CUresult = CUresult
     CUdevice_attribute = CUdevice_attribute
@@ -119,6 +127,8 @@ class FakeCuda:
         return CUresult.CUDA_SUCCESS, ordinal
 
     def cuDeviceGetAttribute(self, attrib, dev):
+        if attrib == CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+            return CUresult.CUDA_SUCCESS, self.sm_count
         cc = self.archs[dev][3:]
         if attrib == CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
             return CUresult.CUDA_SUCCESS, int(cc[:-1])
@@ -126,6 +136,36 @@ class FakeCuda:
 
     def cuDeviceGetName(self, length, dev):
         return CUresult.CUDA_SUCCESS, b"Fake H200".ljust(length, b"\0")
+
+    def cuDriverGetVersion(self):
+        return CUresult.CUDA_SUCCESS, self.driver_version
+
+    # -- events: the fake clock ----------------------------------------------------------
+    def cuEventCreate(self, flags):
+        handle = len(self.events) + 1
+        self.events[handle] = None
+        return CUresult.CUDA_SUCCESS, handle
+
+    def cuEventRecord(self, event, stream):
+        if event not in self.events:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self.events[event] = self.clock_ms
+        return OK
+
+    def cuEventSynchronize(self, event):
+        return OK if self.events.get(event) is not None else (
+            CUresult.CUDA_ERROR_INVALID_HANDLE,)
+
+    def cuEventElapsedTime(self, start, end):
+        a, b = self.events.get(start), self.events.get(end)
+        if a is None or b is None:
+            return CUresult.CUDA_ERROR_INVALID_HANDLE, 0.0
+        return CUresult.CUDA_SUCCESS, b - a
+
+    def cuEventDestroy(self, event):
+        if self.events.pop(event, "gone") == "gone":
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        return OK
 
     def cuDevicePrimaryCtxRetain(self, dev):
         self.retained += 1
@@ -237,6 +277,7 @@ class FakeCuda:
                 bound[ka.name] = v
         self.launches.append(Launch(f.symbol, (gx, gy, gz), (bx, by, bz), values))
         self.streams.append(stream)
+        self.clock_ms += self.launch_ms.get(f.symbol, 0.001 * gx * gy * gz)
         try:
             emulate(kd, (gx, gy, gz), bound)
         except EmulationError as e:

@@ -47,7 +47,8 @@ def test_small_cache_passes_numerics_from_the_cli(small_cache, tmp_path, monkeyp
     assert (doc["ok"], doc["checked"], doc["failed"], doc["not_covered"]) == (True, 20, 0, 0)
     assert doc["targets"]["gfx1250"] == {"entries": 18, "expected": 18, "missing": 0,
                                          "complete": True, "orphans": 0,
-                                         "temp_files": 0}
+                                         "temp_files": 0, "timing_rows": 0,
+                                         "stale_timing_rows": 0}
     # no GPU here: the device path says so in one line instead of failing silently
     assert any(n.startswith("hip: no gfx1250 device") for n in doc["notes"])
     split = {e.label for _, e in TargetCache(small_cache["cache"], "gfx1250").iter_entries()

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from wgradcache.cache.entry import CorruptEntry, Entry, record_json
 from wgradcache.cache.store import CacheRefused, TargetCache
+from wgradcache.cache.timings import TimingRow, VendorRow
 from wgradcache.model.spec import from_label
 from wgradcache.model.targets import target_names
 
 __all__ = ["EntryNotFound", "list_entries", "find_entry", "cache_targets",
-           "scan_targets", "foreign_folders"]
+           "scan_targets", "foreign_folders", "Measured", "measured_times"]
 
 
 class EntryNotFound(LookupError):
@@ -126,3 +127,41 @@ def find_entry(root: str | Path, key_or_label: str) -> FoundEntry:
     entry = TargetCache(root, t).read_entry(ik)
     assert entry is not None
     return FoundEntry(t, ik, entry)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A kernel's measured times on one device class: its rows of the entry's current blob
+    and how many rows of older blobs (stale: never used) the file still holds."""
+
+    device_class: str
+    device: str
+    rows: tuple[TimingRow, ...]
+    stale: int
+    vendor: tuple[VendorRow, ...] = ()  # the vendor library's rows of the same problems
+
+    def vendor_text(self, row: TimingRow) -> str:
+        """The vendor libraries' times of ``row``'s problem and dtype: "cudnn 0.1234"."""
+        return ", ".join(f"{v.library} {v.median_ms:.4f}" for v in self.vendor
+                         if (v.problem, v.dtype) == (row.problem, row.dtype))
+
+
+def measured_times(root: str | Path, found: FoundEntry) -> tuple[list[Measured], list[str]]:
+    """Per device class with rows of ``found``'s kernel: those rows; and one line per
+    timings file that is not whole (reported, not read)."""
+    cache = TargetCache(root, found.target)
+    out, bad = [], []
+    for slug in cache.timing_classes():
+        try:
+            tf = cache.read_timings(slug)
+        except CorruptEntry as e:
+            bad.append(str(e))
+            continue
+        if tf is None:
+            continue
+        mine = [r for r in tf.rows if r.identity_key == found.identity_key]
+        current = tuple(r for r in mine if r.blob == found.record.blob)
+        if mine:
+            out.append(Measured(slug, tf.device.describe(), current,
+                                len(mine) - len(current), tf.vendor))
+    return out, bad

@@ -6,7 +6,8 @@ blob younger than ``grace`` seconds (``ORPHAN_GRACE``) is still never treated as
 orphan, in case a writer from an older tool version wrote the blob first and the entry in
 a second hold. A temporary file of the store's naming (``.<name>.<8 characters>.tmp``,
 what a SIGKILL between a write's create and its rename leaves) older than the same grace
-is removed too; nothing else in the folders is.
+is removed too; nothing else in the folders is. Timing rows of kernels no entry holds now
+(removed, or rebuilt into another blob) are dropped from their device class's file.
 
 "Least recently used" is the explicit stamp ``used/<content key>``, written when a build
 or a merge publishes the blob: the order is oldest-published first, not last-served.
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 
 from wgradcache.cache.entry import Entry, Stage2Entry
 from wgradcache.cache.store import CorruptEntry, TargetCache, stage2_of
+from wgradcache.cache.timings import row_is_current
 
 __all__ = ["GcReport", "gc", "parse_size", "MAX_SIZE", "ORPHAN_GRACE", "grace_text"]
 
@@ -87,6 +89,7 @@ class GcReport:
     evicted_blobs: list[str] = field(default_factory=list)
     evicted_entries: list[str] = field(default_factory=list)
     temp_files: list[str] = field(default_factory=list)  # stale temps, as <folder>/<name>
+    timing_rows: int = 0  # rows dropped: their kernel removed, or its blob another now
     bytes_before: int = 0
     bytes_after: int = 0
     notes: list[str] = field(default_factory=list)  # one line per corrupt entry: why
@@ -97,7 +100,7 @@ class GcReport:
                 "orphan_blobs": len(self.orphan_blobs),
                 "evicted_blobs": len(self.evicted_blobs),
                 "evicted_entries": len(self.evicted_entries),
-                "temp_files": len(self.temp_files),
+                "temp_files": len(self.temp_files), "timing_rows": self.timing_rows,
                 "bytes_before": self.bytes_before, "bytes_after": self.bytes_after}
 
 
@@ -127,6 +130,7 @@ def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = Tr
         if max_size is not None:
             _evict(cache, sizes, needs, max_size, dry_run, rep)
         _temps(cache, grace, dry_run, rep)
+        _timings(cache, dry_run, rep)
         rep.bytes_after = sum(sizes.values())
     return rep
 
@@ -200,6 +204,33 @@ def _temps(cache: TargetCache, grace: float, dry_run: bool, rep: GcReport) -> No
         rep.temp_files.append(f"{sub}/{name}" if sub else name)
         if not dry_run:
             cache.remove_temp(sub, name)
+
+
+def _timings(cache: TargetCache, dry_run: bool, rep: GcReport) -> None:
+    """Drop the timing rows no kernel of the cache can use: of an identity with no entry
+    left, or of a blob its entry no longer names (stale for ever: a blob key is its
+    content). A timings file that is not whole is removed like a corrupt entry (its
+    reason noted). Runs after the entries are collected, so this run's removals count."""
+    from dataclasses import replace
+
+    blob_of = {ik: e.blob for ik, e in cache.iter_entries() if isinstance(e, Entry)}
+    for slug in cache.timing_classes():
+        try:
+            tf = cache.read_timings(slug)
+        except CorruptEntry as e:
+            rep.notes.append(str(e))
+            rep.corrupt_entries.append(f"timings:{slug}")
+            if not dry_run:
+                cache.remove_timings(slug)
+            continue
+        if tf is None:
+            continue
+        keep = tuple(r for r in tf.rows if row_is_current(r, blob_of))
+        if len(keep) == len(tf.rows):
+            continue
+        rep.timing_rows += len(tf.rows) - len(keep)
+        if not dry_run:
+            cache.write_timings(replace(tf, rows=keep))
 
 
 def _evict(cache: TargetCache, sizes: dict[str, int], needs: _Needs, max_size: int,

@@ -15,7 +15,14 @@ every source whole before it writes anything, and a merge with any finding write
   ``isa`` (a blob without a sidecar is legitimate: a build drops one it cannot read);
 * one content key names one blob: two records (in the sources or the destination) that
   give one key different bytes conflict;
-* a two-stage entry's stage-2 kernel is in a source or the destination.
+* a two-stage entry's stage-2 kernel is in a source or the destination;
+* every timings file (``timings/<class>.json``) of a source and of the destination passes
+  its reader (``cache/timings.py``).
+
+Timings are unioned per device class: rows of one (kernel, blob, problem, dtype, degree)
+in two places keep the newer measurement, and the newer fit is kept. Rows are copied as
+they are, whether or not an entry holds their kernel: a row of an older blob is stale and
+select ignores it; gc drops it.
 
 The same identity (or stage-2 name) with other content in two places is decided by who
 built it. Builds are byte-deterministic, so other bytes from the same generator and
@@ -58,6 +65,7 @@ from wgradcache.cache.store import (
     sha256_bytes,
     stage2_of,
 )
+from wgradcache.cache.timings import TimingsFile, merge_files, over_cap
 
 __all__ = ["Digests", "Finding", "MergeReport", "merge", "decide"]
 
@@ -110,6 +118,7 @@ class MergeReport:
     copied_entries: int = 0
     copied_stage2: int = 0
     copied_blobs: int = 0
+    copied_timing_rows: int = 0  # timing rows the destination lacked (or held older)
     skipped: int = 0  # entries whose content was there already
     superseded: int = 0  # records replaced by, or kept over, one from an older build
     findings: tuple[Finding, ...] = ()
@@ -125,6 +134,7 @@ class MergeReport:
     def to_json(self) -> dict:
         return {"ok": self.ok, "copied_entries": self.copied_entries,
                 "copied_stage2": self.copied_stage2, "copied_blobs": self.copied_blobs,
+                "copied_timing_rows": self.copied_timing_rows,
                 "skipped": self.skipped, "superseded": self.superseded,
                 "findings": [f.to_json() for f in self.findings],
                 "lines": [f.line() for f in self.findings]}
@@ -242,6 +252,8 @@ class _Planner:
         self.plan: dict[tuple[str, str, str], _Pick] = {}
         self.claims: dict[tuple[str, str], tuple[int, str, str]] = {}  # blob -> size, sha, who
         self.dests: dict[str, TargetCache | None] = {}
+        # (target, class slug) -> (the destination's file or None, the union to write)
+        self.timings: dict[tuple[str, str], tuple[TimingsFile | None, TimingsFile]] = {}
 
     def refuse(self, source: str | Path, reason: str, **kw) -> None:
         self.findings.append(Finding("refused", str(source), reason, **kw))
@@ -258,6 +270,8 @@ class _Planner:
             except CacheRefused as e:
                 self.refuse(self.dest, str(e), target=target)
                 d, records = None, []
+            if d is not None:
+                self.add_timings(d, dest=True)
             for (kind, name), rec in records:
                 self.have[(target, kind, name)] = rec
                 if not isinstance(rec, CorruptEntry):
@@ -279,10 +293,37 @@ class _Planner:
                 continue
             if self.dest_cache(target) is None:
                 continue
+            self.add_timings(s, dest=False)
             for name, rec in s.stage2_entries().items():
                 self.consider(s, "stage2", name, rec)
             for ik, rec in s.iter_entries():
                 self.consider(s, "entry", ik, rec)
+
+    def add_timings(self, c: TargetCache, dest: bool) -> None:
+        """Every device class's timings of ``c`` into the union (a file that is not whole
+        is a finding: the destination's too, which gc would remove)."""
+        try:
+            slugs = c.timing_classes()
+        except CacheRefused as e:
+            self.refuse(c.root, str(e), target=c.target)
+            return
+        for slug in slugs:
+            try:
+                tf = c.read_timings(slug)
+            except CorruptEntry as e:
+                self.refuse(c.root, f"{e} (the destination's; remove it, or run gc)"
+                            if dest else str(e), target=c.target, name=slug)
+                continue
+            if tf is None:
+                continue
+            key = (c.target, slug)
+            have = self.timings.get(key)
+            union = tf if have is None else merge_files(have[1], tf)
+            if why := over_cap(union):
+                self.refuse(c.root, f"{c.timings_path(slug)}: the union would hold {why}",
+                            target=c.target, name=slug)
+                continue
+            self.timings[key] = (have[0] if have else tf if dest else None, union)
 
     def consider(self, s: TargetCache, kind: str, name: str,
                  rec: Record | CorruptEntry) -> None:
@@ -358,8 +399,10 @@ def _copy_blob(d: TargetCache, pick: _Pick) -> bool:
 
 def _write(planner: _Planner, sources: list[str]) -> dict[str, int]:
     """Copy the plan, one target at a time under its writer lock."""
-    counts = {"copied_entries": 0, "copied_stage2": 0, "copied_blobs": 0}
-    for target in sorted({k[0] for k in planner.plan}):
+    counts = {"copied_entries": 0, "copied_stage2": 0, "copied_blobs": 0,
+              "copied_timing_rows": 0}
+    changed = {k: u for k, (have, u) in planner.timings.items() if u != have}
+    for target in sorted({k[0] for k in planner.plan} | {t for t, _ in changed}):
         d = planner.dests[target]
         assert d is not None
         # stage-2 records first: an entry on disk means its stage-2 kernel is there
@@ -375,6 +418,12 @@ def _write(planner: _Planner, sources: list[str]) -> dict[str, int]:
                 else:
                     d.write_entry(pick.record)
                     entries += 1
+            for (t, slug), union in sorted(changed.items()):
+                if t == target:
+                    have = planner.timings[(t, slug)][0]
+                    counts["copied_timing_rows"] += len(set(union.rows) - set(
+                        have.rows if have else ()))
+                    d.write_timings(union)
         counts["copied_entries"] += entries
         d.append_stats({"merge": sources, "when": time.time(), "entries": entries})
     return counts

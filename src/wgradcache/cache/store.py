@@ -7,6 +7,8 @@
     <root>/<target>/stage2/<dw>-wsr<R>.json     stage-2 reduce kernels of two-stage entries
     <root>/<target>/failed/<identity key>.json  jobs that failed, with the reason
     <root>/<target>/used/<content key>          publish stamps for gc's LRU (content: a time)
+    <root>/<target>/timings/<class slug>.json   measured times of one device class
+                                                (``cache/timings.py``: rows and the fit)
     <root>/<target>/rejects.jsonl               specs the validator refused: one line each
     <root>/<target>/stats.jsonl                 one line per run
     <root>/<target>/.lock                       the writer lock, created by the first write
@@ -78,6 +80,14 @@ from wgradcache.cache.entry import (
     is_key,
     read_record,
     record_bytes,
+)
+from wgradcache.cache.timings import (
+    MAX_TIMINGS_FILE,
+    TimingsFile,
+    is_slug,
+    over_cap,
+    read_timings,
+    timings_bytes,
 )
 from wgradcache.files.capped import Refused, kind_of
 from wgradcache.files.capped import read_capped as _read_file
@@ -394,7 +404,7 @@ def blob_suffix(target: str) -> str:
 class TargetCache:
     """One target's directory of the cache; see the module docstring for what it trusts."""
 
-    _SUBDIRS = ("blobs", "entries", "failed", "used", "stage2")
+    _SUBDIRS = ("blobs", "entries", "failed", "used", "stage2", "timings")
 
     def __init__(self, root: str | os.PathLike, target: str):
         from wgradcache.model.targets import check_target
@@ -411,6 +421,7 @@ class TargetCache:
         self.failed = self.dir / "failed"
         self.used = self.dir / "used"
         self.stage2 = self.dir / "stage2"
+        self.timings = self.dir / "timings"
         self.rejects_path = self.dir / "rejects.jsonl"
         self.stats_path = self.dir / "stats.jsonl"
         self._lock = _WriterLock(self)
@@ -818,6 +829,50 @@ class TargetCache:
 
     def remove_stage2(self, name: str) -> None:
         self._unlink("stage2", self.stage2_path(name).name)
+
+    # -- timings (one file per device class) ------------------------------------------
+    def timings_path(self, slug: str) -> Path:
+        """``timings/<slug>.json`` for a slug ``DeviceClass.slug`` makes (CorruptEntry for
+        anything else: a name from input never becomes a path)."""
+        if not is_slug(slug):
+            raise CorruptEntry(f"{self.timings}: corrupt: {str(slug)[:60]!r} is not a device "
+                               "class (<name>-<12 hex digits>)")
+        return self.timings / f"{slug}.json"
+
+    def timing_classes(self) -> list[str]:
+        """The slugs of the device classes with a timings file (a name that is no slug is
+        not one: nothing builds a path from it)."""
+        return sorted(n[:-5] for n in (e.name for e in self._names("timings"))
+                      if n.endswith(".json") and is_slug(n[:-5]))
+
+    def read_timings(self, slug: str) -> TimingsFile | None:
+        """The class's timings, None when it has none; CorruptEntry when the file is not
+        whole, or holds another class than its name says."""
+        path = self.timings_path(slug)
+        if self.checked_dir("timings") is None:
+            return None
+        data = read_capped(path, MAX_TIMINGS_FILE)
+        if data is None:
+            return None
+        got = read_timings(data, str(path))
+        if got.device.slug() != slug:
+            raise CorruptEntry(f"{path}: corrupt: its device class is "
+                               f"{got.device.slug()}, not its file name")
+        return got
+
+    def write_timings(self, tf: TimingsFile) -> None:
+        """The class's file, whole (call under the writer lock: read, merge, write)."""
+        why = over_cap(tf)
+        if why:
+            raise CorruptEntry(f"{self.timings_path(tf.device.slug())}: {why}: not written")
+        data = timings_bytes(tf)
+        if len(data) > MAX_TIMINGS_FILE:
+            raise CorruptEntry(f"{self.timings_path(tf.device.slug())}: {len(data)} bytes, "
+                               f"over the {_size_text(MAX_TIMINGS_FILE)} cap: not written")
+        self._write("timings", self.timings_path(tf.device.slug()).name, data)
+
+    def remove_timings(self, slug: str) -> None:
+        self._unlink("timings", self.timings_path(slug).name)
 
     # -- failures, rejects, stats ----------------------------------------------------
     def read_failure(self, identity_key: str) -> FailureRecord | None:

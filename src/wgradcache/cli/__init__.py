@@ -4,7 +4,7 @@ command a parse, one library call and one render through ``console``.
 Heavy imports live inside the commands so ``wgradcache count`` starts fast.
 """
 
-from wgradcache.cli import build, cache, cover, jobs, kernel, select, verify  # noqa: F401
+from wgradcache.cli import build, cache, cover, jobs, kernel, select, tune, verify  # noqa: F401
 from wgradcache.cli.app import main
 from wgradcache.cli.console import RunFailed
 

@@ -105,6 +105,23 @@ def show(key_or_label, cache_dir, as_json) -> None:
         rows.append(("transposing read lane map", transposed_read_provenance(found.target)))
     table(str(e.get("label")), ("field", "value"),
           [(k, "" if v is None else v) for k, v in rows], numeric_from=1)
+    _show_measured(cache_dir, found)
+
+
+def _show_measured(cache_dir, found) -> None:
+    """The kernel's measured times, one table per device class (none: nothing printed)."""
+    from wgradcache.cache.catalog import measured_times
+
+    got, bad = measured_times(cache_dir, found)
+    for line in bad:
+        click.echo(printable(f"show: {line} (not read)"), err=True)
+    for m in got:
+        stale = f"; {m.stale} stale row(s) of an older blob, ignored" if m.stale else ""
+        table(f"measured on {m.device} [{m.device_class}]{stale}",
+              ("problem", "dtype", "split", "median ms", "spread ms", "iterations",
+               "vendor ms"),
+              [(r.problem, r.dtype, r.degree, f"{r.median_ms:.4f}", f"{r.spread_ms:.4f}",
+                r.iterations, m.vendor_text(r)) for r in m.rows], numeric_from=2)
 
 
 @main.command()
@@ -165,9 +182,11 @@ def gc_(as_json, **options) -> None:
         emit_json(reports)
         return
     table(f"gc{' (dry run)' if req.dry_run else ''}",
-          ("target", "stale", "corrupt", "orphans", "evicted", "bytes before", "bytes after"),
+          ("target", "stale", "corrupt", "orphans", "evicted", "timing rows", "bytes before",
+           "bytes after"),
           [(r["target"], r["stale_entries"], r["corrupt_entries"], r["orphan_blobs"],
-            r["evicted_blobs"], r["bytes_before"], r["bytes_after"]) for r in reports])
+            r["evicted_blobs"], r["timing_rows"], r["bytes_before"], r["bytes_after"])
+           for r in reports])
 
 
 @main.command()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from wgradcache.cli.app import cache_dir_option, geometries_option, main
-from wgradcache.cli.console import RunFailed, emit_json, printable, table
+from wgradcache.cli.console import RunFailed, UserError, emit_json, printable, table
 from wgradcache.cli.params import DtypeParam, IntParam, ProblemParam, TargetParam
 
 SHOWN_BY_DEFAULT = 10
@@ -22,10 +22,13 @@ SHOWN_BY_DEFAULT = 10
 @click.option("--limit", type=IntParam(1, 10**9), default=None,
               help=f"show the best N (default: {SHOWN_BY_DEFAULT} in the table, all in --json)")
 @click.option("--all", "show_all", is_flag=True, help="show every kernel that serves")
+@click.option("--device-class", default=None, metavar="C",
+              help="rank by this device class's timings (default: the cache's only class)")
 @geometries_option
 @cache_dir_option
 @click.option("--json", "as_json", is_flag=True,
-              help="{candidates (in rank order), served, skipped_corrupt, skipped}")
+              help="{candidates (in rank order; each with cost_from: measured, fitted, code "
+                   "object or formula, and expected_ms), served, skipped_corrupt, skipped}")
 def select_(limit, show_all, as_json, **options) -> None:
     """The cached kernels that serve a problem, ranked, with split degree and launch shape.
 
@@ -34,10 +37,13 @@ def select_(limit, show_all, as_json, **options) -> None:
     kernel is missing or not its bytes) are skipped and said so: one
     line on stderr with how many and an example, and in --json ("skipped").
     """
-    from wgradcache.pipeline.select import SelectRequest, serve
+    from wgradcache.pipeline.select import DeviceClassError, SelectRequest, serve
 
     req = SelectRequest(**{**options, "cache_dir": str(options["cache_dir"])})
-    served = serve(req)
+    try:
+        served = serve(req)
+    except DeviceClassError as e:
+        raise UserError(str(e)) from None
     found = served.candidates
     if served.skipped:
         click.echo(printable(served.skipped_line()), err=True)

@@ -25,12 +25,20 @@ a kernel computes a problem; this module only chooses among the kernels that do:
   longer, then the epilogue. On the H200 (12-04, benchmarks/README.md): re-ranked among
   the measured kernels of eleven speed runs, select's pick is within 1.2x of the best on
   88 % of 506 layer picks (the formula alone, 2 CTAs at full rate: 72-85 % per run);
-  measured fresh with this model, 85-91 % in four steady-state runs.
+  measured fresh with this model, 85-91 % in four steady-state runs;
+* a formula set by hand drifts with every kernel change (on the H100 two days later, 39-43 %
+  within 1.2x: issue 33), so where the cache holds timings of a device class
+  (``cache/timings.py``: ``tune`` measures them, ``tune --import`` brings them from the
+  device) a kernel ranks by (1) its measured time of this problem and degree, else (2) the
+  same terms weighted by the constants fitted to that class's timings (``cost_terms``,
+  ``pipeline/fit.py``), else (3) the formula. ``Candidate.cost_from`` says which, and
+  ``expected_ms`` the milliseconds (measured or fitted). A row of a blob the entry no
+  longer names is stale and ignored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from wgradcache.kernel import mma
 from wgradcache.model.problem import ConvProblem
@@ -47,6 +55,8 @@ from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
 
 __all__ = ["Candidate", "CacheCandidates", "CodeFacts", "SelectRequest", "Served", "select",
+           "Measurements", "measurements", "DeviceClassError", "COST_TERMS", "cost_terms",
+           "fitted_ms",
            "serve", "candidates_from_cache", "candidates_from_walk", "issue_slots",
            "lds_read_bytes_per_k_tile",
            "warp_issue_per_k_tile", "warp_issue_epilogue"]
@@ -89,7 +99,11 @@ class Candidate:
     lds_bytes: int
     workspace_bytes: int
     score: float
-    cost_from: str = "formula"  # "code object" where CodeFacts ranked it
+    # "measured": this device class's time of this kernel, problem and degree; "fitted": the
+    # cost model fitted to the class's timings; "code object": the formula with the
+    # kernel's own main-loop counts (CodeFacts); "formula": the formula alone
+    cost_from: str = "formula"
+    expected_ms: float | None = None  # measured or fitted; None for the formula (clocks)
 
     def to_json(self) -> dict:
         return {"label": self.spec.label(), "key": self.key, "split_k": self.degree,
@@ -97,7 +111,8 @@ class Candidate:
                 "block": self.block, "lds_bytes": self.lds_bytes,
                 "dynamic_lds_bytes": dynamic_lds_bytes(self.spec),
                 "workspace_bytes": self.workspace_bytes, "score": round(self.score, 6),
-                "cost_from": self.cost_from}
+                "cost_from": self.cost_from,
+                "expected_ms": None if self.expected_ms is None else round(self.expected_ms, 6)}
 
 
 def candidates_from_walk(target: str, dtype_key: str,
@@ -115,6 +130,7 @@ class CacheCandidates:
     specs: list[KernelSpec]
     skipped: list[str]
     facts: dict[str, CodeFacts]
+    blobs: dict[str, str] = field(default_factory=dict)  # identity key -> its blob key
 
 
 def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> CacheCandidates:
@@ -123,7 +139,7 @@ def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> CacheC
     is missing or not its bytes: never served)."""
     from wgradcache.cache.store import CorruptEntry, TargetCache
 
-    out, skipped, facts = [], [], {}
+    out, skipped, facts, blobs = [], [], {}, {}
     cache = TargetCache(cache_dir, target)
     for _ik, entry in cache.iter_entries():
         if not isinstance(entry, CorruptEntry) and entry.dtype != dtype_key:
@@ -134,10 +150,11 @@ def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> CacheC
             continue
         spec = KernelSpec.from_dict(entry.identity)
         out.append(spec)
+        blobs[entry.identity_key] = entry.blob
         got = CodeFacts.from_isa(entry.isa)
         if got is not None:
             facts[spec.identity_key()] = got
-    return CacheCandidates(out, skipped, facts)
+    return CacheCandidates(out, skipped, facts, blobs)
 
 
 def _two_stage_wanted(spec: KernelSpec, problem: ConvProblem) -> bool:
@@ -241,13 +258,32 @@ def issue_slots(spec: KernelSpec, facts: CodeFacts | None = None) -> tuple[float
     return per_tile, formula_epi * per_tile / formula_tile
 
 
-def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, int],
+def _score(spec: KernelSpec, problem: ConvProblem, slice_k: int, grid: tuple[int, int, int],
            facts: CodeFacts | None = None) -> float:
     """Rounds of ``RESIDENT_CTAS`` CTAs per CU over the grid, times one round's clocks: its
     waves x K tiles x slots per K tile (``issue_slots``) over the rate the round's waves can
     issue at (``ISSUE_PER_WAVE`` each, ``ISSUE_PER_CU`` at most), or its fragment reads over
     ``LDS_BYTES_PER_CLOCK`` where those take longer, then the epilogue's slots at the same
-    rate; partial tiles count as full. Two-stage adds its stage-2 pass (10 %)."""
+    rate; partial tiles count as full. Two-stage adds its stage-2 pass (10 %). The parts
+    are ``cost_terms``'s, which a fit weighs by measured constants instead."""
+    t = cost_terms(spec, problem, slice_k, grid, facts)
+    stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
+    return (max(t["issue"], t["lds"]) + t["epilogue"]) * stage2
+
+
+COST_TERMS = ("launch", "issue", "lds", "epilogue", "stage2")
+"""The cost model's terms, each a count the fitted constant turns into milliseconds:
+``launch`` 1 per launch (its fixed cost), ``issue`` and ``lds`` the rounds x one round's
+loop clocks of ``_score`` at the issue rate and at the LDS rate (the formula takes the
+larger; a fit weighs both), ``epilogue`` the rounds x the epilogue's clocks, ``stage2``
+the workspace elements stage 2 reads (two-stage only)."""
+
+
+def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
+               grid: tuple[int, int, int], facts: CodeFacts | None = None) -> dict[str, float]:
+    """The value of each of ``COST_TERMS`` for one launch: the parts ``_score`` combines
+    by its hand-set rates, kept apart so a least-squares fit to measured times
+    (``pipeline/fit.py``) sets one constant per part."""
     t = get_target(spec.target)
     ctas = grid[0] * grid[1] * grid[2]
     rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
@@ -255,11 +291,24 @@ def _score(spec: KernelSpec, degree: int, slice_k: int, grid: tuple[int, int, in
     per_tile, epilogue = issue_slots(spec, facts)
     resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
     rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
-    loop = resident_waves * k_tiles * per_tile / rate
-    lds = RESIDENT_CTAS * k_tiles * lds_read_bytes_per_k_tile(spec) / LDS_BYTES_PER_CLOCK
-    cta = max(loop, lds) + resident_waves * epilogue / rate
-    stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
-    return rounds * cta * stage2
+    replicas = spec.ws_replicas if spec.reduction == "two_stage" else 0
+    return {"launch": 1.0,
+            "issue": rounds * resident_waves * k_tiles * per_tile / rate,
+            "lds": rounds * RESIDENT_CTAS * k_tiles * lds_read_bytes_per_k_tile(spec)
+            / LDS_BYTES_PER_CLOCK,
+            "epilogue": rounds * resident_waves * epilogue / rate,
+            "stage2": float(problem.groups * replicas * problem.wg_M * problem.wg_N)}
+
+
+def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | None:
+    """The fitted model's milliseconds for a launch's ``terms``; None where a term the
+    launch has was not fitted (no measured launch had it: the fit knows nothing of it), or
+    where the fit, unconstrained, comes out at no time at all (a launch far outside what it
+    was fitted on: it would rank first for no reason)."""
+    if any(v and name not in constants for name, v in terms.items()):
+        return None
+    ms = sum(constants.get(name, 0.0) * v for name, v in terms.items())
+    return ms if ms > 0 else None
 
 
 def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
@@ -275,12 +324,31 @@ def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
     return [s for _, group in best.values() for s in group]
 
 
+@dataclass(frozen=True)
+class Measurements:
+    """One device class's timings as select ranks by them: the median ms of each current
+    row by (identity key, problem, dtype, degree), and the fitted constants (empty: no
+    fit). Rows of another blob than the entry's are stale and were left out."""
+
+    device_class: str = ""
+    times: dict[tuple[str, str, str, int], float] = field(default_factory=dict)
+    constants: dict[str, float] = field(default_factory=dict)
+
+
 def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
-           prune: bool = True, facts: dict[str, CodeFacts] | None = None) -> list[Candidate]:
+           prune: bool = True, facts: dict[str, CodeFacts] | None = None,
+           measured: Measurements | None = None) -> list[Candidate]:
     """Rank the kernels among ``specs`` that serve ``problem`` on ``target``; ``facts``
     (``CacheCandidates.facts``): the code objects' counts, by identity key, that rank the
-    kernels that have them."""
+    kernels that have them; ``measured``: a device class's timings and fit.
+
+    A kernel's cost is (1) its measured time of this problem and degree on the class, else
+    (2) the fitted model's milliseconds, else (3) the formula's clocks. Measured and
+    fitted costs are milliseconds and rank together; the formula's are clocks, not
+    comparable, and rank after them (a tune times select's top N: what it did not time,
+    the formula ranked lower)."""
     facts = facts or {}
+    measured = measured or Measurements()
     served = []
     for s in specs:
         if s.target != target or not serves(s, problem)[0]:
@@ -297,13 +365,23 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
             continue
         key = s.identity_key()
         code = facts.get(key)
+        cost_from = "formula" if code is None else "code object"
+        ms = measured.times.get((key, problem.short(), s.dtype_key, plan.degree))
+        if ms is not None:
+            cost_from = "measured"
+        elif measured.constants:
+            ms = fitted_ms(measured.constants,
+                           cost_terms(s, problem, plan.slice_k, plan.grid, code))
+            cost_from = "fitted" if ms is not None else cost_from
         out.append(Candidate(spec=s, key=key, degree=plan.degree,
                              slice_k=plan.slice_k, reduction=plan.reduction, grid=plan.grid,
                              block=s.block_size, lds_bytes=lds_bytes(s),
                              workspace_bytes=plan.workspace_bytes,
-                             score=_score(s, plan.degree, plan.slice_k, plan.grid, code),
-                             cost_from="formula" if code is None else "code object"))
-    out.sort(key=lambda c: (c.score, c.spec.label()))
+                             score=_score(s, problem, plan.slice_k, plan.grid, code),
+                             cost_from=cost_from, expected_ms=ms))
+    out.sort(key=lambda c: (c.expected_ms is None,
+                            c.score if c.expected_ms is None else c.expected_ms,
+                            c.spec.label()))
     return out
 
 
@@ -318,6 +396,7 @@ class SelectRequest:
     all_widths: bool = False  # keep every vector width (no pruning)
     geometries_file: str | None = None
     cache_dir: str = "cache"
+    device_class: str | None = None  # whose timings rank (None: the cache's only class)
 
 
 @dataclass(frozen=True)
@@ -339,13 +418,49 @@ class Served:
                 "mends them)")
 
 
+class DeviceClassError(ValueError):
+    """``--device-class`` names no class of the cache, or the cache has several and none
+    was named: one line listing them (the CLI exits 2)."""
+
+
+def measurements(cache_dir: str, target: str, device_class: str | None,
+                 blobs: dict[str, str]) -> Measurements:
+    """The timings select ranks by: of ``device_class``, else of the cache's only class
+    (none: empty). ``blobs``: identity key -> the entry's blob; a row of another blob is
+    stale and left out. A timings file that is not whole raises its CorruptEntry."""
+    from wgradcache.cache.store import TargetCache
+    from wgradcache.cache.timings import row_is_current
+
+    cache = TargetCache(cache_dir, target)
+    classes = cache.timing_classes()
+    if device_class is None:
+        if not classes:
+            return Measurements()
+        if len(classes) > 1:
+            raise DeviceClassError(f"the {target} cache has timings of {len(classes)} device "
+                                   f"classes ({', '.join(classes)}): name one with "
+                                   "--device-class")
+        device_class = classes[0]
+    elif device_class not in classes:
+        raise DeviceClassError(f"--device-class {device_class[:60]!r}: no timings of it in "
+                               f"the {target} cache (it has: {', '.join(classes) or 'none'})")
+    tf = cache.read_timings(device_class)
+    if tf is None:
+        return Measurements(device_class)
+    times = {(r.identity_key, r.problem, r.dtype, r.degree): r.median_ms
+             for r in tf.rows if row_is_current(r, blobs)}
+    return Measurements(device_class, times, dict(tf.fit.constants) if tf.fit else {})
+
+
 def serve(req: SelectRequest) -> Served:
     """Every kernel that serves the request's problem, best first. A corrupt entry of
     another dtype is skipped too: its dtype cannot be trusted."""
+    measured = None
     if req.from_walk:
         got = CacheCandidates(candidates_from_walk(req.target, req.dtype,
                                                    req.geometries_file), [], {})
     else:
         got = candidates_from_cache(req.cache_dir, req.target, req.dtype)
+        measured = measurements(req.cache_dir, req.target, req.device_class, got.blobs)
     return Served(select(req.target, req.problem, got.specs, prune=not req.all_widths,
-                         facts=got.facts), got.skipped)
+                         facts=got.facts, measured=measured), got.skipped)

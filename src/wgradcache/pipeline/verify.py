@@ -301,6 +301,36 @@ def _check_temps(cache: TargetCache, rep: VerifyReport) -> int:
     return len(temps)
 
 
+def _check_timings(cache: TargetCache, referenced_by: dict[str, str],
+                   rep: VerifyReport) -> tuple[int, int]:
+    """Each device class's timings file: whole (the reader's checks: finite positive times,
+    bounded counts and sizes, its class its name), and every row of a kernel the cache
+    holds; a row of an entry's older blob is stale (ignored by select, dropped by gc), not
+    a failure. Returns (rows, stale rows)."""
+    from wgradcache.cache.timings import row_is_current
+
+    rows = stale = 0
+    for slug in cache.timing_classes():
+        rep.checked += 1
+        try:
+            tf = cache.read_timings(slug)
+        except CorruptEntry as e:
+            rep.failures.append(Failure(f"timings:{slug}", "", "integrity", str(e)))
+            continue
+        if tf is None:
+            continue
+        rows += len(tf.rows)
+        orphans = [r for r in tf.rows if r.identity_key not in referenced_by]
+        stale += sum(1 for r in tf.rows if r.identity_key in referenced_by
+                     and not row_is_current(r, referenced_by))
+        if orphans:
+            rep.failures.append(Failure(
+                f"timings:{slug}", "", "integrity",
+                f"{cache.timings_path(slug)}: {len(orphans)} row(s) of no entry, e.g. "
+                f"{orphans[0].identity_key[:16]} (`wgradcache gc` drops them)"))
+    return rows, stale
+
+
 def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport, walk: _Walk
                ) -> tuple[list[_Row], list[_Row]]:
     """The entries and the stage-2 companions that passed, in that order."""
@@ -308,11 +338,13 @@ def _integrity(cache: TargetCache, req: VerifyRequest, rep: VerifyReport, walk: 
     stage2 = _check_stage2(cache, good, rep, referenced)
     orphans = _check_orphans(cache, referenced, rep)
     temps = _check_temps(cache, rep)
+    timed, stale = _check_timings(cache, {e.identity_key: e.blob for e in entries}, rep)
     expected = _expected_count(cache.target, entries, req.geometries_file)
     rep.targets[cache.target] = {"entries": len(entries), "expected": expected,
                                  "missing": max(0, expected - len(good)),
                                  "complete": len(good) >= expected, "orphans": orphans,
-                                 "temp_files": temps}
+                                 "temp_files": temps, "timing_rows": timed,
+                                 "stale_timing_rows": stale}
     return good, stage2
 
 

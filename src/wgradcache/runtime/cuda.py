@@ -180,6 +180,13 @@ class CudaSession:
         self._buffers[addr] = handle
         return addr
 
+    def free(self, addr: int) -> None:
+        """Free one buffer of this session before the session ends (a tune frees each
+        layer's buffers before the next layer's)."""
+        handle = self._handle(addr)
+        del self._buffers[addr]
+        _check(self.cu.cuMemFree(handle), "cuMemFree")
+
     def _handle(self, addr: int):
         if addr not in self._buffers:
             raise ValueError(f"0x{addr:x} is not a buffer of this session")

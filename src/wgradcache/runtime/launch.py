@@ -51,7 +51,8 @@ from wgradcache.wgrad.split_k import SplitPlan
 from wgradcache.wgrad.stage2 import stage2_grid
 
 __all__ = ["CodeObject", "DeviceReport", "stage2_code", "check_code_object", "launch_wgrad",
-           "run_on_device", "session_for"]
+           "run_on_device", "session_for", "PreparedLaunch", "prepare_launch",
+           "device_buffers"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,71 @@ def session_for(device: HipDevice | CudaDevice):
     return CudaSession(device) if isinstance(device, CudaDevice) else HipSession(device)
 
 
+@dataclass
+class PreparedLaunch:
+    """One launch of a stored kernel on buffers already on the device, with its contract:
+    ``run()`` zeroes dW before an atomic split-K launch and the workspace before stage 1 of
+    a two-stage one, launches stage 1, then stage 2 after it on the same stream. What
+    ``launch_wgrad`` runs once and ``pipeline/tune.py`` runs and times again and again."""
+
+    session: object
+    spec: KernelSpec
+    plan: SplitPlan
+    ptr: dict[str, int]
+    sizes: dict[str, int]
+    k1: object
+    args1: bytes
+    k2: object = None
+    args2: bytes = b""
+    grid2: tuple[int, int, int] = (1, 1, 1)
+
+    def run(self) -> None:
+        s, spec, plan, ptr = self.session, self.spec, self.plan, self.ptr
+        if plan.reduction == "atomic":
+            s.memset(ptr["dw"], 0, self.sizes["dw"])  # the atomics add into it
+        if plan.reduction == "two_stage":
+            s.memset(ptr["ws"], 0, self.sizes["ws"])  # stage 1's atomics add into it
+        s.launch(self.k1, plan.grid, spec.block_size, self.args1,
+                 offsets=_offsets(WGRAD_ARGS), shared=dynamic_lds_bytes(spec))
+        if self.k2 is not None:
+            s.launch(self.k2, self.grid2, STAGE2_BLOCK, self.args2,
+                     offsets=_offsets(STAGE2_ARGS))
+
+
+def device_buffers(session, spec: KernelSpec, problem: ConvProblem, plan: SplitPlan
+                   ) -> tuple[dict[str, int], dict[str, int]]:
+    """(pointers, sizes) of dY, X, dW and (two-stage) the workspace, allocated in
+    ``session`` (freed with it)."""
+    sizes = buffer_bytes(problem, spec.dtype, spec.dw_dtype, plan.ws_replicas)
+    ptr = {b: session.alloc(sizes[b]) for b in ("dy", "x", "dw")}
+    ptr["ws"] = session.alloc(sizes["ws"]) if plan.reduction == "two_stage" else 0
+    return ptr, sizes
+
+
+def prepare_launch(session, spec: KernelSpec, problem: ConvProblem, plan: SplitPlan,
+                   code: CodeObject, stage2: CodeObject | None, ptr: dict[str, int],
+                   sizes: dict[str, int]) -> PreparedLaunch:
+    """Check the code objects against the ABI, load them and pack their arguments for the
+    buffers ``ptr`` (``device_buffers``); ValueError naming what does not fit."""
+    two_stage = plan.reduction == "two_stage"
+    if two_stage and stage2 is None:
+        raise ValueError(f"{spec.label()}: a two-stage launch needs the stage-2 kernel")
+    check_code_object(code, WGRAD_ARGS, spec.block_size)
+    if two_stage:
+        check_code_object(stage2, STAGE2_ARGS, STAGE2_BLOCK)
+    vals = wgrad_values(problem, spec, degree=plan.degree, slice_k=plan.slice_k, pointers=ptr)
+    if vals["ws_bytes"] != sizes["ws"]:  # R of the spec and of the plan must agree
+        raise ValueError(f"workspace {vals['ws_bytes']} B in the arguments, {sizes['ws']} B "
+                         "allocated")
+    k1 = session.load_kernel(code.hsaco, code.symbol)
+    if not two_stage:
+        return PreparedLaunch(session, spec, plan, ptr, sizes, k1, pack(WGRAD_ARGS, vals))
+    k2 = session.load_kernel(stage2.hsaco, stage2.symbol)
+    s2 = stage2_values(problem, spec.dw_dtype, plan.ws_replicas, pointers=ptr)
+    return PreparedLaunch(session, spec, plan, ptr, sizes, k1, pack(WGRAD_ARGS, vals), k2,
+                          pack(STAGE2_ARGS, s2), stage2_grid(s2["total_elems"]))
+
+
 def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, plan: SplitPlan,
                  code: CodeObject, stage2: CodeObject | None, x: np.ndarray, dy: np.ndarray,
                  *, poison: bool = True) -> np.ndarray:
@@ -122,38 +188,18 @@ def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, pl
     dW in its storage format (shape ``problem.dw_shape``).
 
     ``poison`` fills a dW the contract does not zero with NaN first (verification)."""
-    two_stage = plan.reduction == "two_stage"
-    if two_stage and stage2 is None:
+    if plan.reduction == "two_stage" and stage2 is None:
         raise ValueError(f"{spec.label()}: a two-stage launch needs the stage-2 kernel")
-    check_code_object(code, WGRAD_ARGS, spec.block_size)
-    if two_stage:
-        check_code_object(stage2, STAGE2_ARGS, STAGE2_BLOCK)
     sizes = buffer_bytes(problem, spec.dtype, spec.dw_dtype, plan.ws_replicas)
     if x.nbytes != sizes["x"] or dy.nbytes != sizes["dy"]:
         raise ValueError(f"inputs of {x.nbytes}/{dy.nbytes} B, the problem needs "
                          f"{sizes['x']}/{sizes['dy']} B (X/dY)")
-    ptr = {b: session.alloc(sizes[b]) for b in ("dy", "x", "dw")}
-    ptr["ws"] = session.alloc(sizes["ws"]) if two_stage else 0
+    ptr, sizes = device_buffers(session, spec, problem, plan)
     session.upload(ptr["dy"], dy)
     session.upload(ptr["x"], x)
-    if plan.reduction == "atomic":
-        session.memset(ptr["dw"], 0, sizes["dw"])  # the atomics add into it
-    elif poison:
+    if plan.reduction != "atomic" and poison:
         session.upload(ptr["dw"], to_storage(np.full(problem.dw_shape, np.nan), spec.dw_dtype))
-    if two_stage:
-        session.memset(ptr["ws"], 0, sizes["ws"])  # stage 1's atomics add into it
-    k1 = session.load_kernel(code.hsaco, code.symbol)
-    vals = wgrad_values(problem, spec, degree=plan.degree, slice_k=plan.slice_k, pointers=ptr)
-    if vals["ws_bytes"] != sizes["ws"]:  # R of the spec and of the plan must agree
-        raise ValueError(f"workspace {vals['ws_bytes']} B in the arguments, {sizes['ws']} B "
-                         "allocated")
-    session.launch(k1, plan.grid, spec.block_size, pack(WGRAD_ARGS, vals),
-                   offsets=_offsets(WGRAD_ARGS), shared=dynamic_lds_bytes(spec))
-    if two_stage:
-        k2 = session.load_kernel(stage2.hsaco, stage2.symbol)
-        s2 = stage2_values(problem, spec.dw_dtype, plan.ws_replicas, pointers=ptr)
-        session.launch(k2, stage2_grid(s2["total_elems"]), STAGE2_BLOCK, pack(STAGE2_ARGS, s2),
-                       offsets=_offsets(STAGE2_ARGS))
+    prepare_launch(session, spec, problem, plan, code, stage2, ptr, sizes).run()
     session.synchronize()
     out = to_storage(np.zeros(problem.dw_shape), spec.dw_dtype)
     session.download(ptr["dw"], out)

@@ -1,0 +1,290 @@
+"""``wgradcache tune``: time the cached kernels that serve each layer on the device, keep the
+times in the cache under the device's class, refit the cost model.
+
+Per layer of ``--layers`` (each distinct problem once) and dtype: select's ranking of the
+cached kernels that serve it (by the formula and the code objects' counts, not by earlier
+timings: a tune re-measures what the model thinks best), its top N or all of them; each is
+launched with its contract (``runtime/launch.PreparedLaunch``: dW zeroed before an atomic
+split-K launch, the workspace zeroed and stage 2 after a two-stage one; the zeroing is
+part of what is timed, as a user's launch pays it) and timed with CUDA events
+(``runtime/timing.py``): ``warmup`` untimed launches, then the median of ``iters``.
+Before the first layer the device is kept busy for ``spin_s`` seconds so its clocks are up.
+Where PyTorch with CUDA is importable, cuDNN's time of the layer is taken beside (its
+``convolution_backward`` with only the weight gradient, channels-last).
+
+Rows are written as they finish (merged into the class's file under the writer lock at
+least every ``flush_s`` seconds and after every layer), so a killed run keeps every row it
+finished except those of the last ``flush_s`` seconds. A launch that fails is reported and
+the run goes on. At the end the cost model is refitted to the class's timings.
+
+Buffers are allocated once per layer and dtype (the workspace at the largest a candidate
+needs) and the inputs zeroed: a kernel's time does not depend on the values it reads (no
+data-dependent control flow in these kernels), and zeros are no NaN or Inf.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wgradcache.cache.store import TargetCache
+from wgradcache.cache.timings import (
+    DeviceClass,
+    TimingRow,
+    TimingsFile,
+    VendorRow,
+    merge_files,
+    over_cap,
+)
+
+__all__ = ["TuneRequest", "TuneReport", "TuneError", "tune", "plan_tune"]
+
+
+class TuneError(ValueError):
+    """No device, a layer file that cannot be read, a target without a timing session: one
+    line (the CLI exits 2)."""
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    target: str
+    layers_file: str
+    dtypes: tuple[str, ...] = ("fp16",)
+    top: int | None = 8  # None: every kernel that serves
+    device: str = "cuda"
+    cache_dir: str = "cache"
+    warmup: int = 3
+    iters: int = 10
+    spin_s: float = 30.0
+    flush_s: float = 1.0
+    vendor: bool = True  # cuDNN beside, where PyTorch with CUDA is importable
+
+
+@dataclass
+class TuneReport:
+    target: str
+    device: DeviceClass
+    rows: list[TimingRow] = field(default_factory=list)
+    vendor: list[VendorRow] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # one line per launch that failed
+    refit: str = ""
+
+    def to_json(self) -> dict:
+        """What ``tune --import`` reads (a timings document of this run's rows, with the
+        target), and the failures."""
+        from wgradcache.cache.timings import timings_json
+
+        doc = timings_json(TimingsFile(self.device, tuple(self.rows), tuple(self.vendor)))
+        return {"target": self.target, **doc, "failures": self.failures,
+                "refit": self.refit}
+
+
+@dataclass(frozen=True)
+class _Job:
+    layer: str
+    dtype: str
+    problem: object  # ConvProblem
+    candidates: tuple  # select.Candidate, best first
+
+
+def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
+    """(per distinct layer problem and dtype, the candidates to time; lines for entries
+    skipped as corrupt). TuneError when the layer file cannot be read."""
+    from wgradcache.files.capped import Refused, read_capped
+    from wgradcache.numerics.layers import load_layers
+    from wgradcache.pipeline.select import candidates_from_cache, select
+
+    try:  # a FIFO or a device is refused before load_layers opens it (it would block)
+        read_capped(req.layers_file, 16 << 20, follow=True, missing_ok=False)
+        layers = load_layers(req.layers_file)
+    except Refused as e:
+        why = f"{e.detail}, not a regular file" if e.code == "kind" else (
+            f"{e.detail} bytes, over 16 MiB" if e.code == "size" else str(e.detail))
+        raise TuneError(f"--layers {req.layers_file}: cannot read: {why}") from None
+    except (OSError, ValueError) as e:
+        raise TuneError(f"--layers {req.layers_file}: {e}") from None
+    seen, distinct = set(), []
+    for ly in layers:
+        if ly.problem.short() not in seen:
+            seen.add(ly.problem.short())
+            distinct.append(ly)
+    jobs, skipped = [], []
+    for dtype in req.dtypes:
+        got = candidates_from_cache(req.cache_dir, req.target, dtype)
+        skipped += got.skipped
+        for ly in distinct:
+            ranked = select(req.target, ly.problem, got.specs, facts=got.facts)
+            chosen = ranked if req.top is None else ranked[:req.top]
+            if chosen:
+                jobs.append(_Job(ly.name, dtype, ly.problem, tuple(chosen)))
+    return jobs, skipped
+
+
+def _device_class(name: str, sms: int, driver: str, runtime: str) -> DeviceClass:
+    """The class, its texts folded to what a timings file may hold."""
+    def fold(text: str, allowed: str, n: int) -> str:
+        return re.sub(f"[^{allowed}]", "-", text)[:n]
+    return DeviceClass(fold(name, "A-Za-z0-9 ._()+-", 100).strip() or "device", sms,
+                       fold(driver, "A-Za-z0-9._+-", 40), fold(runtime, "A-Za-z0-9._+-", 40))
+
+
+class _Writer:
+    """Merges finished rows into the class's file, at most every ``flush_s`` seconds."""
+
+    def __init__(self, cache: TargetCache, device: DeviceClass, flush_s: float):
+        self.cache, self.device, self.flush_s = cache, device, flush_s
+        self.rows: list[TimingRow] = []
+        self.vendor: list[VendorRow] = []
+        self.at = time.monotonic()
+
+    def add(self, row: TimingRow | VendorRow, force: bool = False) -> None:
+        (self.rows if isinstance(row, TimingRow) else self.vendor).append(row)
+        if force or time.monotonic() - self.at >= self.flush_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows and not self.vendor:
+            return
+        new = TimingsFile(self.device, tuple(self.rows), tuple(self.vendor))
+        with self.cache.lock():
+            have = self.cache.read_timings(self.device.slug())
+            union = new if have is None else merge_files(have, new)
+            if why := over_cap(union):
+                raise TuneError(f"tune: the class would hold {why}; stopped")
+            self.cache.write_timings(union)
+        self.rows, self.vendor = [], []
+        self.at = time.monotonic()
+
+
+def _cudnn(req: TuneRequest):
+    """PyTorch, where it is importable with CUDA; else None (no vendor time)."""
+    if not req.vendor:
+        return None
+    try:
+        import torch  # type: ignore[import-not-found]
+    except Exception:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _cudnn_row(torch, job: _Job, req: TuneRequest, now: float) -> VendorRow:
+    """cuDNN's weight gradient of the layer, timed with torch's events."""
+    p = job.problem
+    td = {"fp16": torch.float16, "bf16": torch.bfloat16}[job.dtype[:4]]
+    cl = torch.channels_last
+    x = torch.randn(p.N, p.C, p.H, p.W, device="cuda").to(td).contiguous(memory_format=cl)
+    dy = torch.randn(p.N, p.K, p.Ho, p.Wo, device="cuda").to(td).contiguous(memory_format=cl)
+    w = torch.zeros(p.K, p.cpg, p.Y, p.X, device="cuda", dtype=td).contiguous(
+        memory_format=cl)
+
+    def run():
+        torch.ops.aten.convolution_backward(dy, x, w, None, [p.stride] * 2, [p.pad] * 2,
+                                            [p.dilation] * 2, False, [0, 0], p.groups,
+                                            [False, True, False])
+    for _ in range(req.warmup):
+        run()
+    times = []
+    for _ in range(req.iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return VendorRow("cudnn", p.short(), job.dtype, times[len(times) // 2],
+                     times[-1] - times[0], len(times), now)
+
+
+def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
+         on_total: Callable[[int], None] | None = None, refit=None) -> TuneReport:
+    """Time every planned candidate on the device (module docstring); ``refit(cache,
+    slug)`` runs after the last row is written, its line reported."""
+    from wgradcache.runtime.cuda import CudaSession, device_for
+    from wgradcache.runtime.timing import device_class_of
+
+    if req.device != "cuda":
+        raise TuneError(f"--device {req.device}: tune times on cuda only (no HIP event "
+                        "timing in this build)")
+    dev, why = device_for(req.target)
+    if dev is None:
+        raise TuneError(f"tune: no {req.target} device: {why}")
+    jobs, _ = plan_tune(req)
+    if not jobs:
+        raise TuneError(f"tune: no cached {req.target} kernel serves a layer of "
+                        f"{req.layers_file} in {', '.join(req.dtypes)}")
+    device = _device_class(*device_class_of(dev))
+    cache = TargetCache(req.cache_dir, req.target)
+    rep = TuneReport(req.target, device)
+    writer = _Writer(cache, device, req.flush_s)
+    torch = _cudnn(req)
+    if on_total is not None:
+        on_total(sum(len(j.candidates) for j in jobs))
+    stream = torch.cuda.current_stream().cuda_stream if torch is not None else 0
+    try:
+        with CudaSession(dev, stream=stream) as s:
+            spun = False
+            for job in jobs:
+                spun = _time_job(s, cache, job, req, spun, rep, writer, advance)
+                if torch is not None:
+                    writer.add(_cudnn_row(torch, job, req, time.time()))
+                    rep.vendor.append(writer.vendor[-1])
+                writer.flush()
+    finally:
+        writer.flush()  # a killed run (KeyboardInterrupt, an error) keeps what it timed
+    if refit is not None:
+        rep.refit = refit(cache, device.slug())
+    return rep
+
+
+def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
+              rep: TuneReport, writer: _Writer, advance) -> bool:
+    """Every candidate of one layer and dtype on one set of buffers (the workspace at the
+    largest any candidate needs), freed after; whether the device has been spun up."""
+    from wgradcache.runtime.cuda import CudaError
+    from wgradcache.runtime.launch import CodeObject, prepare_launch, stage2_code
+    from wgradcache.runtime.timing import spin, time_launches
+    from wgradcache.wgrad.abi import buffer_bytes
+    from wgradcache.wgrad.split_k import plan_split_k
+
+    p = job.problem
+    plans = {c.key: plan_split_k(c.spec, p, split_k=c.degree) for c in job.candidates}
+    sizes = {c.key: buffer_bytes(p, c.spec.dtype, c.spec.dw_dtype, plans[c.key].ws_replicas)
+             for c in job.candidates}
+    big = {b: max(sz[b] for sz in sizes.values()) for b in ("dy", "x", "dw", "ws")}
+    ptr = {b: s.alloc(n) for b, n in big.items()}
+    try:
+        for b in ("dy", "x"):  # zeros, not whatever the allocation held (NaN, Inf)
+            s.memset(ptr[b], 0, big[b])
+        for cand in job.candidates:
+            spec, entry = cand.spec, cache.read_entry(cand.key)
+            try:
+                if entry is None:
+                    raise ValueError("its entry is gone")
+                code = CodeObject(cache.read_blob(entry.blob), entry.symbol)
+                stage2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
+                          if cand.reduction == "two_stage" else None)
+                launch = prepare_launch(s, spec, p, plans[cand.key], code, stage2,
+                                        {**ptr, "ws": ptr["ws"] if sizes[cand.key]["ws"]
+                                         else 0}, sizes[cand.key])
+                if not spun and req.spin_s > 0:
+                    spin(s, launch.run, req.spin_s)
+                spun = True
+                timed = time_launches(s, launch.run, req.warmup, req.iters)
+            except (CudaError, ValueError, FileNotFoundError) as e:
+                rep.failures.append(f"{spec.label()} on {p.short()}: {e}")
+            else:
+                row = TimingRow(cand.key, entry.blob, p.short(), job.dtype, cand.degree,
+                                max(timed.median_ms, 1e-6), timed.spread_ms,
+                                timed.iterations, time.time())
+                rep.rows.append(row)
+                writer.add(row)
+            if advance is not None:
+                advance(1)
+    finally:
+        for addr in ptr.values():
+            if addr:
+                s.free(addr)
+    return spun

@@ -1,0 +1,164 @@
+"""wgradcache tune on a small sm_90 cache with the fake driver: each kernel's times are the
+fake clock's (launch_ms), rows are written as they finish, a killed run keeps them, select
+then ranks by them, and tune --json is what tune --import reads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from fake_cuda import FakeCuda
+
+import wgradcache.runtime.cuda as cuda_mod
+import wgradcache.runtime.timing as timing_mod
+from tests.conftest import small_geometries
+from wgradcache.cache.store import TargetCache
+from wgradcache.cache.timings import DeviceClass
+from wgradcache.cli import main
+from wgradcache.pipeline.build import BuildRequest, build
+from wgradcache.pipeline.tune import TuneRequest, plan_tune, tune
+from wgradcache.wgrad.kernel import kernel_symbol
+
+P = "2,32,8,8,32,1,1"
+CLASS = DeviceClass("Fake H200", 132, "13000", "")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sm90tune")
+    geo = small_geometries(root)
+    s = build(BuildRequest(target="sm_90", dtypes=("fp16",), geometries_file=str(geo),
+                           cache_dir=str(root / "c"), jobs=1))
+    assert s.failed == 0
+    layers = root / "layers.yaml"
+    layers.write_text(f'schema: 1\nlayers:\n  - {{name: net/a, problem: "{P}"}}\n'
+                      f'  - {{name: net/b, problem: "{P}"}}\n')  # the same problem once
+    return root / "c", layers
+
+
+@pytest.fixture
+def cache(built, tmp_path):
+    shutil.copytree(built[0], tmp_path / "c")
+    return tmp_path / "c"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    fake = FakeCuda()
+    monkeypatch.setattr(cuda_mod, "cuda_driver", lambda: fake)
+    monkeypatch.setattr(timing_mod, "_bindings_version", lambda: "")
+    return fake
+
+
+def _tune(cache, layers, *extra):
+    return CliRunner().invoke(main, ["tune", "--target", "sm_90", "--layers", str(layers),
+                                     "--cache-dir", str(cache), "--top", "3", "--iters", "3",
+                                     "--warmup", "1", "--spin", "0", *extra])
+
+
+def test_tune_writes_a_row_per_kernel_and_select_ranks_by_them(built, cache, fake):
+    req = TuneRequest("sm_90", str(built[1]), cache_dir=str(cache), top=3)
+    (job,), _ = plan_tune(req)
+    assert job.problem.short() == P and len(job.candidates) == 3
+    # the formula's order, timed in reverse
+    ms = {c.key: 0.3 - 0.1 * i for i, c in enumerate(job.candidates)}
+    fake.launch_ms = {kernel_symbol(c.spec): ms[c.key] for c in job.candidates}
+    r = _tune(cache, built[1], "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["target"] == "sm_90" and doc["device"] == {
+        "name": "Fake H200", "sm_count": 132, "driver": "13000", "runtime": ""}
+    assert doc["failures"] == [] and doc["vendor"] == []
+    got = {row["identity_key"]: row for row in doc["rows"]}
+    assert set(got) == set(ms)
+    for k, row in got.items():
+        assert (row["problem"], row["degree"], row["iterations"], row["spread_ms"]) == (
+            P, 1, 3, pytest.approx(0.0, abs=1e-12))
+        assert row["median_ms"] == pytest.approx(ms[k])
+    # 1 warm-up + 3 timed launches per kernel, nothing left allocated
+    assert len(fake.launches) == 12 and fake.allocations == {} and fake.retained == 0
+    stored = TargetCache(cache, "sm_90").read_timings(CLASS.slug())
+    assert {r.identity_key for r in stored.rows} == set(ms)
+    r = CliRunner().invoke(main, ["select", "--target", "sm_90", "--problem", P,
+                                  "--cache-dir", str(cache), "--json"])
+    cands = json.loads(r.stdout)["candidates"]
+    measured = [c["key"] for c in cands if c["cost_from"] == "measured"]
+    assert measured == sorted(ms, key=ms.get)  # the reverse of the formula's order
+    assert cands[:3] == [c for c in cands if c["cost_from"] == "measured"]
+
+
+def test_a_killed_run_keeps_every_row_it_finished(built, cache, fake, monkeypatch):
+    calls = []
+    real = timing_mod.time_launches
+
+    def dies_on_the_third(*a, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(timing_mod, "time_launches", dies_on_the_third)
+    req = TuneRequest("sm_90", str(built[1]), cache_dir=str(cache), top=3, warmup=0,
+                      iters=1, spin_s=0)
+    with pytest.raises(KeyboardInterrupt):
+        tune(req)
+    rows = TargetCache(cache, "sm_90").read_timings(CLASS.slug()).rows
+    (job,), _ = plan_tune(req)
+    assert sorted(r.identity_key for r in rows) == sorted(c.key for c in job.candidates[:2])
+    assert fake.allocations == {} and fake.retained == 0
+
+
+def test_a_stale_row_is_ignored_after_a_rebuild_and_tune_json_imports(built, cache, fake,
+                                                                      tmp_path):
+    r = _tune(cache, built[1], "--json")
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "tuned.json"
+    out.write_text(r.stdout)
+    other = tmp_path / "other"
+    shutil.copytree(built[0], other)
+    r = CliRunner().invoke(main, ["tune", "--import", str(out), "--cache-dir", str(other),
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["added"] == 3
+    assert TargetCache(other, "sm_90").read_timings(CLASS.slug()).rows == \
+        TargetCache(cache, "sm_90").read_timings(CLASS.slug()).rows
+    # the picked kernel is rebuilt into another blob: its row no longer ranks it
+    c = TargetCache(cache, "sm_90")
+    row = c.read_timings(CLASS.slug()).rows[0]
+    entry = c.read_entry(row.identity_key)
+    from dataclasses import replace
+
+    data = c.read_blob(entry.blob)
+    ref = c.write_blob("ef" * 32, data)
+    with c.lock():
+        c.write_entry(replace(entry, blob=ref.key))
+    r = CliRunner().invoke(main, ["select", "--target", "sm_90", "--problem", P,
+                                  "--cache-dir", str(cache), "--json"])
+    by_key = {x["key"]: x["cost_from"] for x in json.loads(r.stdout)["candidates"]}
+    assert by_key[row.identity_key] != "measured"
+    assert sum(v == "measured" for v in by_key.values()) == 2
+
+
+def test_no_device_is_one_line(built, cache, monkeypatch):
+    monkeypatch.setattr(cuda_mod, "cuda_driver", lambda: FakeCuda(archs=("sm_80",)))
+    r = _tune(cache, built[1])
+    assert r.exit_code == 2
+    assert r.output == "error: tune: no sm_90 device: 1 CUDA device(s), none is sm_90\n"
+    assert TargetCache(cache, "sm_90").timing_classes() == []
+
+
+def test_a_layers_file_that_is_a_fifo_or_not_a_layer_set_is_one_line(cache, fake, tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # an open without O_NONBLOCK would wait for a writer for ever
+    r = _tune(cache, fifo)
+    assert (r.exit_code, r.output) == (2, f"error: --layers {fifo}: cannot read: a FIFO, not "
+                                          "a regular file\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema: 2\n")
+    r = _tune(cache, bad)
+    assert (r.exit_code, r.output) == (2, f"error: --layers {bad}: {bad}: expected 'schema: 1' "
+                                          "and a 'layers' list\n")
