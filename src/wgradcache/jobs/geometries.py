@@ -90,7 +90,8 @@ class JobData:
 
 
 # Package data (pyproject's package-data), found beside the package: the repository root is
-# not there in an installed wheel, where a root-relative path read site-packages' parent.
+# not there in an installed wheel, where a root-relative path read site-packages' parent. The
+# root geometries.yaml is the file users edit; `make` copies it here and a test compares them.
 _SHIPPED_FILE = Path(__file__).resolve().parents[1] / "data" / "geometries.yaml"
 
 
