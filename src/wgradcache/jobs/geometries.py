@@ -85,9 +85,6 @@ class JobData:
     def cover_for(self, target: str) -> dict[Geometry, CoverEntry]:
         return {c.geometry: c for c in self.cover if target in c.targets}
 
-    def with_changes(self, **changes) -> JobData:
-        return replace(self, **changes)
-
 
 # Package data (pyproject's package-data), found beside the package: the repository root is
 # not there in an installed wheel, where a root-relative path read site-packages' parent. The
