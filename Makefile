@@ -4,10 +4,16 @@ PIP ?= $(PYTHON) -m pip
 JOBS ?= $(shell nproc)
 CACHE_DIR ?= cache
 DEB_PACKAGES = lld-22 llvm-22 llvm-22-dev liblld-22-dev g++
+# geometries.yaml (the file users edit) and the package's copy, which an installed wheel reads
+PACKAGED_GEOMETRIES = src/wgradcache/data/geometries.yaml
 
 .PHONY: deps cache test lint bench clean devcache device-test
 
-deps: .deps-stamp
+deps: .deps-stamp $(PACKAGED_GEOMETRIES)
+# An edit of the root file reaches the package here; a copy newer than the root (a merge that
+# changed only it) is left alone, and tests/packaging/test_geometries_copy.py names the pair.
+$(PACKAGED_GEOMETRIES): geometries.yaml
+	cp geometries.yaml $@
 .deps-stamp: pyproject.toml Makefile
 	@if ! command -v ld.lld-22 >/dev/null 2>&1 || ! command -v llc-22 >/dev/null 2>&1 || \
 	    ! test -f /usr/lib/llvm-22/include/lld/Common/Driver.h || \

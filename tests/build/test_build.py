@@ -174,12 +174,12 @@ def _task(behaviour: str, key: str) -> dict:
 def test_one_worker_survives_a_hung_and_a_dying_job():
     """--jobs 1: each job runs in a worker process with its own timeout; a hung job is
     killed, a dying worker replaced, and both are retried alone while the rest go on."""
-    from wgradcache.pipeline.workers import run_one_worker
+    from wgradcache.pipeline.workers import RunOptions, run_one_worker
 
     tasks = [("ok", "a"), ("hang", "b"), ("ok", "c"), ("die", "d"), ("ok", "e")]
     got: list[dict] = []
     t0 = time.monotonic()
-    run_one_worker(_task, tasks, BuildRequest(target="gfx1250", job_timeout=8),
+    run_one_worker(_task, tasks, RunOptions(n_jobs=1, job_timeout=8),
                     got.append, retry=lambda t: {"ik": t[1], "retried": True})
     assert time.monotonic() - t0 < 60
     assert [r["ik"] for r in got] == ["a", "b", "c", "d", "e"]

@@ -162,16 +162,14 @@ def test_good_values_still_parse(tmp_path, monkeypatch):
 def test_no_more_workers_than_jobs(monkeypatch):
     """--jobs 16 for 2 jobs started 16 loky workers on a 2-core machine."""
     from wgradcache.pipeline import workers
-    from wgradcache.pipeline.plan import BuildRequest
 
     seen = []
     monkeypatch.setattr(workers, "_run_chunk",
-                        lambda joblib, fn, part, req, n_jobs, *a: seen.append(n_jobs))
+                        lambda joblib, fn, part, opts, *a: seen.append(opts.n_jobs))
     monkeypatch.setattr(workers, "run_one_worker", lambda *a, **k: seen.append(1))
-    req = BuildRequest(target="gfx1250", jobs=16)
     for n in (2, 1, 40):
-        workers.run_chunked(None, [(i,) for i in range(n)], req, 16, lambda r: None,
-                            key_of=lambda t: str(t[0]), retry=lambda t: {})
+        workers.run_chunked(None, [(i,) for i in range(n)], workers.RunOptions(n_jobs=16),
+                            lambda r: None, key_of=lambda t: str(t[0]), retry=lambda t: {})
     assert seen == [2, 1, 16]
 
 

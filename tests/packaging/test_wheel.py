@@ -56,8 +56,11 @@ def installed(tmp_path_factory):
 
 def test_wheel_carries_the_data_the_package_reads(installed):
     _, _, wheel = installed
-    names = set(zipfile.ZipFile(wheel).namelist())
+    zf = zipfile.ZipFile(wheel)
+    names = set(zf.namelist())
     assert {"wgradcache/data/geometries.yaml", "wgradcache/compile/native.cpp"} <= names
+    # the root file, the one users edit, byte for byte
+    assert zf.read("wgradcache/data/geometries.yaml") == (ROOT / "geometries.yaml").read_bytes()
     assert not any(n.startswith(("tests/", "geometries.yaml")) for n in names)
 
 

@@ -90,6 +90,7 @@ def test_split_degrees_keeps_only_degrees_serves_admits():
 def _corrupt_stage1_at_degree_2(monkeypatch):
     """A kernel that computes wrong only when K is split in two: after stage 1 at gridDim.z
     = 2, dW[0] (atomic) or the workspace's first element (two-stage) is off by 1024."""
+    from wgradcache.numerics.run import from_storage, to_storage
     from wgradcache.pipeline import emulate as emulate_mod
 
     real = emulate_mod.emulate
@@ -102,8 +103,8 @@ def _corrupt_stage1_at_degree_2(monkeypatch):
             else:  # fp16 storage, or bf16 as uint16 bit patterns
                 dw = args["dw_ptr"].reshape(-1)
                 dtype = "fp16" if dw.dtype == np.float16 else "bf16"
-                v = emulate_mod.from_storage(dw[:1], dtype)
-                dw[0] = emulate_mod.to_storage(v + 1024.0, dtype)[0]
+                v = from_storage(dw[:1], dtype)
+                dw[0] = to_storage(v + 1024.0, dtype)[0]
         return out
 
     monkeypatch.setattr(emulate_mod, "emulate", wrong)

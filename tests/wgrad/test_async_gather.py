@@ -14,13 +14,8 @@ from wgradcache.kernel.ir import walk as ir_walk
 from wgradcache.model.problem import ConvProblem
 from wgradcache.numerics.error_model import peak_normalised_error
 from wgradcache.numerics.reference import reference_dw
-from wgradcache.pipeline.emulate import (
-    cached_kernel,
-    from_storage,
-    prepare_run,
-    run_emulated,
-    to_storage,
-)
+from wgradcache.numerics.run import from_storage, prepare_run, to_storage
+from wgradcache.pipeline.emulate import cached_kernel, run_emulated
 from wgradcache.wgrad.abi import wgrad_values
 from wgradcache.wgrad.context import open_wgrad_kernel
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol

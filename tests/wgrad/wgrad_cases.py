@@ -6,7 +6,7 @@ from wgradcache.jobs import default_jobdata
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec, Limits, geometry_fits, validate
 from wgradcache.model.targets import get_target
-from wgradcache.pipeline.emulate import EmulationReport
+from wgradcache.numerics.run import EmulationReport
 from wgradcache.wgrad.capability import serves
 
 TARGETS = ("gfx1250", "gfx1201", "gfx1151")

@@ -15,7 +15,7 @@
 
 This module owns that layout: every path above is built here, and every record is read and
 written through ``cache/entry.py``'s typed records, never as raw JSON elsewhere. That is
-why it is one module of ~700 lines: each path it builds is proven to stay under the root by
+why it is one module: each path it builds is proven to stay under the root by
 the same folder checks (``checked_dir``) and key checks (``_file``) that every reader and
 writer here goes through; a split into readers and writers would export those proofs, and
 a second module building cache paths is what this one exists to prevent. The record schema
@@ -691,10 +691,6 @@ class TargetCache:
         """Remove a sidecar a relink could not read, so that ``relinkable`` stops listing
         its blob and the next build compiles it (call under the writer lock)."""
         self._unlink("blobs", self.sidecar_path(key).name)
-
-    def copy_blob_from(self, src: TargetCache, key: str) -> None:
-        """Blob ``key`` and its sidecar (when whole) from another cache of this target."""
-        self.write_blob(key, src.read_blob(key), src.read_sidecar(key))
 
     def remove_blob(self, key: str) -> None:
         """The blob, its sidecar and its stamp (call under the writer lock)."""

@@ -128,7 +128,7 @@ _CUDA_WHERE = "$CUDA_HOME/bin, PATH, /usr/local/cuda*/bin, the {wheel} wheel"
 
 def cuda_tool_dirs() -> list[Path]:
     """Where a CUDA tool is looked for, in order: ``$CUDA_HOME/bin`` (or ``$CUDA_PATH``),
-    PATH, ``/usr/local/cuda*/bin`` (newest first), then the bin folders of NVIDIA's PyPI
+    PATH, ``/usr/local/cuda*/bin`` (newest first), then the bin folders of NVIDIA's pip
     wheels (``site-packages/nvidia/cu13/bin`` for 13.x, ``nvidia/cuda_nvcc/bin`` before).
 
     One list, so the preflight, ``wgradcache toolchain`` and the compile look in the same

@@ -21,13 +21,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from wgradcache.compile.discovery import MIN_LLVM_MAJOR, llvm_library_candidates
+from wgradcache.compile.discovery import (
+    CODEGEN_ENV,
+    MIN_LLVM_MAJOR,
+    ToolchainError,
+    llvm_library_candidates,
+)
 
-__all__ = ["LLVMLibrary", "LLVMIRError", "system_llvm"]
+__all__ = ["LLVMLibrary", "LLVMIRError", "system_llvm", "CODEGEN_BACKENDS", "codegen_backend"]
 
 TRIPLE = b"amdgcn-amd-amdhsa"
 NV_TRIPLE = b"nvptx64-nvidia-cuda"
@@ -182,3 +188,24 @@ def system_llvm() -> LLVMLibrary | None:
         except (OSError, AttributeError):
             continue
     return None
+
+
+CODEGEN_BACKENDS = ("auto", "libllvm", "llvmlite", "llc")
+
+
+def codegen_backend() -> str:
+    """What runs codegen (``$WGRADCACHE_CODEGEN``): "libllvm" (in-process, the default when
+    a libLLVM >= 22 loads), "llvmlite" (in-process, the fallback) or "llc" (an ``llc``
+    process per job: what benchmarks/build.py compares our build with, same orchestration)."""
+    want = os.environ.get(CODEGEN_ENV, "auto") or "auto"
+    if want not in CODEGEN_BACKENDS:
+        raise ToolchainError(f"{CODEGEN_ENV}={want!r}: expected one of "
+                             f"{', '.join(CODEGEN_BACKENDS)}")
+    if want in ("llvmlite", "llc"):
+        return want
+    if system_llvm() is not None:
+        return "libllvm"
+    if want == "libllvm":
+        raise ToolchainError(f"{CODEGEN_ENV}=libllvm but no libLLVM >= {MIN_LLVM_MAJOR} "
+                             f"loads: install `llvm-{MIN_LLVM_MAJOR}` (`make deps`)")
+    return "llvmlite"

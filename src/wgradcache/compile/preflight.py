@@ -79,13 +79,12 @@ def _runs(path: Path) -> str:
 
 
 def _codegen(target: str, nvptx: bool) -> ToolCheck:
-    """The codegen ``toolchain.codegen_backend`` picks, and for an NVIDIA target whether it
+    """The codegen ``libllvm.codegen_backend`` picks, and for an NVIDIA target whether it
     has the NVPTX backend."""
     from wgradcache.compile import libllvm
-    from wgradcache.compile.toolchain import codegen_backend
 
     try:
-        backend = codegen_backend()
+        backend = libllvm.codegen_backend()
         if backend == "llc":
             return ToolCheck(target, "codegen", f"llc ({find_llc()})")
         if backend == "llvmlite":

@@ -1,9 +1,9 @@
 """The toolchain: which LLVM runs codegen, which linker links, and the identity that keys
 the cache.
 
-The top of the compile layer: it asks ``discovery`` (tools, versions, digests), ``libllvm``
-(the system library), ``lldlink`` and ``native`` (the linker) and imports none of them
-back, so nothing below depends on it.
+Above the rest of the compile layer but ``preflight``: it asks ``discovery`` (tools,
+versions, digests), ``libllvm`` (the system library, and which codegen runs), ``lldlink``
+and ``native`` (the linker) and imports none of them back, so nothing below depends on it.
 
 Codegen is in-process: through the system's libLLVM >= 22 (``libllvm``, no assertions,
 what ``llc-22`` runs on) when there is one, else through llvmlite's LLVM (an assertions
@@ -29,7 +29,6 @@ from pathlib import Path
 from wgradcache.compile import libllvm, lldlink, native
 from wgradcache.compile.discovery import (
     CODEGEN_ENV,
-    MIN_LLVM_MAJOR,
     ToolchainError,
     find_disassembler,
     find_llc,
@@ -37,42 +36,22 @@ from wgradcache.compile.discovery import (
     sha256_file,
     tool_version,
 )
+from wgradcache.compile.libllvm import CODEGEN_BACKENDS, codegen_backend
 from wgradcache.model.targets import CODE_OBJECT_VERSION, code_object_version_flag
 
 __all__ = [
-    # re-exported from discovery: what users of the toolchain set and catch
+    # re-exported from discovery and libllvm: what users of the toolchain set and catch
     "CODEGEN_ENV",
     "ToolchainError",
     "CODEGEN_BACKENDS",
-    "ToolchainIdentity",
     "codegen_backend",
+    "ToolchainIdentity",
     "identity_digest",
     "keyed_fields",
     "toolchain_identity",
     "toolchain_report",
     "with_code_object_version",
 ]
-
-CODEGEN_BACKENDS = ("auto", "libllvm", "llvmlite", "llc")
-
-
-def codegen_backend() -> str:
-    """What runs codegen (``$WGRADCACHE_CODEGEN``): "libllvm" (in-process, the default when
-    a libLLVM >= 22 loads), "llvmlite" (in-process, the fallback) or "llc" (an ``llc``
-    process per job: what benchmarks/build.py compares our build with, same orchestration)."""
-    want = os.environ.get(CODEGEN_ENV, "auto") or "auto"
-    if want not in CODEGEN_BACKENDS:
-        raise ToolchainError(f"{CODEGEN_ENV}={want!r}: expected one of "
-                             f"{', '.join(CODEGEN_BACKENDS)}")
-    if want in ("llvmlite", "llc"):
-        return want
-    if libllvm.system_llvm() is not None:
-        return "libllvm"
-    if want == "libllvm":
-        raise ToolchainError(f"{CODEGEN_ENV}=libllvm but no libLLVM >= {MIN_LLVM_MAJOR} "
-                             f"loads: install `llvm-{MIN_LLVM_MAJOR}` (`make deps`)")
-    return "llvmlite"
-
 
 def _codegen_library(backend: str) -> tuple[str, Path]:
     """(LLVM version, the file whose bytes decide codegen) of a backend; llc's is its

@@ -12,8 +12,9 @@ of two equal covers wins; then the smaller geometry, so the result never depends
 order), until every pair is covered or ``size`` geometries are chosen.
 
 Greedy set cover is within ln(pairs) of the smallest cover; the exact one is NP-hard and
-the pairs (46 on the H200 run) do not need it. Every pair is covered by its own fastest
-geometry, so each step covers at least one pair and the loop ends.
+a timings file's pairs (a few dozen: benchmarks/README.md) do not need it. Every pair is
+covered by its own fastest geometry, so each step covers at least one pair and the loop
+ends.
 
 The loss is over the layer set as measured: each distinct layer once per dtype (the
 benchmark's own aggregate), total time with the cover's best geometry per pair against

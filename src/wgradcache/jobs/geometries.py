@@ -85,12 +85,10 @@ class JobData:
     def cover_for(self, target: str) -> dict[Geometry, CoverEntry]:
         return {c.geometry: c for c in self.cover if target in c.targets}
 
-    def with_changes(self, **changes) -> JobData:
-        return replace(self, **changes)
-
 
 # Package data (pyproject's package-data), found beside the package: the repository root is
-# not there in an installed wheel, where a root-relative path read site-packages' parent.
+# not there in an installed wheel, where a root-relative path read site-packages' parent. The
+# root geometries.yaml is the file users edit; `make` copies it here and a test compares them.
 _SHIPPED_FILE = Path(__file__).resolve().parents[1] / "data" / "geometries.yaml"
 
 

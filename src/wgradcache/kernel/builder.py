@@ -110,7 +110,7 @@ row-major [K, 16] f16, D row-major [16, 16] f32, K a multiple of 32)::
         kb.store(kb.gep(D, kb.add(kb.mul(row, 16), c16)), kb.extract(acc, r))
     kdef = kb.finish()
 
-Why one module of ~800 lines: it is one class whose methods are the IR's whole surface,
+Why one module: it is one class whose methods are the IR's whole surface,
 and this docstring is its reference; split by op group, a generator author would read
 four files to find ``load`` beside ``gep`` beside ``if_``.
 """

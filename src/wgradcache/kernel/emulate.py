@@ -34,7 +34,7 @@ Checks (each raises ``EmulationError`` naming the op, the buffer, its size and t
 LDS starts filled with 0xFF bytes (NaN for every float type) so a read of never-written
 LDS poisons the result instead of passing as zero.
 
-Why one module of ~850 lines: the handler table, the exec-mask stack and the memory model
+Why one module: the handler table, the exec-mask stack and the memory model
 (bounds, races, async copies in flight) share the state of one run; the table is the
 definition of every op, and reads best in one place, as ``ops_python`` does.
 """
@@ -49,7 +49,7 @@ from wgradcache.kernel import mma as _mma
 from wgradcache.kernel.builder import _f32_to_bf16_bits
 from wgradcache.kernel.ir import GLOBAL, DType, GroupOp, KernelDef, Ops, Value
 
-__all__ = ["EmulationError", "EmulationReport", "emulate", "f32_to_bf16", "bf16_to_f32"]
+__all__ = ["EmulationError", "EmulationCounts", "emulate", "f32_to_bf16", "bf16_to_f32"]
 
 
 class EmulationError(RuntimeError):
@@ -62,8 +62,9 @@ class EmulationError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class EmulationReport:
-    """What one launch did (counts are per op execution by at least one lane)."""
+class EmulationCounts:
+    """What one launch did (counts are per op execution by at least one lane); the judged
+    result of a run is ``numerics.run.EmulationReport``."""
 
     workgroups: int
     batches: int
@@ -994,7 +995,7 @@ _HANDLERS = {
 
 
 def emulate(kd: KernelDef, grid: tuple[int, int, int], args: dict, *, wg_batch: int = 64,
-            check_races: bool = True) -> EmulationReport:
+            check_races: bool = True) -> EmulationCounts:
     """Run ``kd`` on a grid of workgroups; pointer args are numpy arrays written in place.
 
     ``args`` maps every kernel argument name to a C-contiguous numpy array (pointers; byte
@@ -1015,5 +1016,5 @@ def emulate(kd: KernelDef, grid: tuple[int, int, int], args: dict, *, wg_batch: 
         for s in range(0, total, wg_batch):
             m.run_batch(np.arange(s, min(total, s + wg_batch)))
             batches += 1
-    return EmulationReport(total, batches, **m.counts)
+    return EmulationCounts(total, batches, **m.counts)
 

@@ -256,16 +256,8 @@ class GroupOp:
     Memory = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY,
                         Ops.ASYNC_COPY_ZFILL})
     Sync = frozenset({Ops.ASYNC_WAIT, Ops.BARRIER})
-    # loads whose range check is the hardware's (AMD: a buffer resource); not predicated
-    Bounded = frozenset({Ops.BOUNDED_LOAD})
     # ops that take an optional trailing i1 predicate (false: no access, a load yields 0)
     Predicated = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY})
-    # ops with an effect: never dropped, never moved
-    SideEffect = frozenset({Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY, Ops.ASYNC_COPY_ZFILL,
-                            Ops.ASYNC_WAIT, Ops.BARRIER})
-    Region = frozenset({Ops.FOR, Ops.IF})
-    # ops whose every lane of a wave must be active together (EXEC all ones)
-    WaveUniform = frozenset({Ops.MMA, Ops.LDS_LOAD_TR})
 
 
 ICMP_PREDICATES = ("eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge")

@@ -25,7 +25,13 @@ from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import BuildRequest, job_cost, make_plan, parse_shard, select_jobs
 from wgradcache.pipeline.publish import BuildContext, BuildSummary, Publisher
 from wgradcache.pipeline.stage2 import Stage2Builds
-from wgradcache.pipeline.workers import codegen_context, job_alone, job_task, run_chunked
+from wgradcache.pipeline.workers import (
+    RunOptions,
+    codegen_context,
+    job_alone,
+    job_task,
+    run_chunked,
+)
 
 __all__ = ["BuildRequest", "BuildSummary", "select_jobs", "build", "check_requests",
            "parse_shard", "job_cost", "codegen_context"]
@@ -78,7 +84,9 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
         stage2.poll()
 
     try:
-        run_chunked(job_task, tasks, req, req.jobs or os.cpu_count() or 1, take,
+        opts = RunOptions(n_jobs=req.jobs or os.cpu_count() or 1,
+                          job_timeout=req.job_timeout, backend=req.backend)
+        run_chunked(job_task, tasks, opts, take,
                     key_of=lambda t: t[0].identity_key(),
                     retry=lambda t: job_alone(*t, timeout=req.job_timeout),
                     stop=lambda: bool(summary.stopped))

@@ -35,6 +35,11 @@ JOB_TIMEOUT_RANGE = (1.0, 86400.0)  # seconds one compile job may take: up to a 
 # 1e10 overflowed the worker's poll timeout)
 
 
+# Seconds one job's compile may take before it is a (transient) failure: a build's default
+# and what the jobs that have no option for it (verify --level reproduce) run under.
+DEFAULT_JOB_TIMEOUT = 300.0
+
+
 @dataclass(frozen=True)
 class BuildRequest:
     """``wgradcache build``'s options, from the CLI to the library in one object."""
@@ -46,7 +51,7 @@ class BuildRequest:
     limit: int | None = None
     shard: tuple[int, int] | None = None  # (i, n)
     jobs: int = 0  # 0: all cores
-    job_timeout: float = 300.0
+    job_timeout: float = DEFAULT_JOB_TIMEOUT
     retry_failed: bool = False
     backend: str = "loky"
     scheduler: str | None = None

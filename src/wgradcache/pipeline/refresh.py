@@ -26,7 +26,7 @@ from wgradcache.jobs.yamlsafe import NodeReader, clip
 from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS
 from wgradcache.model.targets import TARGETS
 from wgradcache.pipeline.build import BuildRequest, BuildSummary, build
-from wgradcache.pipeline.plan import JOB_TIMEOUT_RANGE
+from wgradcache.pipeline.plan import DEFAULT_JOB_TIMEOUT, JOB_TIMEOUT_RANGE
 from wgradcache.pipeline.verify import LEVELS, VerifyRequest, verify
 
 __all__ = ["Plan", "PlanError", "ReportRefused", "load_plan", "refresh",
@@ -77,7 +77,7 @@ def load_plan(path: str | Path) -> Plan:
     return Plan(targets=targets, dtypes=_names(r, doc, "dtypes", DTYPE_KEYS),
                 variants=_names(r, doc, "variants", VARIANT_KEYS), verify_level=level,
                 verify_sample=sample, max_size=_max_size(r, doc.get("max_size")),
-                job_timeout=300.0 if _null(timeout) else
+                job_timeout=DEFAULT_JOB_TIMEOUT if _null(timeout) else
                 r.float_(timeout, "job_timeout", *JOB_TIMEOUT_RANGE))
 
 

@@ -52,8 +52,8 @@ def reproduce_all(target: str, jobs: list[tuple], jobs_n: int = 0,
     R)``. Returns key -> "" (reproduced) or the reason; ``on_done(key, reason)`` as each
     settles."""
     from wgradcache.compile.preflight import require_tools
-    from wgradcache.pipeline.plan import BuildRequest
     from wgradcache.pipeline.workers import (
+        RunOptions,
         codegen_context,
         reproduce_alone,
         reproduce_task,
@@ -81,8 +81,7 @@ def reproduce_all(target: str, jobs: list[tuple], jobs_n: int = 0,
         out[key] = _judge(res, *expect[key])
         on_done(key, out[key])
 
-    req = BuildRequest(target=target, jobs=jobs_n)
-    run_chunked(reproduce_task, tasks, req, jobs_n or os.cpu_count() or 1, take,
-                key_of=lambda t: t[0],
-                retry=lambda t: reproduce_alone(*t, timeout=req.job_timeout))
+    opts = RunOptions(n_jobs=jobs_n or os.cpu_count() or 1)
+    run_chunked(reproduce_task, tasks, opts, take, key_of=lambda t: t[0],
+                retry=lambda t: reproduce_alone(*t, timeout=opts.job_timeout))
     return out

@@ -27,15 +27,26 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from wgradcache.cache.entry import BlobMeta
 from wgradcache.cache.store import blank_symbol, content_key, sha256_bytes
 from wgradcache.compile.lifetime import end_with_parent
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.plan import BuildRequest
+from wgradcache.pipeline.plan import DEFAULT_JOB_TIMEOUT
 
-__all__ = ["codegen_context", "job_task", "job_alone", "metadata", "run_chunked",
-           "run_one_worker", "reproduce_task", "reproduce_alone"]
+__all__ = ["RunOptions", "codegen_context", "job_task", "job_alone", "metadata",
+           "run_chunked", "run_one_worker", "reproduce_task", "reproduce_alone"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How ``run_chunked`` runs a list of tasks: the build's and verify's one set of knobs
+    (a caller that is not a build states these, rather than a ``BuildRequest``)."""
+
+    n_jobs: int  # worker processes (at most one per task)
+    job_timeout: float = DEFAULT_JOB_TIMEOUT  # seconds per task, then it is retried alone
+    backend: str = "loky"  # or "dask": the client the caller connected
 
 # compile/isolate.py's words for a compile it killed at the job timeout: the machine was
 # busy or the job is slow, not wrong, so the next build tries again
@@ -214,7 +225,7 @@ def _not_run(key: str) -> dict:
             "stopped": True}
 
 
-def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int,
+def run_chunked(fn: Callable, tasks: list[tuple], opts: RunOptions,
                 on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
                 retry: Callable[[tuple], dict],
                 stop: Callable[[], bool] | None = None) -> None:
@@ -229,23 +240,24 @@ def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int
     as a ``"stopped"`` result, so every task still gets exactly one ``on_result``."""
     if not tasks:
         return
-    n_jobs = min(n_jobs, len(tasks))  # a worker is a process: none that would get no task
+    # a worker is a process: none that would get no task
+    opts = replace(opts, n_jobs=min(opts.n_jobs, len(tasks)))
     stop = stop or (lambda: False)
-    if n_jobs == 1 and req.backend != "dask":
-        run_one_worker(fn, tasks, req, on_result, retry, stop, key_of)
+    if opts.n_jobs == 1 and opts.backend != "dask":
+        run_one_worker(fn, tasks, opts, on_result, retry, stop, key_of)
         return
     import joblib
 
-    chunk = max(n_jobs * 32, 64)
+    chunk = max(opts.n_jobs * 32, 64)
     # The same initializer arguments every chunk, so joblib reuses one executor.
-    ctx = (joblib.parallel_config(backend="dask") if req.backend == "dask"
+    ctx = (joblib.parallel_config(backend="dask") if opts.backend == "dask"
            else joblib.parallel_config(backend="loky", initializer=end_with_parent,
                                        initargs=(os.getpid(),)))
     with ctx:
         for start in range(0, len(tasks), chunk):
             done: set[str] = set()
             if not stop():
-                _run_chunk(joblib, fn, tasks[start:start + chunk], req, n_jobs, on_result,
+                _run_chunk(joblib, fn, tasks[start:start + chunk], opts, on_result,
                            key_of, retry, stop, done)
             if stop():  # what is left of this chunk and every later one: not run
                 for t in tasks[start:]:
@@ -254,12 +266,12 @@ def run_chunked(fn: Callable, tasks: list[tuple], req: BuildRequest, n_jobs: int
                 return
 
 
-def _run_chunk(joblib, fn: Callable, part: list[tuple], req: BuildRequest, n_jobs: int,
+def _run_chunk(joblib, fn: Callable, part: list[tuple], opts: RunOptions,
                on_result: Callable[[dict], None], key_of: Callable[[tuple], str],
                retry: Callable[[tuple], dict], stop: Callable[[], bool],
                done: set[str]) -> None:
     """One chunk of ``run_chunked``; ``done`` collects the keys that got their result."""
-    par = joblib.Parallel(n_jobs=n_jobs, timeout=req.job_timeout,
+    par = joblib.Parallel(n_jobs=opts.n_jobs, timeout=opts.job_timeout,
                           return_as="generator_unordered", batch_size=1,
                           pre_dispatch="2*n_jobs")
     results = iter(par(joblib.delayed(fn)(*t) for t in part))
@@ -286,7 +298,7 @@ def _run_chunk(joblib, fn: Callable, part: list[tuple], req: BuildRequest, n_job
             return
 
 
-def run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
+def run_one_worker(fn: Callable, tasks: list[tuple], opts: RunOptions,
                    on_result: Callable[[dict], None], retry: Callable[[tuple], dict],
                    stop: Callable[[], bool] = lambda: False,
                    key_of: Callable[[tuple], str] = lambda t: t[0].identity_key()) -> None:
@@ -312,7 +324,7 @@ def run_one_worker(fn: Callable, tasks: list[tuple], req: BuildRequest,
                 on_result(_not_run(key_of(t)))
                 continue
             try:
-                res = executor.submit(fn, *t).result(timeout=req.job_timeout)
+                res = executor.submit(fn, *t).result(timeout=opts.job_timeout)
             except Exception as e:  # TerminatedWorkerError, BrokenProcessPool, a timeout
                 executor.shutdown(wait=False, kill_workers=isinstance(e, FutureTimeout))
                 executor = worker()

@@ -1,7 +1,7 @@
 """Host side of one wgrad launch on a device: what ``verify --device hip|cuda`` runs (HIP
 through ``runtime/hip.py``, CUDA through ``runtime/cuda.py``: the same session surface).
 
-The launch contract is the emulator run's (``wgrad/run.py``), step for step, so device and
+The launch contract is the emulator run's (``pipeline/emulate.py``), step for step, so device and
 emulator are judged the same way:
 
 * ``serves`` first, then the split plan of ``split_k.plan_split_k`` (grid =
@@ -9,7 +9,7 @@ emulator are judged the same way:
 * dW zeroed (hipMemset) before an atomic split-K launch, the f32 workspace zeroed before
   stage 1 of a two-stage one; a dW nothing zeroes starts as NaN (``poison``) so an
   element the kernel forgets to write cannot pass as a correct zero;
-* kernel arguments packed by ``runtime/abi.py`` (``wgrad_values`` / ``stage2_values`` with
+* kernel arguments packed by ``wgrad/abi.py`` (``wgrad_values`` / ``stage2_values`` with
   the device addresses, ``pack``), after checking that the code object's own metadata lays
   its explicit arguments out exactly as ``kernarg_layout`` does: the runtime reads each
   argument at the metadata's offset, so a drift would be silent garbage, not an error;
@@ -32,7 +32,7 @@ import numpy as np
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec, dynamic_lds_bytes
 from wgradcache.numerics.error_model import peak_normalised_error
-from wgradcache.pipeline.emulate import EmulationReport, from_storage, prepare_run, to_storage
+from wgradcache.numerics.run import EmulationReport, from_storage, prepare_run, to_storage
 from wgradcache.runtime.cuda import CudaDevice, CudaError, CudaSession
 from wgradcache.runtime.hip import HipDevice, HipError, HipSession
 from wgradcache.wgrad.abi import (
