@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.cache.records import entry, key
+from tests.cache.records import entry, ik, key
 from wgradcache.cache.entry import CorruptEntry
 from wgradcache.cache.gc import gc
 from wgradcache.cache.merge import merge
@@ -34,13 +34,13 @@ def _cache(root, names=("a", "b")) -> TargetCache:
     c = TargetCache(root, "gfx1250")
     for n in names:
         ref = c.write_blob(key(f"blob-{n}"), f"blob {n}".encode())
-        c.write_entry(entry(key(n), blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256))
+        c.write_entry(entry(n, blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256))
     return c
 
 
 def test_the_file_name_is_the_class_slug_and_round_trips(tmp_path):
     c = _cache(tmp_path)
-    tf = TimingsFile(H100, (_row(key("a"), key("blob-a")),))
+    tf = TimingsFile(H100, (_row(ik("a"), key("blob-a")),))
     with c.lock():
         c.write_timings(tf)
     slug = H100.slug()
@@ -82,7 +82,7 @@ def test_a_name_from_input_never_becomes_a_path(tmp_path):
     ("extra", 1, "rows[0]: unknown field 'extra'"),
 ])
 def test_the_reader_refuses_a_bad_row_in_one_line(field, value, why):
-    doc = timings_json(TimingsFile(H100, (_row(key("a"), key("blob-a")),)))
+    doc = timings_json(TimingsFile(H100, (_row(ik("a"), key("blob-a")),)))
     doc["rows"][0][field] = value
     with pytest.raises(CorruptEntry) as e:
         read_timings(json.dumps(doc), "f.json")
@@ -90,7 +90,7 @@ def test_the_reader_refuses_a_bad_row_in_one_line(field, value, why):
 
 
 def test_nan_and_a_file_holding_another_class(tmp_path):
-    text = timings_bytes(TimingsFile(H100, (_row(key("a"), key("blob-a")),))).decode()
+    text = timings_bytes(TimingsFile(H100, (_row(ik("a"), key("blob-a")),))).decode()
     with pytest.raises(CorruptEntry, match="NaN is not a finite number"):
         read_timings(text.replace('"median_ms":0.5', '"median_ms":NaN'), "f.json")
     c = _cache(tmp_path)
@@ -104,18 +104,18 @@ def test_nan_and_a_file_holding_another_class(tmp_path):
 
 def test_gc_drops_rows_of_removed_kernels_and_of_older_blobs(tmp_path):
     c = _cache(tmp_path, ("a", "b", "c"))
-    rows = (_row(key("a"), key("blob-a")), _row(key("b"), key("blob-b")),
-            _row(key("b"), key("old-blob")), _row(key("c"), key("blob-c")))
+    rows = (_row(ik("a"), key("blob-a")), _row(ik("b"), key("blob-b")),
+            _row(ik("b"), key("old-blob")), _row(ik("c"), key("blob-c")))
     with c.lock():
         c.write_timings(TimingsFile(H100, rows))
-    rep = gc(TargetCache(tmp_path, "gfx1250"), {key("a"), key("b")}, orphans=False)
-    assert rep.stale_entries == [key("c")] and rep.timing_rows == 2
+    rep = gc(TargetCache(tmp_path, "gfx1250"), {ik("a"), ik("b")}, orphans=False)
+    assert rep.stale_entries == [ik("c")] and rep.timing_rows == 2
     assert c.read_timings(H100.slug()).rows == rows[:2]
 
 
 def test_merge_unions_rows_and_a_conflict_keeps_the_newer(tmp_path):
     src, dest = _cache(tmp_path / "src"), _cache(tmp_path / "dest")
-    a, b = _row(key("a"), key("blob-a"), 0.5, when=100.0), _row(key("b"), key("blob-b"))
+    a, b = _row(ik("a"), key("blob-a"), 0.5, when=100.0), _row(ik("b"), key("blob-b"))
     newer = replace(a, median_ms=0.4, when=200.0)
     with dest.lock():
         dest.write_timings(TimingsFile(H100, (a,)))
@@ -150,7 +150,7 @@ def test_a_class_past_the_row_cap_is_never_written(tmp_path, monkeypatch):
 
     monkeypatch.setattr(timings_mod, "MAX_ROWS", 2)
     c = _cache(tmp_path)
-    rows = tuple(_row(key("a"), key("blob-a"), degree=d) for d in (1, 2, 3))
+    rows = tuple(_row(ik("a"), key("blob-a"), degree=d) for d in (1, 2, 3))
     with pytest.raises(CorruptEntry) as e, c.lock():
         c.write_timings(TimingsFile(H100, rows))
     assert str(e.value) == (f"{c.timings_path(H100.slug())}: 3 rows for {H100.slug()}, more "
@@ -171,6 +171,6 @@ def test_a_symlinked_timings_folder_is_refused_and_nothing_outside_is_touched(tm
         with pytest.raises(CacheRefused, match="a symbolic link, not a directory"):
             call()
     with pytest.raises(CacheRefused), c.lock():
-        c.write_timings(TimingsFile(H100, (_row(key("a"), key("blob-a")),)))
+        c.write_timings(TimingsFile(H100, (_row(ik("a"), key("blob-a")),)))
     assert [p.name for p in outside.iterdir()] == [f"{H100.slug()}.json"]
-    assert c.entry_keys() == sorted([key("a"), key("b")])  # gc removed nothing
+    assert c.entry_keys() == sorted([ik("a"), ik("b")])  # gc removed nothing

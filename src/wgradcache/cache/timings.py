@@ -36,7 +36,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from wgradcache.cache.entry import CorruptEntry, _parse, is_key
+from wgradcache.cache.entry import CorruptEntry, is_key, parse_object
 
 __all__ = ["DeviceClass", "TimingRow", "VendorRow", "Fit", "TimingsFile", "read_timings",
            "timings_bytes", "timings_json", "check_timings_doc", "BadTimings", "merge_files",
@@ -333,7 +333,7 @@ def check_timings_doc(doc: object, extra: tuple[str, ...] = (),
 
 def read_timings(data: bytes | str, where: str) -> TimingsFile:
     """The timings file in ``data`` (``where`` names it); CorruptEntry (one line) otherwise."""
-    doc = _parse(data, where)
+    doc = parse_object(data, where)
     try:
         return check_timings_doc(doc)
     except BadTimings as e:
