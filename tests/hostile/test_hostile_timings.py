@@ -345,7 +345,7 @@ def test_import_refuses_nan_infinity_truncation_and_a_million_rows(import_cache,
     assert _import_refused(import_cache, p) == \
         f"{p}: rows[0].median_ms: inf is not a number in (0, 1e+06]"
     p.write_text(good[:len(good) // 2])
-    assert _import_refused(import_cache, p).startswith(f"{p}:1: not whole JSON: ")
+    assert _import_refused(import_cache, p).startswith(f"{p}:1: not valid JSON: ")
     doc = _import_doc(import_cache)
     doc["rows"] = [{}] * 10 ** 6  # 3 MB: under the size cap, refused by its count first
     p.write_text(json.dumps(doc))

@@ -14,13 +14,13 @@ the per-layer ``layers`` rows are the benchmark's own summary and only bounded h
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from dataclasses import dataclass
 
 from wgradcache.files.capped import Refused, read_capped
+from wgradcache.files.jsondoc import parse_json
 from wgradcache.jobs.geometries import WS_REPLICAS_RANGE, JobData
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import DTYPE_KEYS, REDUCTIONS, from_label
@@ -77,19 +77,6 @@ def _quote(value: object, limit: int = 60) -> str:
     return s if len(s) <= limit else f"{s[:limit]}... ({len(s)} characters)"
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number this file may hold")
-
-
-def _no_repeats(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"repeated key {_quote(k)}")
-        out[k] = v
-    return out
-
-
 def _read(path: str) -> object:
     where = _shown(path)
     try:
@@ -104,18 +91,7 @@ def _read(path: str) -> object:
                            "timings file)") from None
     except ValueError as e:  # an embedded NUL in the path
         raise TimingsError(f"{where}: cannot read: {e}") from None
-    try:
-        text = data.decode("utf-8")  # type: ignore[union-attr]
-    except UnicodeDecodeError as e:
-        raise TimingsError(f"{where}: not UTF-8 (offset {e.start})") from None
-    try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_repeats)
-    except json.JSONDecodeError as e:
-        raise TimingsError(f"{where}:{e.lineno}: not valid JSON: {e.msg}") from None
-    except RecursionError:
-        raise TimingsError(f"{where}: not valid JSON: nested too deep") from None
-    except ValueError as e:  # NaN, a repeated key, an integer of too many digits
-        raise TimingsError(f"{where}: not valid JSON: {e}") from None
+    return parse_json(data, where, TimingsError)  # type: ignore[arg-type]
 
 
 def _int(v: object, lo: int, hi: int) -> int | None:

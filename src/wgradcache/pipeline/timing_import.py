@@ -26,7 +26,6 @@ nothing is written.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -52,6 +51,7 @@ from wgradcache.cache.timings import (
     row_key,
 )
 from wgradcache.files.capped import Refused, read_capped
+from wgradcache.files.jsondoc import parse_json
 
 __all__ = ["ImportRequest", "ImportReport", "ImportRefused", "import_timings", "read_import"]
 
@@ -89,19 +89,6 @@ def _shown(path: str) -> str:
     return path if path.isprintable() else repr(path)[1:-1]
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number this file may hold")
-
-
-def _no_repeats(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"repeated key {str(k)[:40]!r}")
-        out[k] = v
-    return out
-
-
 def _load(path: str) -> object:
     where = _shown(path)
     try:
@@ -114,18 +101,7 @@ def _load(path: str) -> object:
         raise ImportRefused(f"{where}: cannot read: {why}") from None
     except ValueError as e:  # a NUL in the path
         raise ImportRefused(f"{where}: cannot read: {e}") from None
-    try:
-        text = data.decode("utf-8")  # type: ignore[union-attr]
-    except UnicodeDecodeError as e:
-        raise ImportRefused(f"{where}: not UTF-8 (byte {e.start})") from None
-    try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_repeats)
-    except json.JSONDecodeError as e:
-        raise ImportRefused(f"{where}:{e.lineno}: not whole JSON: {e.msg}") from None
-    except RecursionError:
-        raise ImportRefused(f"{where}: not whole JSON: nested too deep") from None
-    except ValueError as e:
-        raise ImportRefused(f"{where}: not valid JSON: {e}") from None
+    return parse_json(data, where, ImportRefused)  # type: ignore[arg-type]
 
 
 # -- benchmarks/device_speed.py's form ----------------------------------------------------
@@ -136,7 +112,7 @@ _SPEED_ROW = {"layer", "problem", "dtype", "rank", "label", "geometry", "split_k
 _SPEED_LAYER = {"layer", "problem", "dtype", "count", "flops", "cudnn_ms", "cudnn_tflops",
                 "candidates", "best_label", "best_ms", "best_tflops", "best_vs_cudnn",
                 "select_label", "select_ms", "select_tflops", "select_vs_best",
-                "select_measured_rank", "best_select_rank", "best_error_vs_cudnn"}
+                "select_measured_rank", "best_select_rank", "best_error_vs_cudnn", "sweep"}
 _SPEED_DEVICE = re.compile(r"[a-z0-9_]{1,20} device [0-9]{1,3} \((?P<name>[^()]{1,100})\)")
 
 
