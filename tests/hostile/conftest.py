@@ -1,15 +1,34 @@
-"""Helpers for the hostile tests: a canary folder beside a cache, and a snapshot of a tree
-that follows nothing and reads no huge file, so "nothing changed" can be asserted byte for
-byte."""
+"""Helpers for the hostile tests: a canary folder beside a cache, a snapshot of a tree that
+follows nothing and reads no huge file, so "nothing changed" can be asserted byte for byte,
+and a deadline that fails a test instead of letting a blocked read hang the suite."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
 import stat
 from pathlib import Path
 
 import pytest
+
+
+@contextlib.contextmanager
+def deadline(seconds: int = 120, what: str = "still running"):
+    """Fail, rather than hang the suite, when the block runs past ``seconds`` (a command
+    that blocks on a FIFO, say): TimeoutError("<what> after N s ...")."""
+    def alarm(signum, frame):
+        raise TimeoutError(f"{what} after {seconds} s: a read blocked")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
 
 HASHED_UP_TO = 64 << 20  # a sparse 8 GB blob is recorded by its size, never read
 

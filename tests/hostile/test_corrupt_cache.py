@@ -15,19 +15,17 @@ alarm that fails the test instead of blocking the suite.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import json
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from tests.hostile.conftest import tree
+from tests.hostile.conftest import deadline, tree
 from wgradcache.cache.store import TargetCache
 from wgradcache.cli import main
 from wgradcache.model.spec import KernelSpec
@@ -41,21 +39,6 @@ def select_skipped(line: str, n: int = 1) -> str:
     """select's one stderr line for ``n`` entries it did not serve, ``line`` the first."""
     return (f"select: skipped {n} corrupt entr{'y' if n == 1 else 'ies'} (not served), e.g. "
             f"{line} (`wgradcache verify` lists them, `wgradcache build` mends them)")
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int = 120):
-    """Fail, rather than hang the suite, when a command blocks (on a FIFO, say)."""
-    def alarm(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s: a read blocked")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 class Scene:
@@ -95,7 +78,7 @@ class Scene:
         }[command]
 
     def cli(self, *args: str, cache_dir: str | None = None):
-        with _deadline():
+        with deadline():
             return CliRunner().invoke(main, [*args, "--cache-dir",
                                              cache_dir or str(self.root)])
 

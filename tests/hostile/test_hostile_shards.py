@@ -7,12 +7,10 @@ The clean shard merges into the same destination, so a refusal is the attack's d
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
-import signal
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.hostile.conftest import deadline
 from wgradcache.cache.entry import Entry, Stage2Entry
 from wgradcache.cache.store import TargetCache, sha256_bytes
 from wgradcache.cli import main
@@ -100,21 +99,6 @@ class Scene:
 @pytest.fixture
 def scene(small_cache, tmp_path) -> Scene:
     return Scene(small_cache, tmp_path)
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int):
-    """Fail, rather than hang the suite, when merge blocks (on a FIFO, say)."""
-    def alarm(signum, frame):
-        raise TimeoutError(f"merge still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def test_the_clean_shard_merges_into_the_destination(scene, small_cache):
@@ -267,7 +251,7 @@ def test_a_fifo_entry_and_links_to_dev_zero_do_not_hang(scene):
                                 "corrupt: a symbolic link, not a regular file",
                 c.identity_key: f"REFUSED {scene.s.entry_path(c.identity_key)}: {blob_fifo}: "
                                 "corrupt: a FIFO, not a regular file"}
-    with _deadline(60):
+    with deadline(60, "merge still running"):
         scene.refused([expected[k] for k in sorted(expected)])
 
 

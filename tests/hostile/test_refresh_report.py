@@ -7,35 +7,20 @@ forge a CI annotation or drive the terminal.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 
 import pytest
 from click.testing import CliRunner
 
+from tests.hostile.conftest import deadline
 from wgradcache.cache.store import TargetCache
 from wgradcache.cli import main
 from wgradcache.pipeline.refresh import MAX_REPORT, read_previous
 
 T = "gfx1250"
 KEY = "ab" * 32
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int = 120):
-    def alarm(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s: a read blocked")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _write(path, data: bytes) -> None:
@@ -83,7 +68,7 @@ HOSTILE = [
 def test_a_hostile_previous_report_is_one_line(tmp_path, plant, reason):
     path = tmp_path / "report.json"
     plant(path)
-    with _deadline(), pytest.raises(ValueError) as e:
+    with deadline(), pytest.raises(ValueError) as e:
         read_previous(path)
     assert str(e.value) == f"{path}: {reason}"
 
@@ -117,7 +102,7 @@ def test_refresh_over_a_deep_report_runs_as_a_first_run_and_says_why(scene):
     writing over a FIFO is the report writer's to refuse.)"""
     cache, report, args = scene
     (report / "report.json").write_bytes(b"[" * 200_000 + b"]" * 200_000)
-    with _deadline():
+    with deadline():
         r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     line = (f"Previous report not used: {report / 'report.json'}: corrupt: JSON nested too "
@@ -133,7 +118,7 @@ def test_a_hostile_label_is_escaped_in_report_md_and_on_stdout(scene):
     path = c.entry_path(ik)
     evil = "x\n::error::forged\x1b[2J"
     path.write_text(json.dumps({**json.loads(path.read_bytes()), "label": evil}))
-    with _deadline():
+    with deadline():
         r = CliRunner().invoke(main, args)
     assert r.exit_code == 1, r.output
     md = (report / "report.md").read_text()
