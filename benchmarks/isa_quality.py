@@ -197,7 +197,7 @@ def _mmm(xs: list[float]) -> str:
     return f"{min(xs):6.1f} {statistics.median(xs):6.1f} {max(xs):6.1f}"
 
 
-def _per(key: str, over: str = "main_loop_mma"):
+def _per(key: str, over: str | None = "main_loop_mma"):
     """A figure of one kernel's isa: ``key`` per ``over`` (None: per iteration)."""
     return lambda isa: isa[key] / (isa[over] if over else 1)
 
@@ -207,8 +207,8 @@ def _per(key: str, over: str = "main_loop_mma"):
 # branches, so its rows are the instruction, load, LDS, MMA and barrier ones).
 _LOADS = ("main_loop_global_loads", "main_loop_async_copies")
 FIGURES = (
-    ("instr/loop", _per("main_loop_instructions", ""), ("main_loop_instructions",)),
-    ("MMA/loop", _per("main_loop_mma", ""), ()),
+    ("instr/loop", _per("main_loop_instructions", None), ("main_loop_instructions",)),
+    ("MMA/loop", _per("main_loop_mma", None), ()),
     ("loads/loop", lambda i: i[_LOADS[0]] + i[_LOADS[1]], _LOADS),
     ("instr/MMA", _per("main_loop_instructions"), ("main_loop_instructions",)),
     ("essential instr/MMA", lambda i: _essential(i) / i["main_loop_mma"],
@@ -218,9 +218,9 @@ FIGURES = (
     ("LDS reads/MMA", _per("main_loop_ds_loads"), ("main_loop_ds_loads",)),
     ("narrow LDS share", lambda i: 100 * i["main_loop_ds_loads_narrow"]
      / max(i["main_loop_ds_loads"], 1), ("main_loop_ds_loads_narrow", "main_loop_ds_loads")),
-    ("exec branches/iter", _per("main_loop_exec_branches", ""), ("main_loop_exec_branches",)),
-    ("barriers/iter", _per("main_loop_barriers", ""), ("main_loop_barriers",)),
-    ("waits/iter", _per("main_loop_waits", ""), ("main_loop_waits",)),
+    ("exec branches/iter", _per("main_loop_exec_branches", None), ("main_loop_exec_branches",)),
+    ("barriers/iter", _per("main_loop_barriers", None), ("main_loop_barriers",)),
+    ("waits/iter", _per("main_loop_waits", None), ("main_loop_waits",)),
 )
 
 

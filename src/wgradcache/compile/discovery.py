@@ -149,21 +149,29 @@ def cuda_tool_dirs() -> list[Path]:
     return dirs
 
 
+def _in_cuda_dirs(name: str) -> Path | None:
+    """The first executable ``name`` in :func:`cuda_tool_dirs`, or None."""
+    for d in cuda_tool_dirs():
+        c = d / name
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    return None
+
+
 def _cuda_tool(name: str, env: str, wheel: str) -> Path:
-    """``$<env>`` when set (it must be an executable file), else the first executable
-    ``name`` in :func:`cuda_tool_dirs`; ToolchainError with the install command."""
+    """``$<env>`` when set (it must be an executable file), else ``_in_cuda_dirs``;
+    ToolchainError with the install command."""
     given = os.environ.get(env)
     if given:
         p = Path(given)
         if p.is_file() and os.access(p, os.X_OK):
             return p
         raise ToolchainError(f"{env}={given}: not an executable file")
-    for d in cuda_tool_dirs():
-        c = d / name
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise ToolchainError(f"no {name} found ({_CUDA_WHERE.format(wheel=wheel)}): "
-                         f"{_CUDA_HINT}, or set ${env}")
+    found = _in_cuda_dirs(name)
+    if found is None:
+        raise ToolchainError(f"no {name} found ({_CUDA_WHERE.format(wheel=wheel)}): "
+                             f"{_CUDA_HINT}, or set ${env}")
+    return found
 
 
 def find_ptxas() -> Path:
@@ -181,10 +189,7 @@ def find_nvdisasm() -> Path:
 
 def find_cuobjdump() -> Path | None:
     """cuobjdump (a CUDA toolkit's; not in the nvcc wheel), or None."""
-    try:
-        return _cuda_tool("cuobjdump", "WGRADCACHE_CUOBJDUMP", "(no)")
-    except ToolchainError:
-        return None
+    return _in_cuda_dirs("cuobjdump")
 
 
 def ptxas_version(path: Path | str) -> str:
