@@ -162,3 +162,26 @@ def test_a_layers_file_that_is_a_fifo_or_not_a_layer_set_is_one_line(cache, fake
     r = _tune(cache, bad)
     assert (r.exit_code, r.output) == (2, f"error: --layers {bad}: {bad}: expected 'schema: 1' "
                                           "and a 'layers' list\n")
+
+
+def test_the_vendor_row_is_reported_when_adding_it_flushes(built, cache, fake, monkeypatch):
+    """On the H100 (12-06) tune died with an IndexError on the first layer whose cuDNN row
+    arrived after the flush interval: the writer had emptied its list before the report
+    read the row back from it. Every add flushes here (flush_s=0)."""
+    from types import SimpleNamespace
+
+    import wgradcache.pipeline.tune as tune_mod
+    from wgradcache.cache.timings import VendorRow
+
+    stream = SimpleNamespace(cuda_stream=0)
+    torch = SimpleNamespace(cuda=SimpleNamespace(current_stream=lambda: stream))
+    monkeypatch.setattr(tune_mod, "_cudnn", lambda req: torch)
+    monkeypatch.setattr(tune_mod, "_cudnn_row", lambda t, job, req, now: VendorRow(
+        "cudnn", job.problem.short(), job.dtype, 0.25, 0.0, 3, now))
+    req = TuneRequest("sm_90", str(built[1]), cache_dir=str(cache), top=2, warmup=0,
+                      iters=1, spin_s=0, flush_s=0.0)
+    rep = tune(req)
+    assert [(v.problem, v.median_ms) for v in rep.vendor] == [(P, 0.25)]
+    stored = TargetCache(cache, "sm_90").read_timings(CLASS.slug())
+    assert [(v.library, v.problem) for v in stored.vendor] == [("cudnn", P)]
+    assert len(stored.rows) == 2

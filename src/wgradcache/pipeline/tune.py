@@ -229,8 +229,9 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
             for job in jobs:
                 spun = _time_job(s, cache, job, req, spun, rep, writer, advance)
                 if torch is not None:
-                    writer.add(_cudnn_row(torch, job, req, time.time()))
-                    rep.vendor.append(writer.vendor[-1])
+                    vendor = _cudnn_row(torch, job, req, time.time())
+                    rep.vendor.append(vendor)  # before add: a flush empties the writer
+                    writer.add(vendor)
                 writer.flush()
     finally:
         writer.flush()  # a killed run (KeyboardInterrupt, an error) keeps what it timed
