@@ -22,7 +22,10 @@ from wgradcache.cli.console import UserError, emit_json, printable, table
 @click.option("--device", type=click.Choice(["cuda", "hip"]), default="cuda",
               show_default=True, help="where to time")
 @click.option("--iters", type=click.IntRange(1, 10_000), default=10, show_default=True,
-              help="timed launches per kernel (the median is kept)")
+              help="timed samples per kernel (the median is kept)")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=10, show_default=True,
+              help="launches per sample, back to back between one pair of events (one "
+                   "pair per launch times the host's gap before each launch too)")
 @click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
 @click.option("--spin", "spin_s", type=click.FloatRange(0, 600), default=30.0,
               show_default=True, help="seconds of device work before the first timing")
@@ -74,7 +77,7 @@ def _tune_request(options: dict, request_type):
                         dtypes=tuple(dtypes), top=None if options["every"] else options["top"],
                         device=options["device"], cache_dir=str(options["cache_dir"]),
                         warmup=options["warmup"], iters=options["iters"],
-                        spin_s=options["spin_s"])
+                        batch=options["batch"], spin_s=options["spin_s"])
 
 
 def _render_tune(rep, as_json: bool) -> None:

@@ -7,7 +7,8 @@ timings: a tune re-measures what the model thinks best), its top N or all of the
 launched with its contract (``runtime/launch.PreparedLaunch``: dW zeroed before an atomic
 split-K launch, the workspace zeroed and stage 2 after a two-stage one; the zeroing is
 part of what is timed, as a user's launch pays it) and timed with CUDA events
-(``runtime/timing.py``): ``warmup`` untimed launches, then the median of ``iters``.
+(``runtime/timing.py``): ``warmup`` untimed launches, then the median of ``iters`` samples of
+``batch`` launches back to back (per launch).
 Before the first layer the device is kept busy for ``spin_s`` seconds so its clocks are up.
 Where PyTorch with CUDA is importable, cuDNN's time of the layer is taken beside (its
 ``convolution_backward`` with only the weight gradient, channels-last).
@@ -57,6 +58,7 @@ class TuneRequest:
     cache_dir: str = "cache"
     warmup: int = 3
     iters: int = 10
+    batch: int = 10  # launches per timed sample, back to back
     spin_s: float = 30.0
     flush_s: float = 1.0
     vendor: bool = True  # cuDNN beside, where PyTorch with CUDA is importable
@@ -186,13 +188,14 @@ def _cudnn_row(torch, job: _Job, req: TuneRequest, now: float) -> VendorRow:
     for _ in range(req.warmup):
         run()
     times = []
-    for _ in range(req.iters):
+    for _ in range(req.iters):  # as time_launches: ``batch`` back to back per sample
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        run()
+        for _ in range(req.batch):
+            run()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(a.elapsed_time(b) / req.batch)
     times.sort()
     return VendorRow("cudnn", p.short(), job.dtype, times[len(times) // 2],
                      times[-1] - times[0], len(times), now)
@@ -273,7 +276,7 @@ def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
                 if not spun and req.spin_s > 0:
                     spin(s, launch.run, req.spin_s)
                 spun = True
-                timed = time_launches(s, launch.run, req.warmup, req.iters)
+                timed = time_launches(s, launch.run, req.warmup, req.iters, req.batch)
             except (CudaError, ValueError, FileNotFoundError) as e:
                 rep.failures.append(f"{spec.label()} on {p.short()}: {e}")
             else:

@@ -29,8 +29,11 @@ class Timed:
 
 
 def time_launches(session: CudaSession, run: Callable[[], None], warmup: int,
-                  iters: int) -> Timed:
-    """``run()`` ``warmup`` times untimed, then ``iters`` times each between two events."""
+                  iters: int, batch: int = 1) -> Timed:
+    """``run()`` ``warmup`` times untimed, then ``iters`` samples, each ``batch`` launches
+    back to back between two events, per launch. One event pair per launch also times the
+    host's gap before each launch: on the H100 (12-06) that doubled a 47 us kernel's time
+    and cuDNN's alike, and ranked kernels by their launch's host work."""
     cu = session.cu
     for _ in range(warmup):
         run()
@@ -40,11 +43,12 @@ def time_launches(session: CudaSession, run: Callable[[], None], warmup: int,
     try:
         for _ in range(iters):
             _check(cu.cuEventRecord(start, session.stream), "cuEventRecord")
-            run()
+            for _ in range(batch):
+                run()
             _check(cu.cuEventRecord(end, session.stream), "cuEventRecord")
             _check(cu.cuEventSynchronize(end), "cuEventSynchronize")
             times.append(float(_check(cu.cuEventElapsedTime(start, end),
-                                      "cuEventElapsedTime")))
+                                      "cuEventElapsedTime")) / batch)
     finally:
         cu.cuEventDestroy(start)
         cu.cuEventDestroy(end)
