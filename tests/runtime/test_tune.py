@@ -252,3 +252,15 @@ def test_layer_and_network_pick_the_layers_timed(built, cache, fake, tmp_path):
     r = _tune(cache, two, "--network", "../x")
     assert (r.exit_code, r.output) == (2, f"error: --network '../x': no layer of {two} is "
                                           "in it (NET/...); its networks: net, other\n")
+
+
+def test_a_corrupt_class_file_is_one_line_and_left_alone(built, cache, fake):
+    c = TargetCache(cache, "sm_90")
+    path = c.timings_path(CLASS.slug())
+    path.parent.mkdir(exist_ok=True)
+    path.write_text('{"device": NaN}')
+    r = _tune(cache, built[1])
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith(f"error: tune: {path}: ") and r.output.endswith(
+        "(`wgradcache verify` reports it; move it away to start the class afresh)\n")
+    assert path.read_text() == '{"device": NaN}' and fake.launches == []

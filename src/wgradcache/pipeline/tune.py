@@ -298,7 +298,14 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     cache = TargetCache(req.cache_dir, req.target)
     rep = TuneReport(req.target, device)
     torch = _cudnn(req)
-    jobs, rep.already = left_to_time(jobs, cache.read_timings(device.slug()), req.remeasure)
+    from wgradcache.cache.entry import CorruptEntry
+
+    try:
+        have = cache.read_timings(device.slug())
+    except CorruptEntry as e:  # not merged into, not overwritten: the user decides
+        raise TuneError(f"tune: {e} (`wgradcache verify` reports it; move it away to "
+                        "start the class afresh)") from None
+    jobs, rep.already = left_to_time(jobs, have, req.remeasure)
     jobs = [j for j in jobs if j.candidates or torch is not None]
     writer = _Writer(cache, device, req.flush_s)
     if on_total is not None:
