@@ -58,7 +58,8 @@ def _args():
     ap.add_argument("--include-top", type=int, default=12)
     ap.add_argument("--sweep", default="",
                     help="comma-separated split degrees: time the layer's best split-K kernel "
-                         "at each (the policy's degree against the measured best degree)")
+                         "at each and at the policy's own degree (the policy's degree against "
+                         "the measured best degree)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--spin", type=float, default=30.0,
@@ -194,9 +195,16 @@ def our_call(bench, cache, cand, p, x, dy, dw):
     return run
 
 
+def sweep_set(text: str, policy: int) -> list[int]:
+    """The degrees a sweep times: ``--sweep``'s and the policy's own, ascending, once each.
+    Without the policy's degree its loss against the best is not known (a policy degree of
+    93 among 1, 2, 4, ..., 128 read as nan in speed_families.py's report)."""
+    return sorted({int(v) for v in text.split(",") if v.strip()} | {policy})
+
+
 def sweep_degrees(bench, cache, ranked, measured, p, x, dy, w, a) -> dict:
-    """The fastest measured split-K kernel of a layer at each degree of ``--sweep``:
-    {"label", "policy": the degree select gave it, "ms": {degree: ms}, "best"}."""
+    """The fastest measured split-K kernel of a layer at each degree of ``sweep_set``:
+    {"label", "policy": the degree select gave it, "ms": {degree run: ms}, "best"}."""
     import dataclasses
 
     from wgradcache.wgrad.split_k import plan_split_k
@@ -206,10 +214,13 @@ def sweep_degrees(bench, cache, ranked, measured, p, x, dy, w, a) -> dict:
         return {}
     cand = next(c for c in ranked if c.spec.label() == split[0]["label"])
     out = {"label": cand.spec.label(), "policy": cand.degree, "ms": {}}
-    for d in (int(v) for v in a.sweep.split(",")):
+    for asked in sweep_set(a.sweep, cand.degree):
         try:
-            plan = plan_split_k(cand.spec, p, split_k=d)
+            plan = plan_split_k(cand.spec, p, split_k=asked)
         except ValueError:
+            continue
+        d = plan.degree  # the degree that runs (an override past a cap moves)
+        if d in out["ms"]:
             continue
         c = dataclasses.replace(cand, degree=plan.degree, slice_k=plan.slice_k,
                                 grid=plan.grid, reduction=plan.reduction)

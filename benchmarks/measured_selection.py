@@ -17,7 +17,9 @@ the best measured kernel, and the measured time of each ranking's top-1 over it:
 
 A top-1 with no measured time of its own is counted apart ("pick not measured"): its ratio
 is not known. Printed: per ranking, the pairs within 1.05x and 1.2x of the best and the
-geometric mean of the ratios; ``--json`` for the numbers.
+geometric mean of the ratios, and whether ``measured`` and ``held out`` meet the issue's
+goals; ``--json`` for the numbers. A pair is a measured (problem, dtype): the layers of
+one problem are one pair, as ``tune`` times each distinct problem once.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ def _args():
     return ap.parse_args()
 
 
+GOALS = {"measured": (1.05, 0.95, 1.02), "held out": (1.2, 0.85, 1.10)}
+"""Issue 33's goals per ranking: (factor, share of pairs within it, geomean at most)."""
+
+
 def _summary(ratios: list[float], unmeasured: int) -> dict:
     n = len(ratios)
     return {"pairs": n, "pick_not_measured": unmeasured,
@@ -52,9 +58,13 @@ def _summary(ratios: list[float], unmeasured: int) -> dict:
             "geomean": math.exp(sum(map(math.log, ratios)) / n) if n else None}
 
 
-def main() -> int:
-    a = _args()
-    sys.path.insert(0, str(ROOT / "src"))
+def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file: str,
+             train: tuple[str, ...] = ()) -> dict:
+    """Per ranking (``measured``, ``formula``, ``held out`` when ``train`` names layer-name
+    prefixes), the summary of its top-1's measured time over the best measured, over every
+    measured (problem, dtype) pair of the class (held out: the pairs of problems no
+    ``train`` layer has, ranked by the model fitted to the rows of the problems one has)."""
+    from wgradcache.cache.entry import Entry
     from wgradcache.cache.store import TargetCache
     from wgradcache.cache.timings import row_is_current
     from wgradcache.model.problem import ConvProblem
@@ -64,32 +74,36 @@ def main() -> int:
         Measurements,
         candidates_from_cache,
         measurements,
+        pick_class,
         select,
     )
 
-    cache = TargetCache(a.cache_dir, a.target)
+    cache = TargetCache(cache_dir, target)
     names = defaultdict(list)  # problem -> layer names
-    for ly in load_layers(a.layers):
+    for ly in load_layers(layers_file):
         names[ly.problem.short()].append(ly.name)
 
     def trained(problem: str) -> bool:
-        return any(n.startswith(tuple(a.train)) for n in names.get(problem, ()))
+        return any(n.startswith(train) for n in names.get(problem, ()))
 
-    all_rows = _rows(cache, a)
+    slug = pick_class(cache, device_class)
+    tf = cache.read_timings(slug) if slug else None
+    all_rows = tf.rows if tf else ()
+    out: dict = {"device_class": slug, "fit_rows": 0}
     held_fit: dict[str, float] = {}
-    if a.train:
-        blob_of = {ik: e.blob for ik, e in cache.iter_entries() if not isinstance(e, Exception)}
+    if train:
+        blob_of = {ik: e.blob for ik, e in cache.iter_entries() if isinstance(e, Entry)}
         fitted = fit_samples(samples_of(cache, tuple(
             r for r in all_rows if row_is_current(r, blob_of) and trained(r.problem)))[0])
         if isinstance(fitted, str):
-            print(f"held out: not fitted: {fitted}", file=sys.stderr)
+            out["held_out_not_fitted"] = fitted
         else:
-            held_fit = fitted.constants
+            held_fit, out["fit_rows"] = fitted.constants, fitted.rows
     rankings: dict[str, list[float]] = defaultdict(list)
     unmeasured: dict[str, int] = defaultdict(int)
     for dtype in sorted({r.dtype for r in all_rows}):
-        got = candidates_from_cache(a.cache_dir, a.target, dtype)
-        m = measurements(a.cache_dir, a.target, a.device_class, got.blobs)
+        got = candidates_from_cache(cache_dir, target, dtype)
+        m = measurements(cache_dir, target, slug, got.blobs)
         for text in sorted({k[1] for k in m.times if k[2] == dtype}):
             p = ConvProblem.parse(text)
             times = {k[0]: v for k, v in m.times.items() if k[1:3] == (text, dtype)}
@@ -98,32 +112,52 @@ def main() -> int:
             if held_fit and not trained(text):
                 ways["held out"] = Measurements(constants=held_fit)
             for way, meas in ways.items():
-                ranked = select(a.target, p, got.specs, facts=got.facts, measured=meas)
+                ranked = select(target, p, got.specs, facts=got.facts, measured=meas)
                 pick = times.get(ranked[0].key) if ranked else None
                 if pick is None:
                     unmeasured[way] += 1
                 else:
                     rankings[way].append(pick / best)
-    out = {way: _summary(rankings[way], unmeasured[way])
-           for way in dict.fromkeys([*rankings, *unmeasured])}
-    if a.json:
-        print(json.dumps(out, indent=1))
-        return 0
-    print(f"{'ranking':10s} {'pairs':>6s} {'<=1.05x':>8s} {'<=1.2x':>8s} {'geomean':>8s} "
-          f"{'pick not measured':>18s}")
-    for way, s in out.items():
+    out["rankings"] = {way: _summary(rankings[way], unmeasured[way])
+                       for way in dict.fromkeys([*rankings, *unmeasured])}
+    return out
+
+
+def goal_line(way: str, s: dict) -> str:
+    """Whether ``way``'s summary meets issue 33's goal ("" for a ranking without one)."""
+    if way not in GOALS or not s["pairs"]:
+        return ""
+    factor, share, geo = GOALS[way]
+    within = s["within_1p05" if factor == 1.05 else "within_1p2"]
+    met = within >= share and s["geomean"] <= geo
+    return (f"{way}: within {factor:g}x on {100 * within:.1f}% (goal >= {100 * share:.0f}%), "
+            f"geomean {s['geomean']:.3f} (goal <= {geo:.2f}): "
+            + ("met" if met else "NOT met"))
+
+
+def report_lines(out: dict) -> list[str]:
+    lines = [f"{'ranking':10s} {'pairs':>6s} {'<=1.05x':>8s} {'<=1.2x':>8s} {'geomean':>8s} "
+             f"{'pick not measured':>18s}"]
+    for way, s in out["rankings"].items():
         if not s["pairs"]:
-            print(f"{way:10s} {0:6d} {'':>8s} {'':>8s} {'':>8s} {s['pick_not_measured']:18d}")
+            lines.append(f"{way:10s} {0:6d} {'':>8s} {'':>8s} {'':>8s} "
+                         f"{s['pick_not_measured']:18d}")
             continue
-        print(f"{way:10s} {s['pairs']:6d} {100 * s['within_1p05']:7.1f}% "
-              f"{100 * s['within_1p2']:7.1f}% {s['geomean']:8.3f} {s['pick_not_measured']:18d}")
+        lines.append(f"{way:10s} {s['pairs']:6d} {100 * s['within_1p05']:7.1f}% "
+                     f"{100 * s['within_1p2']:7.1f}% {s['geomean']:8.3f} "
+                     f"{s['pick_not_measured']:18d}")
+    if "held_out_not_fitted" in out:
+        lines.append(f"held out: not fitted: {out['held_out_not_fitted']}")
+    lines += [g for way, s in out["rankings"].items() if (g := goal_line(way, s))]
+    return lines
+
+
+def main() -> int:
+    a = _args()
+    sys.path.insert(0, str(ROOT / "src"))
+    out = evaluate(a.cache_dir, a.target, a.device_class, a.layers, tuple(a.train))
+    print(json.dumps(out, indent=1) if a.json else "\n".join(report_lines(out)))
     return 0
-
-
-def _rows(cache, a):
-    slug = a.device_class or (cache.timing_classes() or [None])[0]
-    tf = cache.read_timings(slug) if slug else None
-    return tf.rows if tf else ()
 
 
 if __name__ == "__main__":

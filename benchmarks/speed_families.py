@@ -75,9 +75,12 @@ def summarise(doc: dict) -> list[str]:
                 ms = {int(k): v for k, v in sw["ms"].items()}
                 best_d = min(ms, key=ms.get)
                 pol = ms.get(sw["policy"])
-                loss = pol / ms[best_d] if pol else float("nan")
-                if pol:
-                    losses.append(loss)
+                if pol is None:  # a run before device_speed.py swept the policy's degree
+                    out.append(f"  {r['layer']:32s} {sw['label']}: x{sw['policy']} not "
+                               f"timed, best x{best_d}")
+                    continue
+                loss = pol / ms[best_d]
+                losses.append(loss)
                 out.append(f"  {r['layer']:32s} {sw['label']}: x{sw['policy']} vs "
                            f"x{best_d}: {loss:.2f}")
             if losses:

@@ -327,6 +327,10 @@ def _set(doc: dict, path: str, value) -> dict:
                          "not serve 2,32,8,8,32,3,3,1,1 at split 2: split degree 2 needs a "
                          "split-K kernel (reduction is none)"),
     ("target", "../gfx1250", "target: "),
+    ("remaining", -1, "remaining: -1 is not a count in [0, 20000000]"),
+    ("already_measured", 1.5, "already_measured: 1.5 is not a count in [0, 20000000]"),
+    ("remaining_layers", 10**30, "remaining_layers: 1000000000000000000000000000000 is not "
+                                 "a count"),
 ])
 def test_import_refuses_a_bad_value_in_one_line(import_cache, tmp_path, path, value, why):
     p = tmp_path / "t.json"

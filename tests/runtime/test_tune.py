@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -130,7 +131,6 @@ def test_a_stale_row_is_ignored_after_a_rebuild_and_tune_json_imports(built, cac
     c = TargetCache(cache, "sm_90")
     row = c.read_timings(CLASS.slug()).rows[0]
     entry = c.read_entry(row.identity_key)
-    from dataclasses import replace
 
     data = c.read_blob(entry.blob)
     ref = c.write_blob("ef" * 32, data)
@@ -187,3 +187,105 @@ def test_the_vendor_row_is_reported_when_adding_it_flushes(built, cache, fake, m
     stored = TargetCache(cache, "sm_90").read_timings(CLASS.slug())
     assert [(v.library, v.problem) for v in stored.vendor] == [("cudnn", P)]
     assert len(stored.rows) == 2
+
+
+Q = "2,32,8,8,64,1,1"
+
+
+def _two_layers(tmp_path):
+    layers = tmp_path / "two.yaml"
+    layers.write_text(f'schema: 1\nlayers:\n  - {{name: net/a, problem: "{P}"}}\n'
+                      f'  - {{name: other/b, problem: "{Q}"}}\n')
+    return layers
+
+
+def test_a_second_tune_times_only_what_the_class_lacks(built, cache, fake, tmp_path):
+    r = _tune(cache, built[1], "--json")
+    assert r.exit_code == 0, r.output
+    assert (len(json.loads(r.stdout)["rows"]), len(fake.launches)) == (3, 12)
+    r = _tune(cache, built[1], "--json")  # every row is there: nothing is launched
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["rows"], doc["already_measured"], doc["remaining"]) == ([], 3, 0)
+    assert len(fake.launches) == 12 and doc["refit"].startswith("not fitted: 3 current")
+    # one kernel rebuilt into another blob: its row is stale, and only it is timed again
+    c = TargetCache(cache, "sm_90")
+    row = c.read_timings(CLASS.slug()).rows[0]
+    entry = c.read_entry(row.identity_key)
+    ref = c.write_blob("ef" * 32, c.read_blob(entry.blob))
+    with c.lock():
+        c.write_entry(replace(entry, blob=ref.key))
+    r = _tune(cache, built[1], "--json")
+    doc = json.loads(r.stdout)
+    assert [(x["identity_key"], x["blob"]) for x in doc["rows"]] == [(row.identity_key,
+                                                                      ref.key)]
+    assert doc["already_measured"] == 2 and len(fake.launches) == 16
+    r = _tune(cache, built[1], "--json", "--remeasure")
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.stdout)["rows"]) == 3 and len(fake.launches) == 28
+
+
+def test_max_seconds_stops_between_kernels_and_the_next_run_goes_on(built, cache, fake,
+                                                                    tmp_path, monkeypatch):
+    now = [0.0]
+    real = timing_mod.time_launches
+
+    def ten_seconds_each(*a, **kw):
+        now[0] += 10.0
+        return real(*a, **kw)
+
+    monkeypatch.setattr(timing_mod, "time_launches", ten_seconds_each)
+    req = TuneRequest("sm_90", str(_two_layers(tmp_path)), cache_dir=str(cache), top=3,
+                      warmup=0, iters=1, spin_s=0, max_seconds=15)
+    jobs, _ = plan_tune(req)
+    assert [(j.problem.short(), len(j.candidates)) for j in jobs] == [(P, 3), (Q, 3)]
+    rep = tune(req, clock=lambda: now[0])
+    # 0 s: the first kernel; 10 s: the second; 20 s, past 15: stop before the third
+    assert [r.identity_key for r in rep.rows] == [c.key for c in jobs[0].candidates[:2]]
+    assert (rep.remaining, rep.remaining_layers) == (4, 2)
+    assert rep.left_line() == ("stopped by --max-seconds: 4 kernel timings of 2 (layer, "
+                               "dtype) pairs remain; the same command goes on where this "
+                               "one stopped")
+    stored = TargetCache(cache, "sm_90").read_timings(CLASS.slug()).rows
+    assert len(stored) == 2
+    rep = tune(replace(req, max_seconds=None), clock=lambda: now[0])
+    assert (rep.already, rep.remaining, rep.left_line()) == (2, 0, "")
+    assert [r.identity_key for r in rep.rows] == [c.key for c in jobs[0].candidates[2:]] + [
+        c.key for c in jobs[1].candidates]
+
+
+def test_max_seconds_zero_times_nothing_and_says_what_is_left(built, cache, fake, tmp_path):
+    two = _two_layers(tmp_path)
+    r = _tune(cache, two, "--max-seconds", "0")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1] == (
+        "stopped by --max-seconds: 6 kernel timings of 2 (layer, dtype) pairs remain; the "
+        "same command goes on where this one stopped")
+    assert fake.launches == []
+    r = _tune(cache, two, "--json")
+    assert (len(json.loads(r.stdout)["rows"]), json.loads(r.stdout)["remaining"]) == (6, 0)
+
+
+def test_layer_and_network_pick_the_layers_timed(built, cache, fake, tmp_path):
+    two = _two_layers(tmp_path)
+    for args in (("--layer", "other/b"), ("--network", "other")):
+        req_rows = json.loads(_tune(cache, two, "--json", "--remeasure", *args).stdout)["rows"]
+        assert {x["problem"] for x in req_rows} == {Q}
+    r = _tune(cache, two, "--layer", "net/zz")
+    assert (r.exit_code, r.output) == (2, f"error: --layer 'net/zz': no layer of {two} is "
+                                          "named so\n")
+    r = _tune(cache, two, "--network", "../x")
+    assert (r.exit_code, r.output) == (2, f"error: --network '../x': no layer of {two} is "
+                                          "in it (NET/...); its networks: net, other\n")
+
+
+def test_a_corrupt_class_file_is_one_line_and_left_alone(built, cache, fake):
+    c = TargetCache(cache, "sm_90")
+    path = c.timings_path(CLASS.slug())
+    path.parent.mkdir(exist_ok=True)
+    path.write_text('{"device": NaN}')
+    r = _tune(cache, built[1])
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith(f"error: tune: {path}: ") and r.output.endswith(
+        "(`wgradcache verify` reports it; move it away to start the class afresh)\n")
+    assert path.read_text() == '{"device": NaN}' and fake.launches == []

@@ -8,6 +8,7 @@ import click
 
 from wgradcache.cli.app import PathParam, TargetParam, cache_dir_option, main
 from wgradcache.cli.console import UserError, emit_json, printable, table
+from wgradcache.cli.params import FloatParam
 
 
 @main.command(name="tune")
@@ -29,6 +30,16 @@ from wgradcache.cli.console import UserError, emit_json, printable, table
 @click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
 @click.option("--spin", "spin_s", type=click.FloatRange(0, 600), default=30.0,
               show_default=True, help="seconds of device work before the first timing")
+@click.option("--remeasure", is_flag=True,
+              help="time again the kernels this device class already has a current row of "
+                   "(default: skip them, so a stopped tune goes on where it stopped)")
+@click.option("--max-seconds", type=FloatParam(0, 7 * 86400), default=None, metavar="S",
+              help="stop at the first kernel after S seconds: write, refit, say what is left "
+                   "(exit 0); run the same command again to go on")
+@click.option("--layer", "layer_names", multiple=True, metavar="NAME",
+              help="only this layer of --layers (repeatable)")
+@click.option("--network", "networks", multiple=True, metavar="NET",
+              help="only the layers named NET/... of --layers (repeatable)")
 @click.option("--import", "import_path", type=PathParam("file"), default=None, metavar="FILE",
               help="timings measured elsewhere (tune --json, or device_speed.py --out)")
 @click.option("--device-class", default=None, metavar="C",
@@ -41,9 +52,13 @@ def tune(import_path, device_class, as_json, **options) -> None:
     the cache per device class; or --import timings measured elsewhere.
 
     Rows are written as they finish (a killed run keeps them), the cost model is refitted
-    at the end. With --import every row of FILE is checked against this cache first (its
-    kernel an entry, the blob it timed the entry's, the kernel serving the problem at that
-    split); a file that fails any check is one line (exit 2) and nothing is imported.
+    at the end. A kernel whose row for this device class, problem, dtype and split degree
+    the cache already holds, of the blob its entry names now, is not timed again (nor a
+    layer's cuDNN time) unless --remeasure: a run cut short (--max-seconds, a kill) is
+    resumed by the same command. With --import every row of FILE is checked against this
+    cache first (its kernel an entry, the blob it timed the entry's, the kernel serving the
+    problem at that split); a file that fails any check is one line (exit 2) and nothing
+    is imported.
     """
     from wgradcache.pipeline.fit import refit_line
 
@@ -77,7 +92,11 @@ def _tune_request(options: dict, request_type):
                         dtypes=tuple(dtypes), top=None if options["every"] else options["top"],
                         device=options["device"], cache_dir=str(options["cache_dir"]),
                         warmup=options["warmup"], iters=options["iters"],
-                        batch=options["batch"], spin_s=options["spin_s"])
+                        batch=options["batch"], spin_s=options["spin_s"],
+                        remeasure=options["remeasure"],
+                        max_seconds=options["max_seconds"],
+                        layer_names=tuple(options["layer_names"]),
+                        networks=tuple(options["networks"]))
 
 
 def _render_tune(rep, as_json: bool) -> None:
@@ -88,9 +107,13 @@ def _render_tune(rep, as_json: bool) -> None:
         return
     table(f"tuned {rep.target} on {rep.device.describe()} [{rep.device.slug()}]",
           ("field", "value"), [("rows timed", len(rep.rows)),
+                               ("already measured", rep.already),
                                ("vendor rows", len(rep.vendor)),
-                               ("failed launches", len(rep.failures)), ("fit", rep.refit)],
+                               ("failed launches", len(rep.failures)),
+                               ("left to time", rep.remaining), ("fit", rep.refit)],
           numeric_from=1)
+    if rep.left_line():
+        click.echo(rep.left_line())
 
 
 def _import(path, device_class, options: dict, as_json: bool) -> None:

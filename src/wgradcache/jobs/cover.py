@@ -36,8 +36,8 @@ from wgradcache.jobs.walk import LADDER_VARIANTS
 from wgradcache.model.spec import DTYPE_KEYS, geometry_tag
 
 __all__ = ["CoverPick", "PairLoss", "CoverResult", "compute_cover", "cover_block",
-           "summary_lines", "cover_from_file", "pair_losses", "walked_losses", "totals",
-           "write_block", "check_options", "reason",
+           "summary_lines", "cover_from_file", "cover_of", "check_request", "pair_losses",
+           "walked_losses", "totals", "write_block", "check_options", "reason",
            "DEFAULT_SIZE", "DEFAULT_FACTOR", "MAX_FACTOR"]
 
 Geometry = tuple[int, int, int, int, int]
@@ -374,14 +374,25 @@ def cover_from_file(path: str, size: int = DEFAULT_SIZE, factor: float = DEFAULT
     its geometries checked against the cover rule of ``geometries_file`` (the shipped one
     when None), whose current cover for the target is measured beside it.
     ``TimingsError`` (one line) for a bad file or option."""
+    check_request(size, factor, dtypes)
+    jobs = default_jobdata(geometries_file)
+    return cover_of(load_timings(path, jobs), jobs, size, factor, dtypes)
+
+
+def check_request(size: int, factor: float, dtypes: Sequence[str]) -> None:
+    """``TimingsError`` (one line) for a size, factor or dtype a cover cannot take."""
     ok, why = check_options(size, factor)
     if not ok:
         raise TimingsError(why)
     for d in dtypes:
         if d not in DTYPE_KEYS:
             raise TimingsError(f"--dtype {d!r}: valid: {', '.join(DTYPE_KEYS)}")
-    jobs = default_jobdata(geometries_file)
-    tim = load_timings(path, jobs)
+
+
+def cover_of(tim: Timings, jobs, size: int = DEFAULT_SIZE, factor: float = DEFAULT_FACTOR,
+             dtypes: Sequence[str] = ()) -> CoverResult:
+    """The cover of checked timings (its ``dtypes`` rows only, when given), with the current
+    cover of ``jobs`` (a ``JobData``) for the target beside it."""
     if dtypes:
         rows = tuple(r for r in tim.rows if r.dtype in dtypes)
         if not rows:

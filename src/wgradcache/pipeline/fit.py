@@ -146,20 +146,12 @@ class FitRequest:
 def fit_class(req: FitRequest) -> tuple[str, Fit | str]:
     """``wgradcache fit``: (the class, its new fit or why none). DeviceClassError when the
     class is not the cache's or several are and none was named."""
-    from wgradcache.pipeline.select import DeviceClassError
+    from wgradcache.pipeline.select import DeviceClassError, pick_class
 
     cache = TargetCache(req.cache_dir, req.target)
-    classes = cache.timing_classes()
-    slug = req.device_class
+    slug = pick_class(cache, req.device_class)
     if slug is None:
-        if len(classes) != 1:
-            raise DeviceClassError(
-                f"the {req.target} cache has timings of {len(classes)} device classes"
-                + (f" ({', '.join(classes)}): name one with --device-class" if classes
-                   else ": nothing to fit (`wgradcache tune` measures, `tune --import` "
-                        "takes timings measured elsewhere)"))
-        slug = classes[0]
-    elif slug not in classes:
-        raise DeviceClassError(f"--device-class {slug[:60]!r}: no timings of it in the "
-                               f"{req.target} cache (it has: {', '.join(classes) or 'none'})")
+        raise DeviceClassError(f"the {req.target} cache has timings of 0 device classes: "
+                               "nothing to fit (`wgradcache tune` measures, `tune --import` "
+                               "takes timings measured elsewhere)")
     return slug, refit(cache, slug)

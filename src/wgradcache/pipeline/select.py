@@ -55,7 +55,8 @@ from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
 
 __all__ = ["Candidate", "CacheCandidates", "CodeFacts", "SelectRequest", "Served", "select",
-           "Measurements", "measurements", "DeviceClassError", "COST_TERMS", "cost_terms",
+           "Measurements", "measurements", "pick_class", "DeviceClassError", "COST_TERMS",
+           "cost_terms",
            "fitted_ms",
            "serve", "candidates_from_cache", "candidates_from_walk", "issue_slots",
            "lds_read_bytes_per_k_tile",
@@ -423,6 +424,24 @@ class DeviceClassError(ValueError):
     was named: one line listing them (the CLI exits 2)."""
 
 
+def pick_class(cache, device_class: str | None) -> str | None:
+    """The device class whose timings a command reads: ``device_class`` when the cache
+    (a ``TargetCache``) has timings of it, else the cache's only class, None when it has
+    none; DeviceClassError when it has several and none was named, or not the one named."""
+    classes = cache.timing_classes()
+    if device_class is None:
+        if len(classes) > 1:
+            raise DeviceClassError(f"the {cache.target} cache has timings of {len(classes)} "
+                                   f"device classes ({', '.join(classes)}): name one with "
+                                   "--device-class")
+        return classes[0] if classes else None
+    if device_class not in classes:
+        raise DeviceClassError(f"--device-class {device_class[:60]!r}: no timings of it in "
+                               f"the {cache.target} cache (it has: "
+                               f"{', '.join(classes) or 'none'})")
+    return device_class
+
+
 def measurements(cache_dir: str, target: str, device_class: str | None,
                  blobs: dict[str, str]) -> Measurements:
     """The timings select ranks by: of ``device_class``, else of the cache's only class
@@ -432,18 +451,9 @@ def measurements(cache_dir: str, target: str, device_class: str | None,
     from wgradcache.cache.timings import row_is_current
 
     cache = TargetCache(cache_dir, target)
-    classes = cache.timing_classes()
+    device_class = pick_class(cache, device_class)
     if device_class is None:
-        if not classes:
-            return Measurements()
-        if len(classes) > 1:
-            raise DeviceClassError(f"the {target} cache has timings of {len(classes)} device "
-                                   f"classes ({', '.join(classes)}): name one with "
-                                   "--device-class")
-        device_class = classes[0]
-    elif device_class not in classes:
-        raise DeviceClassError(f"--device-class {device_class[:60]!r}: no timings of it in "
-                               f"the {target} cache (it has: {', '.join(classes) or 'none'})")
+        return Measurements()
     tf = cache.read_timings(device_class)
     if tf is None:
         return Measurements(device_class)

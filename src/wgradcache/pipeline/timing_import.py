@@ -4,8 +4,8 @@ this cache row by row, then merged into its device class's file; all or nothing.
 This is how the build machine, which has no GPU, gets the device's measurements. Two forms:
 
 * ``tune --json``'s output: ``{"target", "device", "rows", "vendor", "fit"}`` (and its
-  ``failures`` and ``refit`` lines, checked and not kept), the rows as
-  ``cache/timings.py`` writes them (identity key and blob key of each kernel);
+  ``failures`` and ``refit`` lines and its counts of what was left, checked and not
+  kept), the rows as ``cache/timings.py`` writes them (identity key and blob key of each kernel);
 * ``benchmarks/device_speed.py --out``: ``{"device": "sm_90 device 0 (<name>)", "iters",
   "timings": [{label, problem, dtype, split_k, ms, ...}], "layers": [{..., cudnn_ms}]}``.
   A row names its kernel by label: its identity key is the label's spec's, its blob the
@@ -54,6 +54,8 @@ from wgradcache.files.capped import Refused, read_capped
 from wgradcache.files.jsondoc import parse_json
 
 __all__ = ["ImportRequest", "ImportReport", "ImportRefused", "import_timings", "read_import"]
+
+_MAX_COUNT = 100 * MAX_ROWS  # tune --json's counts of timings skipped or left: a bound
 
 
 class ImportRefused(ValueError):
@@ -209,6 +211,11 @@ def read_import(path: str, now: float) -> _Parsed:
                 raise BadTimings("failures: not a list of lines")
             if type(said) is not str or len(said) > 1000:
                 raise BadTimings("refit: not a line")
+            for name in ("already_measured", "remaining", "remaining_layers"):
+                n = doc.pop(name, 0)
+                if type(n) is not int or not 0 <= n <= _MAX_COUNT:
+                    raise BadTimings(f"{name}: {str(n)[:40]} is not a count in "
+                                     f"[0, {_MAX_COUNT}]")
         got = check_timings_doc(doc, extra=("target",))
         target = doc["target"]  # type: ignore[index]
         if type(target) is not str or len(target) > 40:

@@ -18,6 +18,13 @@ least every ``flush_s`` seconds and after every layer), so a killed run keeps ev
 finished except those of the last ``flush_s`` seconds. A launch that fails is reported and
 the run goes on. At the end the cost model is refitted to the class's timings.
 
+A tune resumes: a candidate whose row the class's file already holds (same kernel, the
+blob its entry names now, problem, dtype, degree) is not timed again, nor a layer's vendor
+time the file holds, unless ``remeasure``. A device call may be capped well below what
+``--all`` over ``layers/reference.yaml`` takes (~19 000 timings a dtype), so
+``max_seconds`` stops the run at the first kernel boundary past it: the rows are written,
+the model refitted, and ``TuneReport.remaining`` says how many timings a next run has left.
+
 Buffers are allocated once per layer and dtype (the workspace at the largest a candidate
 needs) and the inputs zeroed: a kernel's time does not depend on the values it reads (no
 data-dependent control flow in these kernels), and zeros are no NaN or Inf.
@@ -28,7 +35,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from wgradcache.cache.store import TargetCache
 from wgradcache.cache.timings import (
@@ -40,7 +47,7 @@ from wgradcache.cache.timings import (
     over_cap,
 )
 
-__all__ = ["TuneRequest", "TuneReport", "TuneError", "tune", "plan_tune"]
+__all__ = ["TuneRequest", "TuneReport", "TuneError", "tune", "plan_tune", "left_to_time"]
 
 
 class TuneError(ValueError):
@@ -62,6 +69,10 @@ class TuneRequest:
     spin_s: float = 30.0
     flush_s: float = 1.0
     vendor: bool = True  # cuDNN beside, where PyTorch with CUDA is importable
+    remeasure: bool = False  # time again what the class's file already holds
+    max_seconds: float | None = None  # stop at the first kernel boundary past this
+    layer_names: tuple[str, ...] = ()  # only these layers of the file (empty: every one)
+    networks: tuple[str, ...] = ()  # only the layers named "<network>/..." of these
 
 
 @dataclass
@@ -72,15 +83,28 @@ class TuneReport:
     vendor: list[VendorRow] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # one line per launch that failed
     refit: str = ""
+    already: int = 0  # kernel timings the class held and this run did not repeat
+    remaining: int = 0  # kernel timings left when ``max_seconds`` stopped the run
+    remaining_layers: int = 0  # (layer, dtype) pairs with a timing left
+
+    def left_line(self) -> str:
+        """What a run stopped by its budget left, in one line ("" when it finished)."""
+        if not self.remaining:
+            return ""
+        return (f"stopped by --max-seconds: {self.remaining} kernel timing"
+                f"{'' if self.remaining == 1 else 's'} of {self.remaining_layers} (layer, "
+                "dtype) pair" + ("" if self.remaining_layers == 1 else "s")
+                + " remain; the same command goes on where this one stopped")
 
     def to_json(self) -> dict:
         """What ``tune --import`` reads (a timings document of this run's rows, with the
-        target), and the failures."""
+        target), the failures and what is left."""
         from wgradcache.cache.timings import timings_json
 
         doc = timings_json(TimingsFile(self.device, tuple(self.rows), tuple(self.vendor)))
         return {"target": self.target, **doc, "failures": self.failures,
-                "refit": self.refit}
+                "refit": self.refit, "already_measured": self.already,
+                "remaining": self.remaining, "remaining_layers": self.remaining_layers}
 
 
 @dataclass(frozen=True)
@@ -89,11 +113,14 @@ class _Job:
     dtype: str
     problem: object  # ConvProblem
     candidates: tuple  # select.Candidate, best first
+    blobs: tuple[str, ...] = ()  # each candidate's blob key when planned
+    vendor: bool = True  # the vendor library's time of the layer is wanted
 
 
 def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
     """(per distinct layer problem and dtype, the candidates to time; lines for entries
-    skipped as corrupt). TuneError when the layer file cannot be read."""
+    skipped as corrupt). TuneError when the layer file cannot be read or a ``--layer`` /
+    ``--network`` names none of its layers."""
     from wgradcache.files.capped import Refused, read_capped
     from wgradcache.numerics.layers import load_layers
     from wgradcache.pipeline.select import candidates_from_cache, select
@@ -108,7 +135,7 @@ def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
     except (OSError, ValueError) as e:
         raise TuneError(f"--layers {req.layers_file}: {e}") from None
     seen, distinct = set(), []
-    for ly in layers:
+    for ly in _chosen_layers(layers, req):
         if ly.problem.short() not in seen:
             seen.add(ly.problem.short())
             distinct.append(ly)
@@ -120,8 +147,57 @@ def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
             ranked = select(req.target, ly.problem, got.specs, facts=got.facts)
             chosen = ranked if req.top is None else ranked[:req.top]
             if chosen:
-                jobs.append(_Job(ly.name, dtype, ly.problem, tuple(chosen)))
+                jobs.append(_Job(ly.name, dtype, ly.problem, tuple(chosen),
+                                 tuple(got.blobs.get(c.key, "") for c in chosen)))
     return jobs, skipped
+
+
+def _network(name: str) -> str:
+    """A layer's network: its name up to the first "/" (``resnet50/l1.conv1``)."""
+    return name.split("/", 1)[0]
+
+
+def _chosen_layers(layers: tuple, req: TuneRequest) -> list:
+    """The layers ``req.layer_names`` and ``req.networks`` pick (every one when both are
+    empty); TuneError naming a name or network the file does not have."""
+    if not req.layer_names and not req.networks:
+        return list(layers)
+    names = {ly.name for ly in layers}
+    nets = list(dict.fromkeys(_network(ly.name) for ly in layers))
+    for n in req.layer_names:
+        if n not in names:
+            raise TuneError(f"--layer {n[:100]!r}: no layer of {req.layers_file} is named so")
+    for n in req.networks:
+        if n not in nets:
+            raise TuneError(f"--network {n[:100]!r}: no layer of {req.layers_file} is in "
+                            f"it (NET/...); its networks: {', '.join(nets)}")
+    return [ly for ly in layers
+            if ly.name in req.layer_names or _network(ly.name) in req.networks]
+
+
+def left_to_time(jobs: list[_Job], have: TimingsFile | None,
+                 remeasure: bool = False) -> tuple[list[_Job], int]:
+    """(the jobs with only the candidates ``have`` holds no row of, each job's ``vendor``
+    whether ``have`` lacks its vendor time; how many candidates were left out). A row
+    counts when it times the blob the candidate's entry named when planned (another blob:
+    the kernel changed, and is timed again); a job with nothing left is dropped."""
+    if have is None or remeasure:
+        return jobs, 0
+    from wgradcache.cache.timings import row_key
+
+    rows = {row_key(r) for r in have.rows}
+    vendor = {(v.problem, v.dtype) for v in have.vendor}
+    out, already = [], 0
+    for job in jobs:
+        p = job.problem.short()
+        keep = [(c, b) for c, b in zip(job.candidates, job.blobs, strict=True)
+                if (c.key, b, p, job.dtype, c.degree) not in rows]
+        already += len(job.candidates) - len(keep)
+        want_vendor = (p, job.dtype) not in vendor
+        if keep or want_vendor:
+            out.append(replace(job, candidates=tuple(c for c, _ in keep),
+                               blobs=tuple(b for _, b in keep), vendor=want_vendor))
+    return out, already
 
 
 def _device_class(name: str, sms: int, driver: str, runtime: str) -> DeviceClass:
@@ -202,12 +278,15 @@ def _cudnn_row(torch, job: _Job, req: TuneRequest, now: float) -> VendorRow:
 
 
 def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
-         on_total: Callable[[int], None] | None = None, refit=None) -> TuneReport:
-    """Time every planned candidate on the device (module docstring); ``refit(cache,
-    slug)`` runs after the last row is written, its line reported."""
+         on_total: Callable[[int], None] | None = None, refit=None,
+         clock: Callable[[], float] = time.monotonic) -> TuneReport:
+    """Time every planned candidate on the device that the class's file does not hold yet
+    (module docstring); ``refit(cache, slug)`` runs after the last row is written, its line
+    reported; ``clock``: the seconds ``max_seconds`` is counted in."""
     from wgradcache.runtime.cuda import CudaSession, device_for
     from wgradcache.runtime.timing import device_class_of
 
+    started = clock()
     if req.device != "cuda":
         raise TuneError(f"--device {req.device}: tune times on cuda only (no HIP event "
                         "timing in this build)")
@@ -221,17 +300,35 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     device = _device_class(*device_class_of(dev))
     cache = TargetCache(req.cache_dir, req.target)
     rep = TuneReport(req.target, device)
-    writer = _Writer(cache, device, req.flush_s)
     torch = _cudnn(req)
+    from wgradcache.cache.entry import CorruptEntry
+
+    try:
+        have = cache.read_timings(device.slug())
+    except CorruptEntry as e:  # not merged into, not overwritten: the user decides
+        raise TuneError(f"tune: {e} (`wgradcache verify` reports it; move it away to "
+                        "start the class afresh)") from None
+    jobs, rep.already = left_to_time(jobs, have, req.remeasure)
+    jobs = [j for j in jobs if j.candidates or torch is not None]
+    writer = _Writer(cache, device, req.flush_s)
     if on_total is not None:
         on_total(sum(len(j.candidates) for j in jobs))
-    stream = torch.cuda.current_stream().cuda_stream if torch is not None else 0
+    deadline = None if req.max_seconds is None else started + req.max_seconds
+    stream = torch.cuda.current_stream().cuda_stream if torch is not None and jobs else 0
     try:
-        with CudaSession(dev, stream=stream) as s:
+        with CudaSession(dev, stream=stream) if jobs else _no_session() as s:
             spun = False
-            for job in jobs:
-                spun = _time_job(s, cache, job, req, spun, rep, writer, advance)
-                if torch is not None:
+            for i, job in enumerate(jobs):
+                past, done = deadline is not None and clock() >= deadline, 0
+                if job.candidates and not past:
+                    spun, done = _time_job(s, cache, job, req, spun, rep, writer, advance,
+                                           deadline, clock)
+                if past or done < len(job.candidates):  # the budget is spent
+                    rep.remaining = len(job.candidates) - done + sum(
+                        len(j.candidates) for j in jobs[i + 1:])
+                    rep.remaining_layers = len(jobs) - i
+                    break
+                if torch is not None and job.vendor:
                     vendor = _cudnn_row(torch, job, req, time.time())
                     rep.vendor.append(vendor)  # before add: a flush empties the writer
                     writer.add(vendor)
@@ -243,10 +340,22 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     return rep
 
 
+class _no_session:
+    """Where nothing is left to time: no context, no launch."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
 def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
-              rep: TuneReport, writer: _Writer, advance) -> bool:
-    """Every candidate of one layer and dtype on one set of buffers (the workspace at the
-    largest any candidate needs), freed after; whether the device has been spun up."""
+              rep: TuneReport, writer: _Writer, advance, deadline: float | None,
+              clock: Callable[[], float]) -> tuple[bool, int]:
+    """The candidates of one layer and dtype on one set of buffers (the workspace at the
+    largest any candidate needs), freed after, until ``deadline`` passes between two;
+    (whether the device has been spun up, how many candidates were done)."""
     from wgradcache.runtime.cuda import CudaError
     from wgradcache.runtime.launch import CodeObject, prepare_launch, stage2_code
     from wgradcache.runtime.timing import spin, time_launches
@@ -262,7 +371,9 @@ def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
     try:
         for b in ("dy", "x"):  # zeros, not whatever the allocation held (NaN, Inf)
             s.memset(ptr[b], 0, big[b])
-        for cand in job.candidates:
+        for done, cand in enumerate(job.candidates):
+            if done and deadline is not None and clock() >= deadline:
+                return spun, done
             spec, entry = cand.spec, cache.read_entry(cand.key)
             try:
                 if entry is None:
@@ -291,4 +402,4 @@ def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
         for addr in ptr.values():
             if addr:
                 s.free(addr)
-    return spun
+    return spun, len(job.candidates)
