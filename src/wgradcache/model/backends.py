@@ -63,7 +63,7 @@ class Backend:
 
     def disassembler_missing(self) -> str:
         """Why no stored blob can be listed here, or "" when one can."""
-        raise NotImplementedError
+        return f"the {self.name} backend lists no stored binary: no ISA statistics to check"
 
     def prefetch_listings(self, blobs: list[bytes]) -> None:
         """Start listing many blobs at once where one listing is a process (nvdisasm)."""
