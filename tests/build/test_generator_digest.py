@@ -19,7 +19,8 @@ from wgradcache.model.spec import from_label
 from wgradcache.wgrad.stage2 import build_stage2
 for label in ("gfx1250-fp16-t64x64x32-w2x2-c16x16-async-cshuffle-atomic",
               "gfx1250-bf16-t64x64x32-w2x2-v8x8-sync-default-two_stage-wsr8",
-              "gfx1151-fp16-t32x32x32-w1x1-v8x8-sync-cshuffle-none"):
+              "gfx1151-fp16-t32x32x32-w1x1-v8x8-sync-cshuffle-none",
+              "sm_90-bf16-t128x128x32-w2x2-c16x16-async-cshuffle-none"):
     emit_ir(from_label(label))
 lower(build_stage2("gfx1250", "fp16", 8), "gfx1250")
 for name, m in sorted(sys.modules.items()):

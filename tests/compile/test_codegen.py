@@ -21,7 +21,7 @@ from wgradcache.wgrad.emit import emit_ir
 E_FLAGS = {"gfx1250": 0x549, "gfx1201": 0x4E, "gfx1151": 0x4A, "gfx950": 0x54F, "gfx942": 0x54C}
 
 
-AMD = [t for t in target_names() if not get_target(t).is_nvidia]  # sm_90: test_sm90.py
+AMD = [t for t in target_names() if get_target(t).backend == "amdgpu"]  # sm_90: test_sm90.py
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

@@ -9,7 +9,7 @@ from wgradcache.compile.probe import probe_lds_limit
 from wgradcache.model.targets import get_target, target_names
 
 
-@pytest.mark.parametrize("target", [t for t in target_names() if not get_target(t).is_nvidia])
+@pytest.mark.parametrize("target", [t for t in target_names() if get_target(t).backend == "amdgpu"])
 def test_lds_limit(target):
     limit = get_target(target).lds_bytes
     probe = probe_lds_limit(target)

@@ -19,7 +19,7 @@ from wgradcache.cli import main
 from wgradcache.compile import discovery, libllvm, lldlink, native, preflight, toolchain
 
 _CACHED = (lldlink._select_linker, lldlink._in_process, lldlink._ld_lld, native.native_library,
-           libllvm.system_llvm, toolchain._nvidia_identity, toolchain._toolchain_identity)
+           libllvm.system_llvm, toolchain.nvptx_identity, toolchain._toolchain_identity)
 
 NV = "install it with `pip install 'wgradcache[nvidia]'` or a CUDA toolkit"
 WHERE = "($CUDA_HOME/bin, PATH, /usr/local/cuda*/bin, the {} wheel)"

@@ -393,12 +393,13 @@ class _WriterLock:
 
 
 def blob_suffix(target: str) -> str:
-    """The blob file suffix of a target's code objects: ``.cubin`` (NVIDIA, ptxas's ELF) or
-    ``.hsaco`` (AMD); both six characters, which the key slicing below relies on."""
+    """The blob file suffix of a target's code objects, its backend's (``.hsaco``, ``.cubin``;
+    ``.hsaco`` for a name the catalog lacks): six characters, which the key slicing below
+    relies on."""
+    from wgradcache.model.backends import backend_of
     from wgradcache.model.targets import TARGETS
 
-    t = TARGETS.get(target)
-    return ".cubin" if t is not None and t.is_nvidia else ".hsaco"
+    return backend_of(target).blob_suffix if target in TARGETS else ".hsaco"
 
 
 class TargetCache:

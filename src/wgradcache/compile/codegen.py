@@ -53,10 +53,11 @@ from wgradcache.compile.lldlink import (
     subprocess_argv,
 )
 from wgradcache.compile.toolchain import codegen_backend, with_code_object_version
+from wgradcache.model.backends import backend_of
 from wgradcache.model.targets import CODE_OBJECT_VERSION, get_target
 
 __all__ = ["TRIPLE", "CodegenError", "CodegenOptions", "CompiledObject", "compile_ir",
-           "LISTINGS"]
+           "compile_amdgpu", "compile_nvptx", "LISTINGS"]
 
 TRIPLE = "amdgcn-amd-amdhsa"
 LISTINGS = ("auto", "disassembly", "assembly", "none")
@@ -238,12 +239,10 @@ def compile_ir(ir_text: str, target: str, options: CodegenOptions | None = None,
     dropped; ToolchainError without a linker. An unsupported intrinsic or too much LDS ends
     the process inside LLVM: run untrusted IR through ``isolate.compile_isolated``.
     """
-    if get_target(target).is_nvidia:
-        return _compile_nvidia(ir_text, target, options or CodegenOptions(), listing)
-    return _compile(ir_text, target, options or CodegenOptions(), listing, early_tools=True)
+    return backend_of(target).compile(ir_text, target, options or CodegenOptions(), listing)
 
 
-def _compile_nvidia(ir_text: str, target: str, options: CodegenOptions,
+def compile_nvptx(ir_text: str, target: str, options: CodegenOptions,
                     listing: str) -> CompiledObject:
     """NVPTX: codegen to PTX text (LLVM's "assembly" for this target), then ``ptxas`` to
     the sm cubin. The listing is nvdisasm's SASS of the cubin (kind "disassembly", what
@@ -341,10 +340,11 @@ def _listing(lister: str, obj: bytes, ir: str, target: str, options: CodegenOpti
     return "", "none"
 
 
-def _compile(ir_text: str, target: str, options: CodegenOptions, listing: str,
-             early_tools: bool, lister: str | None = None) -> CompiledObject:
-    """``compile_ir``. For the benchmark: ``early_tools=False`` starts the tool processes
-    (an ``ld.lld`` when linking is not in-process, ``llvm-objdump``) after codegen;
+def compile_amdgpu(ir_text: str, target: str, options: CodegenOptions, listing: str,
+                   early_tools: bool, lister: str | None = None) -> CompiledObject:
+    """``compile_ir`` of the AMDGPU backend. For the benchmark: ``early_tools=False``
+    starts the tool processes (an ``ld.lld`` when linking is not in-process,
+    ``llvm-objdump``) after codegen;
     ``lister`` forces "llvm", "objdump", "codegen" or "none"."""
     get_target(target)  # unknown names fail here, with the valid ones listed
     lister = lister or _lister(listing)

@@ -36,12 +36,13 @@ from wgradcache.compile.discovery import (
 __all__ = ["LLVMLibrary", "LLVMIRError", "system_llvm", "CODEGEN_BACKENDS", "codegen_backend"]
 
 TRIPLE = b"amdgcn-amd-amdhsa"
-NV_TRIPLE = b"nvptx64-nvidia-cuda"
 
 
 def triple_for(cpu: str) -> bytes:
-    """The triple of a target name: NVIDIA's ``sm_NN`` go to NVPTX, the rest to AMDGPU."""
-    return NV_TRIPLE if cpu.startswith("sm_") else TRIPLE
+    """The triple of a target name, by its backend (NVPTX's or AMDGPU's)."""
+    from wgradcache.model.backends import backend_of
+
+    return backend_of(cpu).llvm_triple.encode()
 _ASSEMBLY_FILE, _OBJECT_FILE = 0, 1
 _RETURN_STATUS_ACTION = 2  # LLVMVerifierFailureAction: report, do not abort
 _RELOC_DEFAULT = _CODE_MODEL_DEFAULT = 0

@@ -132,12 +132,16 @@ def _cuda(target: str, tool: str, find) -> ToolCheck:
 
 def check_target(target: str) -> tuple[ToolCheck, ...]:
     """Every tool a build of ``target`` needs, each found or with its problem."""
-    from wgradcache.model.targets import get_target
+    from wgradcache.model.backends import backend_of
 
-    if get_target(target).is_nvidia:
-        return (_codegen(target, nvptx=True), _cuda(target, "ptxas", find_ptxas),
-                _cuda(target, "nvdisasm", find_nvdisasm))
-    return (_codegen(target, nvptx=False), _linker(target))
+    return tuple(_CHECKS[tool](target) for tool in backend_of(target).tools)
+
+
+# what each name in a backend's ``tools`` checks
+_CHECKS = {"llvm": lambda t: _codegen(t, nvptx=False), "lld": _linker,
+           "llvm-nvptx": lambda t: _codegen(t, nvptx=True),
+           "ptxas": lambda t: _cuda(t, "ptxas", find_ptxas),
+           "nvdisasm": lambda t: _cuda(t, "nvdisasm", find_nvdisasm)}
 
 
 def require_tools(targets: Iterable[str]) -> None:

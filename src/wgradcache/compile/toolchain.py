@@ -115,15 +115,15 @@ def toolchain_identity(target: str | None = None) -> ToolchainIdentity:
     ptxas (PTX -> cubin), whose path and ``--version`` line fill those fields, and
     ``code_object_version`` is 0. The AMD identity is unchanged by that, so AMD content
     keys are too."""
-    from wgradcache.model.targets import get_target
+    from wgradcache.model.backends import backend_of
 
-    if target is not None and get_target(target).is_nvidia:
-        return _nvidia_identity(codegen_backend())
+    if target is not None and backend_of(target).own_toolchain:
+        return backend_of(target).toolchain_identity()
     return _toolchain_identity(codegen_backend(), lldlink.linker_choice())
 
 
 @functools.cache
-def _nvidia_identity(backend: str) -> ToolchainIdentity:
+def nvptx_identity(backend: str) -> ToolchainIdentity:
     from wgradcache.compile.discovery import find_ptxas, ptxas_version
 
     version, library = _codegen_library(backend)

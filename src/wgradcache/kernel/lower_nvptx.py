@@ -1,8 +1,8 @@
 """Lowering: KernelDef -> LLVM IR text for NVIDIA ``sm_90`` (LLVM's NVPTX backend).
 
-The same walk as the AMDGPU lowering (``lower_llvm._Lowering``, one rule per op kind; the
+The same walk as the AMDGPU lowering (``lower_common.Lowering``, one rule per op kind; the
 structured regions, the predicated-memory branches, casts and vectors are shared); only the
-target's own pieces differ, each overridden here:
+target's own pieces differ, each defined here:
 
 * module: triple ``nvptx64-nvidia-cuda``, NVPTX's data layout, no module flags;
 * kernel: ``ptx_kernel`` calling convention and ``"nvvm.maxntid"="B"`` (B = block size: the
@@ -41,17 +41,9 @@ from __future__ import annotations
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.ir import Ops, Value
-from wgradcache.kernel.lower_llvm import (
-    _RULES,
-    LValue,
-    _align,
-    _const,
-    _hw_uses,
-    _Lowering,
-    ltype,
-)
+from wgradcache.kernel.lower_common import Lowering, LValue, align, const, hw_uses, ltype
 
-__all__ = ["NV_TRIPLE", "NV_DATA_LAYOUT", "lower_nvptx"]
+__all__ = ["NV_TRIPLE", "NV_DATA_LAYOUT", "NvptxLowering", "lower_nvptx"]
 
 NV_TRIPLE = "nvptx64-nvidia-cuda"
 # LLVM 22's NVPTX64 data layout (the target machine's; a test compares them).
@@ -75,22 +67,16 @@ _RED_PACKED = {"f16": "red.relaxed.gpu.global.add.noftz.f16x2",
 
 
 def lower_nvptx(kd, target: str) -> str:
-    return _NvLowering(kd, target).text()
+    return NvptxLowering(kd, target).text()
 
 
-class _NvLowering(_Lowering):
+class NvptxLowering(Lowering):
     triple = NV_TRIPLE
     datalayout = NV_DATA_LAYOUT
     module_tail: list[str] = []  # no AMDGPU module flags
 
-    def define_kernel(self):
-        super().define_kernel()
-        # the shared walk wrote an AMDGPU prototype: same parameters, NVPTX's convention
-        head, params = self.prototype.split("(", 1)
-        params = params.rsplit(")", 1)[0]
-        name = head.split("@", 1)[1]
-        self.prototype = (f"define ptx_kernel void @{name}({params}) "
-                          f'"nvvm.maxntid"="{self.kd.block_size}"')
+    def kernel_prototype(self, ref: str, params: str) -> str:
+        return f'define ptx_kernel void {ref}({params}) "nvvm.maxntid"="{self.kd.block_size}"'
 
     def declare_lds(self):
         """Static shared memory while it fits (the shared rule); past the static limit
@@ -112,7 +98,7 @@ class _NvLowering(_Lowering):
 
     def hw_ids(self):
         seen: dict[tuple, Value] = {}
-        _hw_uses(self.kd.body, seen)
+        hw_uses(self.kd.body, seen)
         for key in sorted(seen, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
             s = seen[key]
             name = _SREG["tid"] if s.op is Ops.THREAD_ID else _SREG[s.arg]
@@ -138,12 +124,12 @@ class _NvLowering(_Lowering):
         _, done = self.branch(ok, f"{name}.do", f"{name}.done")
         wide = self.cast("zext", off, "i64", f"{name}.off")
         at = self.emit(f"{name}.at", pt, f"getelementptr i8, {pt} {p}, i64 {wide[1]}")
-        got = self.emit(f"{name}.ld", ty, f"load {ty}, {pt} {at[1]}{_align(v.arg)}")
+        got = self.emit(f"{name}.ld", ty, f"load {ty}, {pt} {at[1]}{align(v.arg)}")
         then_block = self.cur
         self.br(done)
         self.position(done)
         return self.emit(name, ty, self.phi(ty, [(got, then_block),
-                                                 ((ty, _const(v.dtype, None)), before)]))
+                                                 ((ty, const(v.dtype, None)), before)]))
 
     def uniform_predicate(self, pred: LValue, r) -> LValue:
         """A warp-uniform ``if`` is a plain branch: a warp whose lanes agree does not
@@ -153,9 +139,7 @@ class _NvLowering(_Lowering):
     def barrier(self, v: Value, name: str) -> None:
         self.call(self.intrinsic(_BARRIER, "void", ["i32"]), [("i32", "0")])
 
-    def memory(self, v: Value, name: str):
-        if v.op is not Ops.ATOMIC_ADD:
-            return super().memory(v, name)
+    def atomic_add(self, v: Value, name: str):
         (pt, p), (xt, x) = self.val(v.src[0]), self.val(v.src[1])
         dt = v.src[1].dtype
         if not dt.is_vector:
@@ -236,11 +220,3 @@ class _NvLowering(_Lowering):
         out.sort()
         return self.build(ltype(v.dtype), [x for _, x in out], name)
 
-
-_NvLowering.rules = {**_RULES, Ops.BARRIER: _NvLowering.barrier, Ops.MMA: _NvLowering.mma,
-                     Ops.BOUNDED_LOAD: _NvLowering.bounded_load,
-                     Ops.LDS_LOAD_TR: _NvLowering.lds_load_tr,
-                     Ops.ASYNC_WAIT: _NvLowering.async_wait,
-                     **dict.fromkeys((Ops.ASYNC_COPY, Ops.ASYNC_COPY_ZFILL),
-                                     _NvLowering.async_copy),
-                     **dict.fromkeys((Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD), _NvLowering.memory)}

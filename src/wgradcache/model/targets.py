@@ -82,7 +82,8 @@ class Target:
     # dword 3 of a raw buffer resource (V#) for ``llvm.amdgcn.make.buffer.rsrc``: format
     # bits 12-18 nonzero, OOB_SELECT (28-29) = 3, the raw offset check; 0 = no buffer loads
     buffer_rsrc_word3: int = 0
-    vendor: str = "amd"  # "amd" (AMDGPU backend, ld.lld, .hsaco) or "nvidia" (NVPTX, ptxas)
+    # the backend object of model/backends.py: lowering, codegen, code objects, runtime
+    backend: str = "amdgpu"
     # bytes of one K-contiguous LDS row that the lanes of one 128-byte shared-memory phase
     # read side by side (model/spec.sync_row_pad pads rows by it): AMD's 128-bit fragment
     # reads take 16 B of 8 rows; m16n8k16's 64-bit reads take 4 lanes x 8 B of 4 rows
@@ -119,11 +120,6 @@ class Target:
         from wgradcache.model.devices import device_size
 
         return device_size(self.name).xcd_count
-
-
-    @property
-    def is_nvidia(self) -> bool:
-        return self.vendor == "nvidia"
 
     def lds_dynamic(self, nbytes: int) -> bool:
         """Whether an allocation of ``nbytes`` is dynamic shared memory: the one rule the
@@ -256,7 +252,7 @@ TARGETS: dict[str, Target] = {
             lds_bytes=232448, lds_static_bytes=49152, asm_suffix=".ptx", async_lds_copy=True,
             packed_atomics_native=True,
             float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
-            has_kernels=True, e_mach=90, vendor="nvidia", lds_row_span=32,
+            has_kernels=True, e_mach=90, backend="nvptx", lds_row_span=32,
             lds_read_tr="ldmatrix_x4_trans", sync_k_outer_min_vec=1, async_zero_fill=True,
             sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
                      "lds_bytes": "CUDA Programming Guide, compute capability 9.0: 227 KB "

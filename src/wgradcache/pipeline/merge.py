@@ -16,10 +16,12 @@ def current_digests() -> Digests:
     toolchain (a machine that only merges) the toolchain digest is None: a merge still
     unions shards, and other content for one identity is then a conflict. A target with a
     toolchain of its own (sm_90: ptxas) gets its own digest, None where that is missing."""
+    from wgradcache.model.backends import backend_of
     from wgradcache.model.targets import TARGETS
     from wgradcache.wgrad.emit import generator_digest
 
-    own = tuple((t, _toolchain_digest(t)) for t in sorted(TARGETS) if TARGETS[t].is_nvidia)
+    own = tuple((t, _toolchain_digest(t)) for t in sorted(TARGETS)
+                if backend_of(t).own_toolchain)
     return Digests(generator=generator_digest(), toolchain=_toolchain_digest(None),
                    by_target=own)
 

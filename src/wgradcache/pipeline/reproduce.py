@@ -105,21 +105,13 @@ def file_names(spec: KernelSpec) -> dict[str, str]:
 def summary_line(spec: KernelSpec, doc: dict) -> str:
     """The compile summary in the vendor's words: VGPRs, SGPRs, LDS and scratch for AMD;
     registers, static and dynamic shared bytes and local (stack) bytes for NVIDIA."""
+    from wgradcache.model.backends import backend_of
     from wgradcache.model.spec import dynamic_lds_bytes
-    from wgradcache.model.targets import get_target
 
     co, isa = doc["code_object"], doc["isa"]
     tail = (f"mma {isa['mma']} barriers {isa['barriers']} "
             f"atomics {isa['global_atomics']}")
-    if get_target(spec.target).is_nvidia:
-        return (f"registers {co['vgpr_count']}, shared {co['group_segment_fixed_size']} B "
-                f"static + {dynamic_lds_bytes(spec)} B dynamic, local "
-                f"{co['private_segment_fixed_size']} B, max threads "
-                f"{co['max_flat_workgroup_size']}; {tail}")
-    return (f"vgpr {co['vgpr_count']} sgpr {co['sgpr_count']} "
-            f"spills {co['vgpr_spill_count']}/{co['sgpr_spill_count']} "
-            f"lds {co['group_segment_fixed_size']} B "
-            f"scratch {co['private_segment_fixed_size']} B; {tail}")
+    return backend_of(spec.target).summary_line(co, dynamic_lds_bytes(spec), tail)
 
 
 def _put(out: Folder, name: str, data: bytes) -> None:

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from wgradcache.cache.entry import CorruptEntry, Entry, Stage2Entry
 from wgradcache.cache.store import TargetCache, sha256_bytes, stage2_name
+from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import DTYPE_KEYS, KernelSpec
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.verify_numerics import (
@@ -361,10 +362,7 @@ def _structure(cache: TargetCache, rows: list[_Row], walk: _Walk, rep: VerifyRep
     if missing:
         rep.failures.append(Failure("-", cache.target, "structure", missing))
         return []
-    if get_target(cache.target).is_nvidia:  # nvdisasm is a process per cubin: in parallel
-        from wgradcache.compile.cubin import prefetch_listings
-
-        prefetch_listings([row.data for row in rows])
+    backend_of(cache.target).prefetch_listings([row.data for row in rows])
     ok_rows = []
     for row in rows:
         problems = (entry_problems(row.spec, row.entry, row.data, walk.by_symbol)
@@ -432,18 +430,14 @@ def _device(cache: TargetCache, req: VerifyRequest, rep: VerifyReport):
     the target's vendor: CUDA for sm_90, HIP for the AMD targets."""
     if req.device not in ("auto", "hip", "cuda"):
         return None
-    nvidia = get_target(cache.target).is_nvidia
-    api = "cuda" if nvidia else "hip"
+    backend = backend_of(cache.target)
+    api = backend.runtime
     if req.device != "auto" and req.device != api:
         why = f"{cache.target} code objects run through {api}, not {req.device}"
         rep.failures.append(Failure("-", cache.target, "numerics",
                                     f"--device {req.device}: {why}"))
         return False
-    if nvidia:
-        from wgradcache.runtime.cuda import device_for
-    else:
-        from wgradcache.runtime.hip import device_for
-    dev, why = device_for(cache.target)
+    dev, why = backend.device_for(cache.target)
     if dev is None:
         if req.device == api:  # the one line: nothing ran
             rep.failures.append(Failure("-", cache.target, "numerics",

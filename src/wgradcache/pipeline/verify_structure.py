@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import (
     KernelSpec,
     dynamic_lds_bytes,
@@ -88,7 +89,8 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     per_step = 1 if spec.k_loop == "async" or sync_stages(
         target, spec.dtype, spec.tile_m, spec.tile_n, spec.tile_k,
         spec_sync_k_outer(spec)) == 2 else 2
-    want = per_step if spec.block_size > target.wave_size or target.is_nvidia else 0
+    want = (per_step if spec.block_size > target.wave_size
+            or not backend_of(target.name).one_wave_barrier else 0)
     got = isa.get("main_loop_barriers", 0)
     need(got == want, f"{spec.k_loop} loop takes {got} barriers per K step, not {want}")
     # Each thread issues the spec's loads per K tile, one K tile per iteration: the vector
@@ -134,40 +136,19 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     return out
 
 
-def disassembler_missing(target: str | None = None) -> str:
+def disassembler_missing(target: str) -> str:
     """Why no stored binary of ``target`` can be disassembled here, or "" when one can
     (sm_90: nvdisasm; the AMD targets: libLLVM's disassembler or llvm-objdump)."""
-    from wgradcache.compile.disasm import disassembler_available
-    from wgradcache.compile.discovery import ToolchainError, find_disassembler, find_nvdisasm
-
-    if target is not None and get_target(target).is_nvidia:
-        try:
-            find_nvdisasm()
-        except ToolchainError as e:
-            return f"the SASS statistics of the stored cubins cannot be derived: {e}"
-        return ""
-    if disassembler_available() or find_disassembler() is not None:
-        return ""
-    return ("no libLLVM >= 22 nor llvm-objdump >= 22 here: the ISA statistics of the stored "
-            "binaries cannot be derived (install `llvm-22`)")
+    return backend_of(target).disassembler_missing()
 
 
 def binary_facts(data: bytes, target: str):
     """(``CodeObjectInfo``, ISA statistics) of a stored code object, from its bytes;
     ValueError with the reason for bytes that are not a code object or do not
     disassemble."""
-    from wgradcache.compile.codegen import CodegenOptions
-    from wgradcache.compile.codeobject import read_code_object
-    from wgradcache.compile.disasm import list_binary
-    from wgradcache.compile.isa import isa_stats
-
-    co = read_code_object(data)
-    if get_target(target).is_nvidia:
-        from wgradcache.compile.cubin import disassemble_cubin
-
-        return co, isa_stats(disassemble_cubin(data))
-    asm, _ = list_binary(data, target, CodegenOptions().features)
-    return co, isa_stats(asm)
+    backend = backend_of(target)
+    co = backend.read_code_object(data)
+    return co, backend.isa_stats(backend.stored_listing(data, target))
 
 
 def _shown(v: object) -> str:

@@ -131,10 +131,10 @@ def kernarg_layout(args: tuple[AbiArg, ...]) -> tuple[tuple[str, int, int], ...]
 def binary_layout(args: tuple[AbiArg, ...], target: str) -> tuple[tuple[str, int, int], ...]:
     """``kernarg_layout`` as a code object of ``target`` names it: a cubin's parameters
     carry no names (``param<i>`` by ordinal), an AMD code object's metadata has the ABI's."""
-    from wgradcache.model.targets import get_target
+    from wgradcache.model.backends import backend_of
 
     layout = kernarg_layout(args)
-    if get_target(target).is_nvidia:
+    if not backend_of(target).names_kernel_args:
         return tuple((f"param{i}", off, size) for i, (_, off, size) in enumerate(layout))
     return layout
 

@@ -17,16 +17,18 @@ from wgradcache.model.spec import KernelSpec
 __all__ = ["EmittedKernel", "emit_ir", "generator_digest", "GENERATOR_SOURCES"]
 
 _PKG = Path(__file__).resolve().parents[1]
-# Exactly the modules that emitting IR imports (tested): the emulator, the launcher, the
+# Exactly the modules that emitting IR imports (tested; the backends' modules, which the
+# package registers and which pick the lowering, among them): the emulator, the launcher, the
 # split policy, the walk, the error model (numerics/) and the device sizes (model/devices.py)
 # can change without making every entry re-emit. The job data (geometries.yaml, read through
 # jobs/) decides which specs are valid, never their IR.
 GENERATOR_SOURCES = (
-    "wgrad/emit.py", "model/spec.py", "model/targets.py", "model/problem.py", "wgrad/abi.py",
+    "wgrad/emit.py", "model/spec.py", "model/targets.py", "model/backends.py",
+    "model/problem.py", "wgrad/abi.py", "backend/amdgpu.py", "backend/nvptx.py",
     "kernel/ir.py", "kernel/builder.py", "kernel/verify.py", "kernel/mma.py",
-    "kernel/lower.py", "kernel/lower_llvm.py", "kernel/lower_nvptx.py", "wgrad/kernel.py",
-    "wgrad/context.py", "wgrad/loaders.py", "wgrad/kloop.py", "wgrad/epilogue.py",
-    "wgrad/stage2.py",
+    "kernel/lower.py", "kernel/lower_common.py", "kernel/lower_llvm.py", "kernel/lower_nvptx.py",
+    "wgrad/kernel.py", "wgrad/context.py", "wgrad/loaders.py", "wgrad/kloop.py",
+    "wgrad/epilogue.py", "wgrad/stage2.py",
 )
 
 

@@ -1,0 +1,1 @@
+"""The vendors' backend objects (``model/backends.py`` says what each answers)."""

@@ -1,0 +1,73 @@
+"""AMD's backend: the AMDGPU lowering, codegen through libLLVM and LLD, ``.hsaco`` code
+objects read from their ELF metadata note, ISA statistics of the disassembly, HIP."""
+
+from __future__ import annotations
+
+from wgradcache.model.backends import Backend, register
+
+__all__ = ["AMDGPU"]
+
+
+class Amdgpu(Backend):
+    name = "amdgpu"
+    blob_suffix = ".hsaco"
+    blob_magic = b"\x7fELF"
+    runtime = "hip"
+    own_toolchain = False  # the default identity: LLVM + LLD
+    tools = ("llvm", "lld")
+    one_wave_barrier = True
+
+    @property
+    def llvm_triple(self) -> str:
+        from wgradcache.kernel.lower_llvm import TRIPLE
+
+        return TRIPLE
+
+    def lower(self, kd, target: str) -> str:
+        from wgradcache.kernel.lower_llvm import lower
+
+        return lower(kd, target)
+
+    def compile(self, ir_text: str, target: str, options, listing: str):
+        from wgradcache.compile.codegen import compile_amdgpu
+
+        return compile_amdgpu(ir_text, target, options, listing, early_tools=True)
+
+    def read_code_object(self, data: bytes):
+        from wgradcache.compile.codeobject import read_code_object
+
+        return read_code_object(data)
+
+    def isa_stats(self, listing: str) -> dict[str, int]:
+        from wgradcache.compile.isa import isa_stats
+
+        return isa_stats(listing)
+
+    def stored_listing(self, data: bytes, target: str) -> str:
+        from wgradcache.compile.codegen import CodegenOptions
+        from wgradcache.compile.disasm import list_binary
+
+        return list_binary(data, target, CodegenOptions().features)[0]
+
+    def disassembler_missing(self) -> str:
+        from wgradcache.compile.disasm import disassembler_available
+        from wgradcache.compile.discovery import find_disassembler
+
+        if disassembler_available() or find_disassembler() is not None:
+            return ""
+        return ("no libLLVM >= 22 nor llvm-objdump >= 22 here: the ISA statistics of the "
+                "stored binaries cannot be derived (install `llvm-22`)")
+
+    def summary_line(self, co: dict, dynamic_lds: int, tail: str) -> str:
+        return (f"vgpr {co['vgpr_count']} sgpr {co['sgpr_count']} "
+                f"spills {co['vgpr_spill_count']}/{co['sgpr_spill_count']} "
+                f"lds {co['group_segment_fixed_size']} B "
+                f"scratch {co['private_segment_fixed_size']} B; {tail}")
+
+    def device_for(self, target: str):
+        from wgradcache.runtime.hip import device_for
+
+        return device_for(target)
+
+
+AMDGPU = register(Amdgpu())
