@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from wgradcache.cache.entry import record_line
 from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import walk
 from wgradcache.model.spec import KernelSpec
@@ -144,6 +145,6 @@ def test_rejects_are_recorded_once_per_identity_and_reported_for_this_run(tmp_pa
     cache = TargetCache(tmp_path, "gfx1250")
     lines = cache.rejects_path.read_text().splitlines()
     assert [json.loads(x)["identity_key"] for x in lines] == [bad.identity_key()]
-    assert s.rejects == [json.loads(lines[0])]
-    assert s.rejects[0]["reason"] == "dW dtype 'bf16' must be fp16 or fp32"
+    assert [record_line(r) for r in s.rejects] == [lines[0].encode() + b"\n"]
+    assert s.rejects[0].reason == "dW dtype 'bf16' must be fp16 or fp32"
     assert build(req, specs=[good]).rejects == []

@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from wgradcache.cache.entry import CorruptEntry, Entry
+from wgradcache.cache.entry import CorruptEntry, Entry, RejectRecord
 from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import default_jobdata, resolve_selection, walk
 from wgradcache.model.spec import KernelSpec, validate
@@ -162,7 +162,7 @@ class BuildPlan:
 
     pending: list[KernelSpec] = field(default_factory=list)  # longest first
     up_to_date: int = 0
-    rejected: dict[str, dict] = field(default_factory=dict)  # identity key -> reject record
+    rejected: dict[str, RejectRecord] = field(default_factory=dict)  # by identity key
     accepted: set[str] = field(default_factory=set)  # identity keys the rules admit
     previous: list[dict] = field(default_factory=list)  # permanent failures, not retried
     # content keys of blobs that are present but not the bytes an entry records: a build
@@ -186,8 +186,8 @@ def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, ge
         ok, why = (validate(spec, limits=data.limits_for(spec.target)) if validate_specs
                    else (True, ""))
         if not ok:
-            plan.rejected[ik] = {"identity_key": ik, "label": spec.label(), "reason": why,
-                                 "toolchain": tdigest}
+            plan.rejected[ik] = RejectRecord(identity_key=ik, label=spec.label(),
+                                             reason=why, toolchain=tdigest)
             continue
         plan.accepted.add(ik)
         try:

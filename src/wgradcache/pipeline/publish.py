@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord
+from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord, RejectRecord
 from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import job_cost
@@ -94,7 +94,7 @@ class BuildSummary:
     bytes: int = 0
     seconds: float = 0.0
     failures: list[dict] = field(default_factory=list)  # jobs' and stage-2 kernels'
-    rejects: list[dict] = field(default_factory=list)  # this run's, one per identity
+    rejects: list[RejectRecord] = field(default_factory=list)  # this run's, one per identity
     # worker seconds summed over the jobs compiled here, by phase (emit, parse, codegen, link,
     # listing, read, isa_stats): recorded in stats.jsonl, where the time of a build went
     phases: dict[str, float] = field(default_factory=dict)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from wgradcache.cache.entry import CorruptEntry, is_key, parse_object
+from wgradcache.cache.entry import CorruptEntry, is_key, parse_object, record_json
 from wgradcache.cache.gc import gc, parse_size
 from wgradcache.cache.store import TargetCache, read_capped
 from wgradcache.files.capped import Refused
@@ -167,7 +167,8 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
         tdoc = {
             **summary.to_json(),
             "failures": summary.failures,
-            "rejects": summary.rejects,  # this run's: one per identity the plan refused
+            # this run's: one per identity the plan refused
+            "rejects": [record_json(r) for r in summary.rejects],
             "gc": g.to_json(),
             "verify": vrep.to_json(),
             "cache_bytes": _cache_bytes(cache),
