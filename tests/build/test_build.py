@@ -106,14 +106,14 @@ def test_llvm_exit_is_a_recorded_failure_and_the_rest_is_published(tmp_path, job
     req = BuildRequest(target="gfx1201", cache_dir=str(tmp_path), jobs=jobs, job_timeout=120)
     s = build(req, specs=[good, bad], validate_specs=False)
     assert (s.built, s.failed) == (1, 1)
-    assert s.failures[0]["label"] == bad.label()
-    assert "local memory (69632) exceeds limit (65536)" in s.failures[0]["reason"]
+    assert s.failures[0].label == bad.label()
+    assert "local memory (69632) exceeds limit (65536)" in s.failures[0].reason
     cache = TargetCache(tmp_path, "gfx1201")
     assert _whole(cache) == 1 and cache.read_entry(good.identity_key())
     # not retried on the next run (same toolchain and generator) unless asked
     again = build(req, specs=[good, bad], validate_specs=False)
     assert (again.up_to_date, again.failed, again.built) == (1, 1, 0)
-    assert again.failures[0]["previous"] is True
+    assert again.failures[0].previous is True
 
 
 def _build_cmd(cache_dir, geo, *extra):

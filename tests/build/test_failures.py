@@ -14,6 +14,7 @@ from wgradcache.jobs import walk
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline import build as build_mod
 from wgradcache.pipeline.build import BuildRequest, BuildSummary, build, codegen_context
+from wgradcache.pipeline.plan import JobFailure
 
 
 def _adds_up(s: BuildSummary) -> bool:
@@ -48,8 +49,9 @@ def test_a_publish_error_is_a_failure_with_its_reason_and_the_rest_is_published(
     s = build(req, specs=specs)
     assert (s.jobs, s.built, s.failed, alone) == (4, 3, 1, [])
     assert _adds_up(s)
-    assert s.failures == [{"label": s.failures[0]["label"], "transient": True,
-                           "reason": "publish: OSError: [Errno 116] Stale file handle"}]
+    assert s.failures == [JobFailure(s.failures[0].label,
+                                     "publish: OSError: [Errno 116] Stale file handle",
+                                     transient=True)]
     monkeypatch.setattr(TargetCache, "write_entry", real)
     again = build(req, specs=specs)  # transient: not "failed before"; its blob was written
     assert (again.up_to_date, again.relinked, again.built, again.failed) == (3, 1, 0, 0)
@@ -67,8 +69,8 @@ def test_a_worker_with_another_toolchain_fails_transiently_and_is_retried(tmp_pa
     req = BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=2)
     first = build(req, specs=specs)
     assert (first.failed, first.built) == (2, 0) and _adds_up(first)
-    assert all(f["transient"] and "differs from the coordinator's in llvm_version"
-               in f["reason"] for f in first.failures)
+    assert all(f.transient and "differs from the coordinator's in llvm_version"
+               in f.reason for f in first.failures)
     monkeypatch.undo()
     second = build(req, specs=specs)
     assert (second.built, second.failed, second.failures) == (2, 0, [])
@@ -94,7 +96,7 @@ def test_a_blob_removed_while_relinking_is_transient(tmp_path, monkeypatch):
     monkeypatch.setattr(TargetCache, "read_sidecar", lambda self, key: None)
     lost = build(req, specs=specs)
     assert (lost.failed, lost.relinked, lost.built) == (2, 0, 0) and _adds_up(lost)
-    assert {f["reason"] for f in lost.failures} == {
+    assert {f.reason for f in lost.failures} == {
         "blob or its sidecar gone while relinking (a concurrent gc?); the next build "
         "compiles it"}
     monkeypatch.undo()
@@ -112,7 +114,7 @@ def test_a_sidecar_that_is_not_whole_is_compiled_again_not_relinked_forever(tmp_
     cache.remove_entry(ik)
     cache.sidecar_path(key).write_text("{")
     first = build(req, specs=specs)
-    assert (first.failed, first.failures[0]["transient"]) == (1, True)
+    assert (first.failed, first.failures[0].transient) == (1, True)
     second = build(req, specs=specs)
     assert (second.built, second.failed) == (1, 0)
     assert cache.read_sidecar(key) is not None

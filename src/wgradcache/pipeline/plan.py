@@ -27,7 +27,7 @@ from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import default_jobdata, resolve_selection, walk
 from wgradcache.model.spec import KernelSpec, validate
 
-__all__ = ["BuildRequest", "BuildPlan", "MAX_SHARDS", "MAX_JOBS", "JOB_TIMEOUT_RANGE",
+__all__ = ["BuildRequest", "BuildPlan", "JobFailure", "MAX_SHARDS", "MAX_JOBS", "JOB_TIMEOUT_RANGE",
            "parse_shard", "check_shard", "job_cost", "select_jobs", "make_plan"]
 
 MAX_JOBS = 1024  # parallel workers: each one is a process; past this a typo, not a machine
@@ -156,6 +156,29 @@ def select_jobs(req: BuildRequest) -> list[KernelSpec]:
     return specs
 
 
+@dataclass(frozen=True)
+class JobFailure:
+    """A job (or stage-2 kernel) of one build that failed, as the summary, the CLI's lines
+    and the refresh report show it. The record on disk is ``FailureRecord``; this is what the
+    run says of it, including a reason the record could not keep (a failure record that
+    could not be written says so)."""
+
+    label: str  # the job's, or "stage2 <name>"
+    reason: str
+    transient: bool | None = None  # None: a stage-2 kernel, or a failure of an earlier build
+    previous: bool = False  # failed in an earlier build: not compiled again
+
+    def to_json(self) -> dict:
+        """The report's object: ``label`` and ``reason``, ``transient`` where it is known,
+        ``previous`` only when true (the keys the report always had)."""
+        doc: dict = {"label": self.label, "reason": self.reason}
+        if self.transient is not None:
+            doc["transient"] = self.transient
+        if self.previous:
+            doc["previous"] = True
+        return doc
+
+
 @dataclass
 class BuildPlan:
     """What the plan settled without compiling, and what is left to compile."""
@@ -164,7 +187,7 @@ class BuildPlan:
     up_to_date: int = 0
     rejected: dict[str, RejectRecord] = field(default_factory=dict)  # by identity key
     accepted: set[str] = field(default_factory=set)  # identity keys the rules admit
-    previous: list[dict] = field(default_factory=list)  # permanent failures, not retried
+    previous: list[JobFailure] = field(default_factory=list)  # permanent, not retried
     # content keys of blobs that are present but not the bytes an entry records: a build
     # must compile them again, never relink to them
     untrusted: set[str] = field(default_factory=set)
@@ -200,8 +223,7 @@ def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, ge
         fail = cache.read_failure(ik)
         if (fail is not None and not fail.transient and not req.retry_failed
                 and fail.generator_digest == gen and fail.toolchain_digest == tdigest):
-            plan.previous.append({"label": spec.label(), "reason": fail.reason,
-                                  "previous": True})
+            plan.previous.append(JobFailure(spec.label(), fail.reason, previous=True))
             continue
         plan.pending.append(spec)
     # Longest first (LPT): the last jobs of a chunk are then short, so the chunk barriers

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord, RejectRecord
 from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.plan import job_cost
+from wgradcache.pipeline.plan import JobFailure, job_cost
 
 __all__ = ["BuildSummary", "BuildContext", "FailureGroup", "Publisher", "STOPPING",
            "group_failures", "stops_the_build"]
@@ -69,13 +69,13 @@ class FailureGroup:
         return f"FAILED {len(self.labels)} jobs: {self.reason}{again}: {named}{more}"
 
 
-def group_failures(failures: list[dict]) -> list[FailureGroup]:
+def group_failures(failures: list[JobFailure]) -> list[FailureGroup]:
     """``failures`` (``BuildSummary.failures``) by (reason, previous): most jobs first, then
     by reason, labels sorted, so the same failures read the same whatever order parallel
     workers finished in."""
     groups: dict[tuple[str, bool], list[str]] = {}
     for f in failures:
-        groups.setdefault((f["reason"], bool(f.get("previous"))), []).append(f["label"])
+        groups.setdefault((f.reason, f.previous), []).append(f.label)
     return [FailureGroup(reason, previous, tuple(sorted(labels)))
             for (reason, previous), labels in sorted(groups.items(),
                                                      key=lambda kv: (-len(kv[1]), kv[0]))]
@@ -93,7 +93,7 @@ class BuildSummary:
     stage2_failed: int = 0
     bytes: int = 0
     seconds: float = 0.0
-    failures: list[dict] = field(default_factory=list)  # jobs' and stage-2 kernels'
+    failures: list[JobFailure] = field(default_factory=list)  # jobs' and stage-2 kernels'
     rejects: list[RejectRecord] = field(default_factory=list)  # this run's, one per identity
     # worker seconds summed over the jobs compiled here, by phase (emit, parse, codegen, link,
     # listing, read, isa_stats): recorded in stats.jsonl, where the time of a build went
@@ -245,8 +245,7 @@ class Publisher:
                     self.cache.write_failure(record)
             except OSError as e:  # still a failure of this run, only not remembered
                 reason = f"{reason} (failure record not written: {e})"
-        self.summary.failures.append({"label": spec.label(), "reason": reason,
-                                      "transient": transient})
+        self.summary.failures.append(JobFailure(spec.label(), reason, transient=transient))
 
     def _publish(self, spec: KernelSpec, res: dict) -> None:
         """Blob (when compiled here), sidecar, then the entry. A relink whose blob or

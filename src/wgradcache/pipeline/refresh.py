@@ -166,7 +166,7 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
         before = prev_t.entries if prev_t else frozenset()
         tdoc = {
             **summary.to_json(),
-            "failures": summary.failures,
+            "failures": [f.to_json() for f in summary.failures],
             # this run's: one per identity the plan refused
             "rejects": [record_json(r) for r in summary.rejects],
             "gc": g.to_json(),
