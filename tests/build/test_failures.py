@@ -15,6 +15,7 @@ from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline import build as build_mod
 from wgradcache.pipeline.build import BuildRequest, BuildSummary, build, codegen_context
 from wgradcache.pipeline.plan import JobFailure
+from wgradcache.pipeline.workers import CompileJob
 
 
 def _adds_up(s: BuildSummary) -> bool:
@@ -44,7 +45,7 @@ def test_a_publish_error_is_a_failure_with_its_reason_and_the_rest_is_published(
 
     alone = []
     monkeypatch.setattr(TargetCache, "write_entry", flaky)
-    monkeypatch.setattr(build_mod, "job_alone", lambda *a, **k: alone.append(a) or {})
+    monkeypatch.setattr(CompileJob, "alone", lambda job, timeout: alone.append(job))
     req = BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=jobs)
     s = build(req, specs=specs)
     assert (s.jobs, s.built, s.failed, alone) == (4, 3, 1, [])
@@ -77,12 +78,12 @@ def test_a_worker_with_another_toolchain_fails_transiently_and_is_retried(tmp_pa
 
 
 def test_a_timeout_is_transient():
-    from wgradcache.pipeline.workers import job_alone
+    from wgradcache.pipeline.workers import CompileJob, job_alone
 
     options, toolchain, _ = codegen_context()
-    res = job_alone(_specs(1)[0], options, toolchain, True, frozenset(), timeout=0.01)
-    assert res["error"].startswith("codegen timed out after 0.01 s")
-    assert res["transient"] is True
+    res = job_alone(CompileJob(_specs(1)[0], options, toolchain), timeout=0.01)
+    assert res.error.startswith("codegen timed out after 0.01 s")
+    assert res.transient is True
 
 
 def test_a_blob_removed_while_relinking_is_transient(tmp_path, monkeypatch):
@@ -123,15 +124,15 @@ def test_a_sidecar_that_is_not_whole_is_compiled_again_not_relinked_forever(tmp_
 def test_the_relink_decision_is_the_coordinators(tmp_path, monkeypatch):
     """A worker relinks exactly the content keys it is handed and reads no cache: a Dask
     worker's own ./cache decides nothing."""
-    from wgradcache.pipeline.workers import job_task
+    from wgradcache.pipeline.workers import CompileJob, job_task
 
     spec = _specs(1)[0]
     options, toolchain, _ = codegen_context()
     monkeypatch.chdir(tmp_path)  # an empty ./cache here
-    compiled = job_task(spec, options, toolchain, True, frozenset())
-    assert compiled["hsaco"] and "relink" not in compiled
-    relink = job_task(spec, options, toolchain, True, frozenset({compiled["ckey"]}))
-    assert relink["relink"] is True and "hsaco" not in relink
+    compiled = job_task(CompileJob(spec, options, toolchain))
+    assert compiled.blob and compiled.relink is False
+    relink = job_task(CompileJob(spec, options, toolchain, relinkable=frozenset({compiled.ckey})))
+    assert relink.relink is True and relink.blob is None
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

@@ -380,15 +380,18 @@ def _structure(cache: TargetCache, rows: list[_Row], walk: _Walk, rep: VerifyRep
 
 def _reproduce(cache: TargetCache, rows: list[_Row], rep: VerifyReport) -> list[_Row]:
     """The rows whose job, compiled again, gives the stored blob."""
-    from wgradcache.pipeline.verify_reproduce import reproduce_all
+    from wgradcache.pipeline.verify_reproduce import StoredKernel, reproduce_all
+    from wgradcache.pipeline.workers import Stage2Job
 
-    jobs = []
+    kernels = []
     for row in rows:
         e = row.entry
-        job = row.spec if row.spec is not None else (cache.target, e.dw_dtype, e.ws_replicas)
+        job = (row.spec if row.spec is not None
+               else Stage2Job(cache.target, e.dw_dtype, e.ws_replicas))
         opts = e.codegen_options if isinstance(e, Entry) else None
-        jobs.append((row.key, job, e.symbol, e.blob, row.data, e.toolchain_digest, opts))
-    reasons = reproduce_all(cache.target, jobs)
+        kernels.append(StoredKernel(row.key, job, e.symbol, e.blob, row.data,
+                                    e.toolchain_digest, opts))
+    reasons = reproduce_all(cache.target, kernels)
     ok_rows = []
     for row in rows:
         why = reasons[row.key]
