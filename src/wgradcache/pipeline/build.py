@@ -22,8 +22,15 @@ from dataclasses import asdict
 
 from wgradcache.cache.store import TargetCache
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.plan import BuildRequest, job_cost, make_plan, parse_shard, select_jobs
-from wgradcache.pipeline.publish import BuildContext, BuildSummary, Publisher
+from wgradcache.pipeline.plan import (
+    BuildContext,
+    BuildRequest,
+    job_cost,
+    make_plan,
+    parse_shard,
+    select_jobs,
+)
+from wgradcache.pipeline.publish import BuildSummary, Publisher
 from wgradcache.pipeline.stage2 import Stage2Builds
 from wgradcache.pipeline.workers import (
     CompileJob,
@@ -59,8 +66,7 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     cache = TargetCache(req.cache_dir, req.target)
     specs = select_jobs(req) if specs is None else specs
 
-    plan = make_plan(specs, cache, req, ctx.generator_digest, tdigest, validate_specs,
-                     options=options)
+    plan = make_plan(specs, cache, req, ctx, validate_specs)
     summary = BuildSummary(target=req.target, jobs=len(specs), up_to_date=plan.up_to_date,
                            rejected=len(plan.rejected), failed=len(plan.previous),
                            failures=list(plan.previous), rejects=list(plan.rejected.values()))

@@ -27,8 +27,9 @@ from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import default_jobdata, resolve_selection, walk
 from wgradcache.model.spec import KernelSpec, validate
 
-__all__ = ["BuildRequest", "BuildPlan", "JobFailure", "MAX_SHARDS", "MAX_JOBS", "JOB_TIMEOUT_RANGE",
-           "parse_shard", "check_shard", "job_cost", "select_jobs", "make_plan"]
+__all__ = ["BuildRequest", "BuildContext", "BuildPlan", "JobFailure", "MAX_SHARDS", "MAX_JOBS",
+           "JOB_TIMEOUT_RANGE", "parse_shard", "check_shard", "job_cost", "select_jobs",
+           "make_plan"]
 
 MAX_JOBS = 1024  # parallel workers: each one is a process; past this a typo, not a machine
 JOB_TIMEOUT_RANGE = (1.0, 86400.0)  # seconds one compile job may take: up to a day (inf or
@@ -157,6 +158,17 @@ def select_jobs(req: BuildRequest) -> list[KernelSpec]:
 
 
 @dataclass(frozen=True)
+class BuildContext:
+    """What every entry of one build records besides its job: generator and toolchain,
+    and what the plan compares an entry's against to call it up to date."""
+
+    generator_digest: str
+    options: dict
+    toolchain: dict
+    toolchain_digest: str
+
+
+@dataclass(frozen=True)
 class JobFailure:
     """A job (or stage-2 kernel) of one build that failed, as the summary, the CLI's lines
     and the refresh report show it. The record on disk is ``FailureRecord``; this is what the
@@ -197,11 +209,12 @@ class BuildPlan:
         return self.up_to_date + len(self.rejected) + len(self.previous)
 
 
-def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, gen: str,
-              tdigest: str, validate_specs: bool = True, *, options: dict) -> BuildPlan:
+def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest,
+              ctx: BuildContext, validate_specs: bool = True) -> BuildPlan:
     """Settle what needs no compile; the per-job work here is what a no-op rebuild costs
     (one rule check, one entry read and one blob check per job), so nothing else belongs
-    in this loop. ``options`` are the codegen options this build compiles with."""
+    in this loop. ``ctx``: the generator, toolchain and codegen options of this build."""
+    gen, tdigest = ctx.generator_digest, ctx.toolchain_digest
     data = default_jobdata(req.geometries_file)  # the budgets the walk used
     plan = BuildPlan()
     for spec in specs:
@@ -217,7 +230,7 @@ def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, ge
             entry = cache.read_entry(ik)
         except CorruptEntry:
             entry = None
-        if entry is not None and _up_to_date(cache, entry, gen, tdigest, options, plan):
+        if entry is not None and _up_to_date(cache, entry, ctx, plan):
             plan.up_to_date += 1
             continue
         fail = cache.read_failure(ik)
@@ -232,13 +245,13 @@ def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, ge
     return plan
 
 
-def _up_to_date(cache: TargetCache, entry: Entry, gen: str, tdigest: str, options: dict,
-                plan: BuildPlan) -> bool:
+def _up_to_date(cache: TargetCache, entry: Entry, ctx: BuildContext, plan: BuildPlan) -> bool:
     """This generator, toolchain and codegen options, and a blob that is its bytes. The
     blob is checked even when the entry is stale: a stale entry's blob is what a relink
     would reuse, so one that fails is marked untrusted."""
     blob_ok = cache.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)[0]
     if not blob_ok and cache.has_blob(entry.blob):
         plan.untrusted.add(entry.blob)
-    return (blob_ok and entry.generator_digest == gen and entry.toolchain_digest == tdigest
-            and entry.codegen_options == options)
+    return (blob_ok and entry.generator_digest == ctx.generator_digest
+            and entry.toolchain_digest == ctx.toolchain_digest
+            and entry.codegen_options == ctx.options)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord, RejectRecord
 from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.plan import JobFailure, job_cost
+from wgradcache.pipeline.plan import BuildContext, JobFailure, job_cost
 from wgradcache.pipeline.workers import JobResult
 
 __all__ = ["BuildSummary", "BuildContext", "FailureGroup", "Publisher", "STOPPING",
@@ -129,16 +129,6 @@ class BuildSummary:
             doc.update(stopped=self.stopped, stopped_jobs=self.stopped_jobs,
                        stopped_stage2=self.stopped_stage2)
         return doc
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """What every entry of one build records besides its job: generator and toolchain."""
-
-    generator_digest: str
-    options: dict
-    toolchain: dict
-    toolchain_digest: str
 
 
 class Publisher:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from wgradcache.cache.entry import CorruptEntry, Stage2Entry
 from wgradcache.cache.store import TargetCache, content_key, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.plan import JobFailure
-from wgradcache.pipeline.publish import BuildContext, Publisher, stops_the_build
+from wgradcache.pipeline.plan import BuildContext, JobFailure
+from wgradcache.pipeline.publish import Publisher, stops_the_build
 from wgradcache.pipeline.workers import metadata
 
 __all__ = ["Stage2Builds"]
