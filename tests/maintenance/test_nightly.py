@@ -7,7 +7,7 @@ import json
 import shutil
 from dataclasses import replace
 
-from wgradcache.cache.gc import gc, parse_size
+from wgradcache.cache.gc import GcOptions, gc, parse_size
 from wgradcache.cache.merge import merge
 from wgradcache.cache.store import TargetCache
 from wgradcache.pipeline.build import BuildRequest, build
@@ -133,7 +133,7 @@ def test_gc_under_a_size_bound_keeps_what_remains_verifiable(small_cache, tmp_pa
         c.stamp_used(key, when)
     stage2 = {e.blob for e in c.stage2_entries().values()}
     assert len(stage2) == 2
-    rep = gc(c, None, max_size=bound)
+    rep = gc(c, None, GcOptions(max_size=bound))
     assert rep.bytes_after <= bound < rep.bytes_before == total
     kept = c.blob_keys()
     assert all(c.last_used(k) == 0.0 for k in rep.evicted_blobs)  # stamps removed with blobs
@@ -157,7 +157,7 @@ def test_gc_keeps_a_stage2_kernel_while_a_two_stage_blob_needs_it(small_cache, t
     for i, key in enumerate(sorted(c.blob_keys(), key=lambda k: (k not in stage2, k))):
         c.stamp_used(key, 1000.0 + i)
     total = sum(c.blob_path(k).stat().st_size for k in c.blob_keys())
-    rep = gc(c, None, max_size=total - 1)
+    rep = gc(c, None, GcOptions(max_size=total - 1))
     assert len(rep.evicted_blobs) == 1 and rep.evicted_blobs[0] not in stage2
     assert stage2 <= set(c.blob_keys()) and len(c.stage2_entries()) == 2
     v = verify(VerifyRequest(cache_dir=str(root), level="structure", device="emulator",

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from wgradcache.cache.entry import CorruptEntry, is_key, parse_object, record_json
-from wgradcache.cache.gc import gc, parse_size
+from wgradcache.cache.gc import GcOptions, gc, parse_size
 from wgradcache.cache.store import TargetCache, read_capped
 from wgradcache.files.capped import Refused
 from wgradcache.files.shown import printable
@@ -155,7 +155,7 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
         cache = TargetCache(cache_dir, target)
         data = default_jobdata(geometries_file)
         live = {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
-        g = gc(cache, live, max_size=plan.max_size)
+        g = gc(cache, live, GcOptions(max_size=plan.max_size))
         t_gc = time.monotonic() - t0 - t_build
         vrep = verify(VerifyRequest(cache_dir=cache_dir, targets=(target,),
                                     level=plan.verify_level, sample=plan.verify_sample,
