@@ -11,7 +11,7 @@ from wgradcache.cache.gc import GcOptions, gc, parse_size
 from wgradcache.cache.merge import merge
 from wgradcache.cache.store import TargetCache
 from wgradcache.pipeline.build import BuildRequest, build
-from wgradcache.pipeline.refresh import Plan, refresh
+from wgradcache.pipeline.refresh import Plan, RefreshRequest, refresh
 from wgradcache.pipeline.verify import VerifyRequest, verify
 
 
@@ -32,8 +32,8 @@ def test_refresh_twice_builds_nothing_the_second_time(small_cache, tmp_path):
     plan = Plan(targets=("gfx1250",), dtypes=("fp16", "bf16"), variants=(),
                 verify_level="structure", verify_sample=1.0, max_size=None, job_timeout=300)
     geo = str(small_cache["geometries"])
-    first = refresh(plan, str(cache), tmp_path / "report", geometries_file=geo)
-    second = refresh(plan, str(cache), tmp_path / "report", geometries_file=geo)
+    first = refresh(RefreshRequest(plan, str(cache), tmp_path / "report", geometries_file=geo))
+    second = refresh(RefreshRequest(plan, str(cache), tmp_path / "report", geometries_file=geo))
     for doc in (first, second):
         assert doc["ok"] is True
         t = doc["targets"]["gfx1250"]
@@ -57,7 +57,7 @@ def test_refresh_judges_each_target_by_its_own_toolchain(small_cache, tmp_path):
                 verify_level="integrity", verify_sample=1.0, max_size=None, job_timeout=300)
     geo = str(small_cache["geometries"])
     cache, report = tmp_path / "cache", tmp_path / "report"
-    first = refresh(plan, str(cache), report, geometries_file=geo)
+    first = refresh(RefreshRequest(plan, str(cache), report, geometries_file=geo))
     assert first["ok"] is True
     digests = {t: first["targets"][t]["toolchain_digest"] for t in plan.targets}
     assert digests == {t: codegen_context(t)[2] for t in plan.targets}
@@ -65,7 +65,7 @@ def test_refresh_judges_each_target_by_its_own_toolchain(small_cache, tmp_path):
     doc = json.loads((report / "report.json").read_text())
     doc["targets"]["sm_90"]["toolchain_digest"] = "0" * 64  # as if ptxas had changed
     (report / "report.json").write_text(json.dumps(doc))
-    second = refresh(plan, str(cache), report, geometries_file=geo)
+    second = refresh(RefreshRequest(plan, str(cache), report, geometries_file=geo))
     assert {t: second["targets"][t]["changed"]["toolchain"] for t in plan.targets} == {
         "gfx1250": False, "sm_90": True}
     assert second["targets"]["sm_90"]["up_to_date"] == 9  # 5 sync + 4 cp.async kernels
