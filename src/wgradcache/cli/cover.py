@@ -34,7 +34,7 @@ def _max_factor() -> float:
               help="only these dtypes' timings (repeatable; default: every one in the file)")
 @geometries_option
 @json_option
-def cover(timings_file, size, factor, out_file, dtypes, geometries_file, as_json) -> None:
+def cover(timings_file, out_file, as_json, **options) -> None:
     """Recompute the geometry cover from measured per-layer timings (greedy set cover).
 
     Per (layer, dtype): the best time at each measured geometry; each step takes the
@@ -49,7 +49,7 @@ def cover(timings_file, size, factor, out_file, dtypes, geometries_file, as_json
     from wgradcache.jobs.timings import TimingsError
 
     try:
-        result = cover_from_file(timings_file, size, factor, geometries_file, dtypes)
+        result = cover_from_file(timings_file, **options)  # size, factor, the files, dtypes
         if out_file is not None:
             write_block(result, out_file)
     except TimingsError as e:
