@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -106,14 +107,14 @@ def test_llvm_exit_is_a_recorded_failure_and_the_rest_is_published(tmp_path, job
     req = BuildRequest(target="gfx1201", cache_dir=str(tmp_path), jobs=jobs, job_timeout=120)
     s = build(req, specs=[good, bad], validate_specs=False)
     assert (s.built, s.failed) == (1, 1)
-    assert s.failures[0]["label"] == bad.label()
-    assert "local memory (69632) exceeds limit (65536)" in s.failures[0]["reason"]
+    assert s.failures[0].label == bad.label()
+    assert "local memory (69632) exceeds limit (65536)" in s.failures[0].reason
     cache = TargetCache(tmp_path, "gfx1201")
     assert _whole(cache) == 1 and cache.read_entry(good.identity_key())
     # not retried on the next run (same toolchain and generator) unless asked
     again = build(req, specs=[good, bad], validate_specs=False)
     assert (again.up_to_date, again.failed, again.built) == (1, 1, 0)
-    assert again.failures[0]["previous"] is True
+    assert again.failures[0].previous is True
 
 
 def _build_cmd(cache_dir, geo, *extra):
@@ -162,13 +163,25 @@ def test_two_overlapping_builds_at_once_leave_a_consistent_cache(tmp_path):
     assert set(cache.entry_keys()) == ids
 
 
-def _task(behaviour: str, key: str) -> dict:
+@dataclasses.dataclass(frozen=True)
+class _Task:
     """A stand-in for a build job in a worker: returns, hangs, or dies like LLVM's exit."""
-    if behaviour == "hang":
-        time.sleep(120)
-    if behaviour == "die":
-        os._exit(1)
-    return {"ik": key, "pid": os.getpid()}
+
+    behaviour: str
+    key: str
+
+    def work(self) -> dict:
+        if self.behaviour == "hang":
+            time.sleep(120)
+        if self.behaviour == "die":
+            os._exit(1)
+        return {"key": self.key, "pid": os.getpid()}
+
+    def alone(self, timeout: float) -> dict:
+        return {"key": self.key, "retried": True}
+
+    def not_run(self) -> dict:
+        return {"key": self.key, "stopped": True}
 
 
 def test_one_worker_survives_a_hung_and_a_dying_job():
@@ -176,13 +189,13 @@ def test_one_worker_survives_a_hung_and_a_dying_job():
     killed, a dying worker replaced, and both are retried alone while the rest go on."""
     from wgradcache.pipeline.workers import RunOptions, run_one_worker
 
-    tasks = [("ok", "a"), ("hang", "b"), ("ok", "c"), ("die", "d"), ("ok", "e")]
+    tasks = [_Task(*t) for t in (("ok", "a"), ("hang", "b"), ("ok", "c"), ("die", "d"),
+                                 ("ok", "e"))]
     got: list[dict] = []
     t0 = time.monotonic()
-    run_one_worker(_task, tasks, RunOptions(n_jobs=1, job_timeout=8),
-                    got.append, retry=lambda t: {"ik": t[1], "retried": True})
+    run_one_worker(tasks, RunOptions(n_jobs=1, job_timeout=8), got.append)
     assert time.monotonic() - t0 < 60
-    assert [r["ik"] for r in got] == ["a", "b", "c", "d", "e"]
+    assert [r["key"] for r in got] == ["a", "b", "c", "d", "e"]
     assert [r.get("retried", False) for r in got] == [False, True, False, True, False]
     assert os.getpid() not in {r.get("pid") for r in got}  # never in this process
     assert got[0]["pid"] != got[2]["pid"] != got[4]["pid"]  # replaced after each failure
@@ -193,19 +206,19 @@ def test_worker_with_another_toolchain_refuses_to_compile():
     would file its bytes under the coordinator's content key: the job fails instead, and
     the reason names what differs."""
     from wgradcache.pipeline.build import codegen_context
-    from wgradcache.pipeline.workers import job_task
+    from wgradcache.pipeline.workers import CompileJob, job_task
 
     spec = next(walk("gfx1250", ["fp16"], ["sync.default.none"]))
     options, toolchain, _ = codegen_context()
     elsewhere = {**toolchain, "linker_path": "/opt/elsewhere/ld.lld"}
-    ok = job_task(spec, options, elsewhere, True, frozenset())
-    assert "error" not in ok and ok["hsaco"]  # where the linker lives does not matter
+    ok = job_task(CompileJob(spec, options, elsewhere))
+    assert not ok.error and ok.blob  # where the linker lives does not matter
     other = {**toolchain, "linker_version": "LLD 23.0.0"}
-    res = job_task(spec, options, other, True, frozenset())
-    assert res["error"].startswith("this worker's toolchain differs from the coordinator's "
-                                   "in linker_version (")
-    assert "'LLD 23.0.0' there" in res["error"] and "hsaco" not in res
-    assert res["transient"] is True  # a misconfigured worker, not the job: retried next run
+    res = job_task(CompileJob(spec, options, other))
+    assert res.error.startswith("this worker's toolchain differs from the coordinator's "
+                                "in linker_version (")
+    assert "'LLD 23.0.0' there" in res.error and res.blob is None
+    assert res.transient is True  # a misconfigured worker, not the job: retried next run
 
 
 def test_either_linker_serves_the_same_cache(tmp_path, monkeypatch):

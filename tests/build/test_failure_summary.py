@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from tests.conftest import small_geometries
 from wgradcache.cli import main
 from wgradcache.compile import discovery
+from wgradcache.pipeline.plan import JobFailure
 from wgradcache.pipeline.publish import FailureGroup, group_failures
 
 P = "sm_90-fp16-t32x32x32-w1x1-"
@@ -65,11 +66,22 @@ def test_a_build_with_several_reasons_says_each_once(tmp_path, monkeypatch):
 
 
 def test_groups_are_ordered_by_count_then_reason():
-    fails = [{"label": lab, "reason": why} for lab, why in
+    fails = [JobFailure(lab, why) for lab, why in
              (("b", "y"), ("a", "y"), ("c", "x"), ("d", "z"), ("e", "z"))]
-    fails.append({"label": "f", "reason": "y", "previous": True})
+    fails.append(JobFailure("f", "y", previous=True))
     assert group_failures(fails) == [FailureGroup("y", False, ("a", "b")),
                                      FailureGroup("z", False, ("d", "e")),
                                      FailureGroup("x", False, ("c",)),
                                      FailureGroup("y", True, ("f",))]
     assert FailureGroup("y", False, tuple("abcde")).line() == "FAILED 5 jobs: y: a, b, c and 2 more"
+
+
+def test_a_failure_reports_the_keys_the_report_always_had():
+    """report.json's failures keep their shape: a job's says whether it is transient, a
+    failure of an earlier build says previous, a stage-2 kernel's says neither."""
+    assert JobFailure("j", "r", transient=False).to_json() == {
+        "label": "j", "reason": "r", "transient": False}
+    assert JobFailure("j", "r", previous=True).to_json() == {
+        "label": "j", "reason": "r", "previous": True}
+    assert JobFailure("stage2 fp16-wsr8", "r").to_json() == {
+        "label": "stage2 fp16-wsr8", "reason": "r"}

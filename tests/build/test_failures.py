@@ -8,11 +8,14 @@ import json
 
 import pytest
 
+from wgradcache.cache.entry import record_line
 from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import walk
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline import build as build_mod
 from wgradcache.pipeline.build import BuildRequest, BuildSummary, build, codegen_context
+from wgradcache.pipeline.plan import JobFailure
+from wgradcache.pipeline.workers import CompileJob
 
 
 def _adds_up(s: BuildSummary) -> bool:
@@ -42,13 +45,14 @@ def test_a_publish_error_is_a_failure_with_its_reason_and_the_rest_is_published(
 
     alone = []
     monkeypatch.setattr(TargetCache, "write_entry", flaky)
-    monkeypatch.setattr(build_mod, "job_alone", lambda *a, **k: alone.append(a) or {})
+    monkeypatch.setattr(CompileJob, "alone", lambda job, timeout: alone.append(job))
     req = BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=jobs)
     s = build(req, specs=specs)
     assert (s.jobs, s.built, s.failed, alone) == (4, 3, 1, [])
     assert _adds_up(s)
-    assert s.failures == [{"label": s.failures[0]["label"], "transient": True,
-                           "reason": "publish: OSError: [Errno 116] Stale file handle"}]
+    assert s.failures == [JobFailure(s.failures[0].label,
+                                     "publish: OSError: [Errno 116] Stale file handle",
+                                     transient=True)]
     monkeypatch.setattr(TargetCache, "write_entry", real)
     again = build(req, specs=specs)  # transient: not "failed before"; its blob was written
     assert (again.up_to_date, again.relinked, again.built, again.failed) == (3, 1, 0, 0)
@@ -66,20 +70,20 @@ def test_a_worker_with_another_toolchain_fails_transiently_and_is_retried(tmp_pa
     req = BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=2)
     first = build(req, specs=specs)
     assert (first.failed, first.built) == (2, 0) and _adds_up(first)
-    assert all(f["transient"] and "differs from the coordinator's in llvm_version"
-               in f["reason"] for f in first.failures)
+    assert all(f.transient and "differs from the coordinator's in llvm_version"
+               in f.reason for f in first.failures)
     monkeypatch.undo()
     second = build(req, specs=specs)
     assert (second.built, second.failed, second.failures) == (2, 0, [])
 
 
 def test_a_timeout_is_transient():
-    from wgradcache.pipeline.workers import job_alone
+    from wgradcache.pipeline.workers import CompileJob, job_alone
 
     options, toolchain, _ = codegen_context()
-    res = job_alone(_specs(1)[0], options, toolchain, True, frozenset(), timeout=0.01)
-    assert res["error"].startswith("codegen timed out after 0.01 s")
-    assert res["transient"] is True
+    res = job_alone(CompileJob(_specs(1)[0], options, toolchain), timeout=0.01)
+    assert res.error.startswith("codegen timed out after 0.01 s")
+    assert res.transient is True
 
 
 def test_a_blob_removed_while_relinking_is_transient(tmp_path, monkeypatch):
@@ -93,7 +97,7 @@ def test_a_blob_removed_while_relinking_is_transient(tmp_path, monkeypatch):
     monkeypatch.setattr(TargetCache, "read_sidecar", lambda self, key: None)
     lost = build(req, specs=specs)
     assert (lost.failed, lost.relinked, lost.built) == (2, 0, 0) and _adds_up(lost)
-    assert {f["reason"] for f in lost.failures} == {
+    assert {f.reason for f in lost.failures} == {
         "blob or its sidecar gone while relinking (a concurrent gc?); the next build "
         "compiles it"}
     monkeypatch.undo()
@@ -111,7 +115,7 @@ def test_a_sidecar_that_is_not_whole_is_compiled_again_not_relinked_forever(tmp_
     cache.remove_entry(ik)
     cache.sidecar_path(key).write_text("{")
     first = build(req, specs=specs)
-    assert (first.failed, first.failures[0]["transient"]) == (1, True)
+    assert (first.failed, first.failures[0].transient) == (1, True)
     second = build(req, specs=specs)
     assert (second.built, second.failed) == (1, 0)
     assert cache.read_sidecar(key) is not None
@@ -120,15 +124,15 @@ def test_a_sidecar_that_is_not_whole_is_compiled_again_not_relinked_forever(tmp_
 def test_the_relink_decision_is_the_coordinators(tmp_path, monkeypatch):
     """A worker relinks exactly the content keys it is handed and reads no cache: a Dask
     worker's own ./cache decides nothing."""
-    from wgradcache.pipeline.workers import job_task
+    from wgradcache.pipeline.workers import CompileJob, job_task
 
     spec = _specs(1)[0]
     options, toolchain, _ = codegen_context()
     monkeypatch.chdir(tmp_path)  # an empty ./cache here
-    compiled = job_task(spec, options, toolchain, True, frozenset())
-    assert compiled["hsaco"] and "relink" not in compiled
-    relink = job_task(spec, options, toolchain, True, frozenset({compiled["ckey"]}))
-    assert relink["relink"] is True and "hsaco" not in relink
+    compiled = job_task(CompileJob(spec, options, toolchain))
+    assert compiled.blob and compiled.relink is False
+    relink = job_task(CompileJob(spec, options, toolchain, relinkable=frozenset({compiled.ckey})))
+    assert relink.relink is True and relink.blob is None
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -144,6 +148,6 @@ def test_rejects_are_recorded_once_per_identity_and_reported_for_this_run(tmp_pa
     cache = TargetCache(tmp_path, "gfx1250")
     lines = cache.rejects_path.read_text().splitlines()
     assert [json.loads(x)["identity_key"] for x in lines] == [bad.identity_key()]
-    assert s.rejects == [json.loads(lines[0])]
-    assert s.rejects[0]["reason"] == "dW dtype 'bf16' must be fp16 or fp32"
+    assert [record_line(r) for r in s.rejects] == [lines[0].encode() + b"\n"]
+    assert s.rejects[0].reason == "dW dtype 'bf16' must be fp16 or fp32"
     assert build(req, specs=[good]).rejects == []

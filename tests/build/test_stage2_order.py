@@ -94,8 +94,8 @@ def test_a_failed_stage2_kernel_fails_its_two_stage_jobs_and_publishes_none(tmp_
     s = build(req, specs=_specs())
     assert (s.built, s.failed, s.stage2_failed) == (1, 2, 1) and _adds_up(s)
     why = "its stage-2 kernel fp16-wsr8 failed: codegen process killed by SIGABRT: LLVM said no"
-    jobs = [f for f in s.failures if not f["label"].startswith("stage2 ")]
-    assert [(f["reason"], f["transient"]) for f in jobs] == [(why, True)] * 2
+    jobs = [f for f in s.failures if not f.label.startswith("stage2 ")]
+    assert [(f.reason, f.transient) for f in jobs] == [(why, True)] * 2
     cache = TargetCache(tmp_path, "gfx1250")
     assert [e.variant for _, e in cache.iter_entries() if isinstance(e, Entry)] == [
         "sync.default.atomic"]
@@ -118,7 +118,7 @@ def test_a_stage2_publish_error_fails_its_two_stage_jobs(tmp_path, monkeypatch):
     s = build(BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=2),
               specs=_specs())
     assert (s.built, s.failed, s.stage2_failed) == (1, 2, 1) and _adds_up(s)
-    reasons = {f["reason"] for f in s.failures}
+    reasons = {f.reason for f in s.failures}
     assert "publish: OSError: [Errno 116] Stale file handle" in reasons
     assert ("its stage-2 kernel fp16-wsr8 failed: publish: OSError: [Errno 116] Stale file "
             "handle") in reasons

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
 from tests.cache.records import entry, ik, key
-from wgradcache.cache.entry import CorruptEntry, Entry, FailureRecord, read_record
+from wgradcache.cache.entry import (
+    CorruptEntry,
+    Entry,
+    FailureRecord,
+    RejectRecord,
+    read_record,
+    record_line,
+)
 from wgradcache.cache.store import TargetCache, atomic_write, content_key
 
 IR = "define amdgpu_kernel void @wgrad_a() {\n  ret void\n}\n"
@@ -201,17 +209,54 @@ def test_rejects_keep_one_line_per_identity(tmp_path):
     latest reason), drops identities the rules now admit, and is not rewritten when
     nothing changed."""
     c = TargetCache(tmp_path, "gfx1250")
-    a, b = ({"identity_key": k, "label": k, "reason": "r", "toolchain": "t"} for k in "ab")
-    c.record_rejects({"a": a, "b": b}, accepted=set())
+    a, b = (RejectRecord(identity_key=k * 64, label=k, reason="r", toolchain="c" * 64)
+            for k in "ab")
+    c.record_rejects({a.identity_key: a, b.identity_key: b}, accepted=set())
     mtime = c.rejects_path.stat().st_mtime_ns
-    c.record_rejects({"a": a, "b": b}, accepted=set())
+    c.record_rejects({a.identity_key: a, b.identity_key: b}, accepted=set())
     assert c.rejects() == [a, b] and c.rejects_path.stat().st_mtime_ns == mtime
-    c.record_rejects({"a": {**a, "reason": "r2"}}, accepted={"b"})
-    assert c.rejects() == [{**a, "reason": "r2"}]
+    a2 = replace(a, reason="r2")
+    c.record_rejects({a.identity_key: a2}, accepted={b.identity_key})
+    assert c.rejects() == [a2]
     with open(c.rejects_path, "ab") as f:  # duplicates an older version appended
         f.write(c.rejects_path.read_bytes())
-    c.record_rejects({"a": {**a, "reason": "r2"}}, accepted=set())
-    assert c.rejects() == [{**a, "reason": "r2"}]
+    c.record_rejects({a.identity_key: a2}, accepted=set())
+    assert c.rejects() == [a2]
+
+
+# rejects.jsonl as the writer before ``RejectRecord`` wrote it (inline dicts, ``json.dumps``
+# with sorted keys, compact), then a torn line a killed writer left
+OLD_REJECTS = (b'{"identity_key":"' + b"a" * 64 + b'","label":"gfx1250-fp16-t64x64x32",'
+               b'"reason":"dW dtype \'bf16\' must be fp16 or fp32","toolchain":"'
+               + b"c" * 64 + b'"}\n')
+
+
+def test_an_old_rejects_file_reads_and_rewrites_byte_identically(tmp_path):
+    c = TargetCache(tmp_path, "gfx1250")
+    c.rejects_path.parent.mkdir(parents=True)
+    c.rejects_path.write_bytes(OLD_REJECTS + b'{"identity_key":"ab')
+    (old,) = c.rejects()
+    assert old == RejectRecord(identity_key="a" * 64, label="gfx1250-fp16-t64x64x32",
+                               reason="dW dtype 'bf16' must be fp16 or fp32",
+                               toolchain="c" * 64)
+    assert record_line(old) == OLD_REJECTS
+    new = replace(old, identity_key="b" * 64)
+    c.record_rejects({new.identity_key: new}, accepted=set())  # rewrites the file
+    assert c.rejects_path.read_bytes() == OLD_REJECTS + record_line(new)
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    (b'{"identity_key":"a","label":"l","reason":"r","toolchain":"' + b"c" * 64 + b'"}',
+     "identity_key: 'a' is not a key (64 hex digits)"),
+    (b'{"identity_key":"' + b"a" * 64 + b'","label":"l","reason":"r","toolchain":{}}',
+     "toolchain: dict, not a string"),
+    (b'{"identity_key":"' + b"a" * 64 + b'","label":"l","toolchain":"' + b"c" * 64 + b'"}',
+     "no field 'reason'"),
+])
+def test_a_reject_line_that_is_not_whole_is_refused(line, why):
+    with pytest.raises(CorruptEntry) as e:
+        read_record(RejectRecord, line, "rejects.jsonl:1")
+    assert str(e.value) == f"rejects.jsonl:1: corrupt: {why}"
 
 
 def test_last_used_stamp_is_explicit(tmp_path):

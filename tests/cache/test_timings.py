@@ -10,7 +10,7 @@ import pytest
 
 from tests.cache.records import entry, ik, key
 from wgradcache.cache.entry import CorruptEntry
-from wgradcache.cache.gc import gc
+from wgradcache.cache.gc import GcOptions, gc
 from wgradcache.cache.merge import merge
 from wgradcache.cache.store import TargetCache
 from wgradcache.cache.timings import (
@@ -108,7 +108,7 @@ def test_gc_drops_rows_of_removed_kernels_and_of_older_blobs(tmp_path):
             _row(ik("b"), key("old-blob")), _row(ik("c"), key("blob-c")))
     with c.lock():
         c.write_timings(TimingsFile(H100, rows))
-    rep = gc(TargetCache(tmp_path, "gfx1250"), {ik("a"), ik("b")}, orphans=False)
+    rep = gc(TargetCache(tmp_path, "gfx1250"), {ik("a"), ik("b")}, GcOptions(orphans=False))
     assert rep.stale_entries == [ik("c")] and rep.timing_rows == 2
     assert c.read_timings(H100.slug()).rows == rows[:2]
 

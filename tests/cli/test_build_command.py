@@ -5,6 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from wgradcache.cli import main
+from wgradcache.pipeline.plan import JobFailure
 from wgradcache.pipeline.publish import BuildSummary
 
 
@@ -16,7 +17,7 @@ def test_a_failed_stage2_kernel_fails_the_build(monkeypatch, tmp_path):
     def fake_build(req, progress=None, on_total=None):
         seen.append(req)
         s = BuildSummary(target=req.target, jobs=3, built=3, stage2_failed=1)
-        s.failures.append({"label": "stage2 fp16_r8", "reason": "LLVM said no"})
+        s.failures.append(JobFailure("stage2 fp16_r8", "LLVM said no"))
         return s
 
     monkeypatch.setattr("wgradcache.pipeline.build.build", fake_build)

@@ -12,7 +12,7 @@ from wgradcache.compile.codegen import CodegenError, CodegenOptions, compile_ir
 from wgradcache.compile.discovery import CODEGEN_ENV, find_linker
 from wgradcache.compile.isa import isa_stats
 from wgradcache.compile.libllvm import system_llvm
-from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_kernel
+from wgradcache.compile.samples import GemmSample, atomic_kernel, gemm_kernel, mma_kernel
 from wgradcache.compile.toolchain import toolchain_identity, with_code_object_version
 from wgradcache.model.targets import CODE_OBJECT_VERSION, get_target, target_names
 from wgradcache.wgrad.emit import emit_ir
@@ -58,7 +58,7 @@ def test_hsaco_matches_llc_and_lld(monkeypatch, tmp_path, backend):
     """Our in-process object + piped link equals llc-22 -O3 + ld.lld-22, byte for byte,
     through either codegen library (Debian's libLLVM-22 or llvmlite's assertions build)."""
     monkeypatch.setenv(CODEGEN_ENV, backend)
-    ir = gemm_kernel("gfx1250", tile_k=64, async_copy=True)
+    ir = gemm_kernel("gfx1250", GemmSample(tile_k=64, async_copy=True))
     ll, o, so = tmp_path / "k.ll", tmp_path / "k.o", tmp_path / "k.hsaco"
     ll.write_text(with_code_object_version(ir))
     subprocess.run([shutil.which("llc-22"), "-O3", "-mtriple=amdgcn-amd-amdhsa",
@@ -68,10 +68,11 @@ def test_hsaco_matches_llc_and_lld(monkeypatch, tmp_path, backend):
 
 
 LISTING_CASES = [
-    (gemm_kernel("gfx1250", tile_k=64, async_copy=True, atomic=True), "gfx1250"),
-    (gemm_kernel("gfx1201", tile_k=32), "gfx1201"),
-    (gemm_kernel("gfx1151", "bf16", tile_m=64, tile_n=64, tile_k=32, atomic=True), "gfx1151"),
-    (gemm_kernel("gfx942", tile_k=32), "gfx942"),
+    (gemm_kernel("gfx1250", GemmSample(tile_k=64, async_copy=True, atomic=True)), "gfx1250"),
+    (gemm_kernel("gfx1201", GemmSample(tile_k=32)), "gfx1201"),
+    (gemm_kernel("gfx1151", GemmSample(dtype="bf16", tile_m=64, tile_n=64, tile_k=32,
+                                       atomic=True)), "gfx1151"),
+    (gemm_kernel("gfx942", GemmSample(tile_k=32)), "gfx942"),
     (atomic_kernel("<2 x bfloat>", "seq_cst"), "gfx1151"),
 ]
 
@@ -142,7 +143,7 @@ def test_ir_that_does_not_verify(monkeypatch, backend):
 def test_llc_backend_same_bytes_and_its_errors(monkeypatch):
     """WGRADCACHE_CODEGEN=llc (the subprocess pipeline the build benchmark compares with):
     the same code object as in-process codegen; llc's own message on bad IR."""
-    ir = gemm_kernel("gfx1201", tile_k=32)
+    ir = gemm_kernel("gfx1201", GemmSample(tile_k=32))
     ours = compile_ir(ir, "gfx1201")
     monkeypatch.setenv(CODEGEN_ENV, "llc")
     via_llc = compile_ir(ir, "gfx1201")

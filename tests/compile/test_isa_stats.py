@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from wgradcache.compile.isa import isa_stats, main_loop, mma_per_loop, parse_listing
-from wgradcache.compile.samples import atomic_kernel, gemm_kernel, mma_form
+from wgradcache.compile.samples import GemmSample, atomic_kernel, gemm_kernel, mma_form
 from wgradcache.model.targets import get_target
 
 ASM = """\
@@ -212,8 +212,8 @@ def test_atomics(compiled, target, vt, order, instr, cas, fences):
 def test_gemm_main_loop(compiled, target, async_copy):
     tile_m = tile_n = 128
     tile_k, warps = 64, 2
-    s = isa_stats(compiled(gemm_kernel(target, tile_k=tile_k, async_copy=async_copy,
-                                       atomic=True), target).asm)
+    s = isa_stats(compiled(gemm_kernel(target, GemmSample(tile_k=tile_k, async_copy=async_copy,
+                                                          atomic=True)), target).asm)
     k = mma_form(target).k
     per_step = (tile_m // warps // 16) * (tile_n // warps // 16) * (tile_k // k)
     block = get_target(target).wave_size * warps * warps

@@ -6,7 +6,7 @@ import os
 
 from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated, llvm_error_message
-from wgradcache.compile.samples import gemm_kernel, lds_kernel, mma_kernel
+from wgradcache.compile.samples import GemmSample, gemm_kernel, lds_kernel, mma_kernel
 
 
 def test_cannot_select_aborts_the_child_only():
@@ -42,13 +42,13 @@ def test_silently_dropped_kernel_is_a_failure():
 
 
 def test_timeout_kills_the_child():
-    out = compile_isolated(gemm_kernel("gfx1250", tile_k=128), "gfx1250", timeout=0.05)
+    out = compile_isolated(gemm_kernel("gfx1250", GemmSample(tile_k=128)), "gfx1250", timeout=0.05)
     assert (out.ok, out.error) == (False, "codegen timed out after 0.05 s; the process was "
                                           "killed")
 
 
 def test_two_processes_give_identical_code_objects(compiled):
-    ir = gemm_kernel("gfx1250", tile_k=64, async_copy=True, atomic=True)
+    ir = gemm_kernel("gfx1250", GemmSample(tile_k=64, async_copy=True, atomic=True))
     first = compile_isolated(ir, "gfx1250")
     second = compile_isolated(ir, "gfx1250")
     assert first.ok and second.ok, (first.error, second.error)

@@ -14,15 +14,15 @@ from wgradcache.compile.codegen import compile_ir
 from wgradcache.compile.discovery import ToolchainError, find_linker
 from wgradcache.compile.libllvm import system_llvm
 from wgradcache.compile.lldlink import LINKER_ENV, LinkError, in_process_lld, select_linker
-from wgradcache.compile.samples import gemm_kernel
+from wgradcache.compile.samples import GemmSample, gemm_kernel
 from wgradcache.compile.toolchain import with_code_object_version
 from wgradcache.jobs import walk
 from wgradcache.wgrad.emit import emit_ir
 
 CASES = [
-    (gemm_kernel("gfx1250", tile_k=64, async_copy=True, atomic=True), "gfx1250"),
-    (gemm_kernel("gfx942", tile_k=32), "gfx942"),
-    (gemm_kernel("gfx1151", "bf16", tile_m=64, tile_n=64, tile_k=32), "gfx1151"),
+    (gemm_kernel("gfx1250", GemmSample(tile_k=64, async_copy=True, atomic=True)), "gfx1250"),
+    (gemm_kernel("gfx942", GemmSample(tile_k=32)), "gfx942"),
+    (gemm_kernel("gfx1151", GemmSample(dtype="bf16", tile_m=64, tile_n=64, tile_k=32)), "gfx1151"),
 ]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from wgradcache.cache.entry import Entry, Stage2Entry
-from wgradcache.cache.gc import gc
+from wgradcache.cache.gc import GcOptions, gc
 from wgradcache.cache.store import TargetCache, sha256_bytes, stage2_name
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.verify import VerifyRequest, verify
@@ -174,7 +174,7 @@ def test_sigkill_at_random_moments_leaves_a_whole_cache_and_no_process(tmp_path)
     resume = killed[-1]
     had = len(TargetCache(resume, "gfx1250").entry_keys())
     assert _finish(_start(resume, "resume"), resume)["up_to_date"] == had
-    gc(TargetCache(resume, "gfx1250"), None, stale=False, orphans=False, grace=0.0)
+    gc(TargetCache(resume, "gfx1250"), None, GcOptions(stale=False, orphans=False, grace=0.0))
     rep = verify(VerifyRequest(cache_dir=str(resume), targets=("gfx1250",),
                                level="integrity"))
     assert (rep.failures, rep.targets["gfx1250"]["entries"]) == ([], jobs)

@@ -7,11 +7,11 @@ import json
 import shutil
 from dataclasses import replace
 
-from wgradcache.cache.gc import gc, parse_size
+from wgradcache.cache.gc import GcOptions, gc, parse_size
 from wgradcache.cache.merge import merge
 from wgradcache.cache.store import TargetCache
 from wgradcache.pipeline.build import BuildRequest, build
-from wgradcache.pipeline.refresh import Plan, refresh
+from wgradcache.pipeline.refresh import Plan, RefreshRequest, refresh
 from wgradcache.pipeline.verify import VerifyRequest, verify
 
 
@@ -32,8 +32,8 @@ def test_refresh_twice_builds_nothing_the_second_time(small_cache, tmp_path):
     plan = Plan(targets=("gfx1250",), dtypes=("fp16", "bf16"), variants=(),
                 verify_level="structure", verify_sample=1.0, max_size=None, job_timeout=300)
     geo = str(small_cache["geometries"])
-    first = refresh(plan, str(cache), tmp_path / "report", geometries_file=geo)
-    second = refresh(plan, str(cache), tmp_path / "report", geometries_file=geo)
+    first = refresh(RefreshRequest(plan, str(cache), tmp_path / "report", geometries_file=geo))
+    second = refresh(RefreshRequest(plan, str(cache), tmp_path / "report", geometries_file=geo))
     for doc in (first, second):
         assert doc["ok"] is True
         t = doc["targets"]["gfx1250"]
@@ -57,7 +57,7 @@ def test_refresh_judges_each_target_by_its_own_toolchain(small_cache, tmp_path):
                 verify_level="integrity", verify_sample=1.0, max_size=None, job_timeout=300)
     geo = str(small_cache["geometries"])
     cache, report = tmp_path / "cache", tmp_path / "report"
-    first = refresh(plan, str(cache), report, geometries_file=geo)
+    first = refresh(RefreshRequest(plan, str(cache), report, geometries_file=geo))
     assert first["ok"] is True
     digests = {t: first["targets"][t]["toolchain_digest"] for t in plan.targets}
     assert digests == {t: codegen_context(t)[2] for t in plan.targets}
@@ -65,7 +65,7 @@ def test_refresh_judges_each_target_by_its_own_toolchain(small_cache, tmp_path):
     doc = json.loads((report / "report.json").read_text())
     doc["targets"]["sm_90"]["toolchain_digest"] = "0" * 64  # as if ptxas had changed
     (report / "report.json").write_text(json.dumps(doc))
-    second = refresh(plan, str(cache), report, geometries_file=geo)
+    second = refresh(RefreshRequest(plan, str(cache), report, geometries_file=geo))
     assert {t: second["targets"][t]["changed"]["toolchain"] for t in plan.targets} == {
         "gfx1250": False, "sm_90": True}
     assert second["targets"]["sm_90"]["up_to_date"] == 9  # 5 sync + 4 cp.async kernels
@@ -133,7 +133,7 @@ def test_gc_under_a_size_bound_keeps_what_remains_verifiable(small_cache, tmp_pa
         c.stamp_used(key, when)
     stage2 = {e.blob for e in c.stage2_entries().values()}
     assert len(stage2) == 2
-    rep = gc(c, None, max_size=bound)
+    rep = gc(c, None, GcOptions(max_size=bound))
     assert rep.bytes_after <= bound < rep.bytes_before == total
     kept = c.blob_keys()
     assert all(c.last_used(k) == 0.0 for k in rep.evicted_blobs)  # stamps removed with blobs
@@ -157,7 +157,7 @@ def test_gc_keeps_a_stage2_kernel_while_a_two_stage_blob_needs_it(small_cache, t
     for i, key in enumerate(sorted(c.blob_keys(), key=lambda k: (k not in stage2, k))):
         c.stamp_used(key, 1000.0 + i)
     total = sum(c.blob_path(k).stat().st_size for k in c.blob_keys())
-    rep = gc(c, None, max_size=total - 1)
+    rep = gc(c, None, GcOptions(max_size=total - 1))
     assert len(rep.evicted_blobs) == 1 and rep.evicted_blobs[0] not in stage2
     assert stage2 <= set(c.blob_keys()) and len(c.stage2_entries()) == 2
     v = verify(VerifyRequest(cache_dir=str(root), level="structure", device="emulator",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from wgradcache.model.problem import ConvProblem
-from wgradcache.numerics.error_model import error_bound, peak_normalised_error
+from wgradcache.numerics.error_model import SplitLayout, error_bound, peak_normalised_error
 from wgradcache.numerics.reference import _taps, make_inputs, reference_dw, round_to_dtype
 
 
@@ -43,7 +43,7 @@ def test_simulated_launch_within_bound(dw_dtype, reduction, degree):
     slice_k = -(-p.wg_K // degree)
     out = _simulate(p, x, dy, dw_dtype, degree, slice_k, reduction)
     err = peak_normalised_error(out, reference_dw(p, x, dy))
-    b = error_bound(p, x, dy, dw_dtype, split_k=degree, slice_k=slice_k, reduction=reduction)
+    b = error_bound(p, x, dy, dw_dtype, SplitLayout(degree, slice_k, reduction))
     assert err <= b.bound
     assert b.bound <= (5e-3 if dw_dtype == "fp16" else 1e-4)
     if dw_dtype == "fp16":
@@ -53,8 +53,8 @@ def test_simulated_launch_within_bound(dw_dtype, reduction, degree):
 def test_bound_grows_with_atomic_degree_and_dtype():
     p = ConvProblem.parse("4,4,6,6,4,3,3,1,1")
     x, dy = make_inputs(p, "bf16", seed=2)
-    b = [error_bound(p, x, dy, "bf16", split_k=d, slice_k=-(-p.wg_K // d),
-                     reduction="atomic").bound for d in (1, 2, 4)]
+    b = [error_bound(p, x, dy, "bf16", SplitLayout(d, -(-p.wg_K // d), "atomic")).bound
+         for d in (1, 2, 4)]
     assert b[0] < b[1] < b[2]
     f16 = error_bound(p, x, dy, "fp16").bound
     f32 = error_bound(p, x, dy, "fp32").bound

@@ -10,9 +10,8 @@ from wgradcache.pipeline.verify_reproduce import reproduce_all
 
 def test_reproduce_hands_the_runner_its_options(monkeypatch):
     seen = []
-    monkeypatch.setattr(workers, "run_chunked", lambda fn, tasks, opts, *a, **k:
-                        seen.append((fn, tasks, opts)))
+    monkeypatch.setattr(workers, "run_chunked", lambda tasks, opts, *a, **k:
+                        seen.append((tasks, opts)))
     assert reproduce_all("gfx1250", [], jobs_n=3) == {}
-    assert seen == [(workers.reproduce_task, [],
-                     workers.RunOptions(n_jobs=3, job_timeout=300.0, backend="loky"))]
+    assert seen == [([], workers.RunOptions(n_jobs=3, job_timeout=300.0, backend="loky"))]
     assert DEFAULT_JOB_TIMEOUT == BuildRequest(target="gfx1250").job_timeout == 300.0

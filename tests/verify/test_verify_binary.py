@@ -21,7 +21,7 @@ from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.verify import LEVELS, VerifyRequest, verify
-from wgradcache.pipeline.verify_reproduce import reproduce_all
+from wgradcache.pipeline.verify_reproduce import StoredKernel, reproduce_all
 from wgradcache.wgrad.emit import emit_ir
 
 FP16 = "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none"
@@ -107,8 +107,9 @@ def test_a_blob_swapped_for_another_kernels_bytes_fails_structure_and_reproduce(
     # reproduce on its own: the compile of its IR is the honest blob, not these bytes
     spec = KernelSpec.from_dict(e.identity)
     first = next(i for i, (a, b) in enumerate(zip(honest, data, strict=False)) if a != b)
-    assert reproduce_all("gfx1250", [(e.identity_key, spec, e.symbol, e.blob, data,
-                                      e.toolchain_digest, e.codegen_options)], jobs_n=1) == {
+    stored = StoredKernel(e.identity_key, spec, e.symbol, e.blob, data, e.toolchain_digest,
+                          e.codegen_options)
+    assert reproduce_all("gfx1250", [stored], jobs_n=1) == {
         e.identity_key: f"the compile of its IR is not the stored blob: {len(honest)} bytes "
                         f"against {len(data)} stored, first difference at byte {first}"}
     r = CliRunner().invoke(main, ["verify", "--from-cache", "--cache-dir", str(cache.root),

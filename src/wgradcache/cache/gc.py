@@ -42,7 +42,7 @@ from wgradcache.cache.entry import Entry, Stage2Entry
 from wgradcache.cache.store import CorruptEntry, TargetCache, stage2_of
 from wgradcache.cache.timings import row_is_current
 
-__all__ = ["GcReport", "gc", "parse_size", "MAX_SIZE", "ORPHAN_GRACE", "grace_text"]
+__all__ = ["GcReport", "GcOptions", "gc", "parse_size", "MAX_SIZE", "ORPHAN_GRACE", "grace_text"]
 
 ORPHAN_GRACE = 600.0
 """Seconds gc spares a blob no entry names, and a temporary file of the store's naming: a
@@ -114,23 +114,36 @@ class _Needs:
     freed: set[str] = field(default_factory=set)  # blobs this run's stale removals left unused
 
 
-def gc(cache: TargetCache, live_identities: set[str] | None, *, stale: bool = True,
-       orphans: bool = True, max_size: int | None = None, grace: float = ORPHAN_GRACE,
-       dry_run: bool = False) -> GcReport:
+@dataclass(frozen=True)
+class GcOptions:
+    """What one collection removes: stale entries (and the blobs they leave), orphan blobs,
+    the least recently published past ``max_size`` bytes; ``grace`` seconds spare a young
+    orphan or temp file a live writer may still name; ``dry_run`` reports, removes
+    nothing."""
+
+    stale: bool = True
+    orphans: bool = True
+    max_size: int | None = None
+    grace: float = ORPHAN_GRACE
+    dry_run: bool = False
+
+
+def gc(cache: TargetCache, live_identities: set[str] | None,
+       opts: GcOptions = GcOptions()) -> GcReport:
     """Collect; ``live_identities`` is what the current walk yields (None: skip stale)."""
     rep = GcReport(cache.target)
     if not cache.check_layout():
         return rep
-    with nullcontext() if dry_run else cache.lock():
+    with nullcontext() if opts.dry_run else cache.lock():
         sizes = cache.blob_sizes()
         rep.bytes_before = sum(sizes.values())
-        needs = _entries(cache, live_identities if stale else None, dry_run, rep)
-        if orphans or stale:
-            _orphans(cache, sizes, needs, grace, dry_run, rep)
-        if max_size is not None:
-            _evict(cache, sizes, needs, max_size, dry_run, rep)
-        _temps(cache, grace, dry_run, rep)
-        _timings(cache, dry_run, rep)
+        needs = _entries(cache, live_identities if opts.stale else None, opts.dry_run, rep)
+        if opts.orphans or opts.stale:
+            _orphans(cache, sizes, needs, opts, rep)
+        if opts.max_size is not None:
+            _evict(cache, sizes, needs, opts, rep)
+        _temps(cache, opts, rep)
+        _timings(cache, opts.dry_run, rep)
         rep.bytes_after = sum(sizes.values())
     return rep
 
@@ -177,8 +190,8 @@ def _corrupt(cache: TargetCache, entry: Entry | Stage2Entry | CorruptEntry,
     return bool(why)
 
 
-def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, grace: float,
-             dry_run: bool, rep: GcReport) -> None:
+def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, opts: GcOptions,
+             rep: GcReport) -> None:
     """Blobs no entry names. The grace spares a young blob a writer may still name, but
     not one whose last entry this run removed as stale (under the lock: nothing can
     name it in between), so ``--stale --orphans`` frees a stale entry's blob at once."""
@@ -186,23 +199,23 @@ def _orphans(cache: TargetCache, sizes: dict[str, int], needs: _Needs, grace: fl
     for key in list(sizes):
         if key in needs.by_blob:
             continue
-        if key not in needs.freed and now - cache.blob_mtime(key) < grace:
+        if key not in needs.freed and now - cache.blob_mtime(key) < opts.grace:
             continue
         rep.orphan_blobs.append(key)
-        if not dry_run:
+        if not opts.dry_run:
             cache.remove_blob(key)
         del sizes[key]
 
 
-def _temps(cache: TargetCache, grace: float, dry_run: bool, rep: GcReport) -> None:
+def _temps(cache: TargetCache, opts: GcOptions, rep: GcReport) -> None:
     """Temporary files of the store's naming older than the grace (a killed writer's; a
     younger one may be a live writer's, about to be renamed)."""
     now = time.time()
     for sub, name, mtime in cache.temp_files():
-        if now - mtime < grace:
+        if now - mtime < opts.grace:
             continue
         rep.temp_files.append(f"{sub}/{name}" if sub else name)
-        if not dry_run:
+        if not opts.dry_run:
             cache.remove_temp(sub, name)
 
 
@@ -233,11 +246,12 @@ def _timings(cache: TargetCache, dry_run: bool, rep: GcReport) -> None:
             cache.write_timings(replace(tf, rows=keep))
 
 
-def _evict(cache: TargetCache, sizes: dict[str, int], needs: _Needs, max_size: int,
-           dry_run: bool, rep: GcReport) -> None:
+def _evict(cache: TargetCache, sizes: dict[str, int], needs: _Needs, opts: GcOptions,
+           rep: GcReport) -> None:
     """Oldest-published first, until the blobs fit ``max_size``; a stage-2 kernel counts
     as published when the last of its users was, and goes after them."""
-    total = sum(sizes.values())
+    total, max_size, dry_run = sum(sizes.values()), opts.max_size, opts.dry_run
+    assert max_size is not None
 
     def order(key: str) -> tuple[float, bool, str]:
         users = needs.users_of.get(key, ())

@@ -75,11 +75,13 @@ from wgradcache.cache.entry import (
     CorruptEntry,
     Entry,
     FailureRecord,
+    RejectRecord,
     Stage2Entry,
     check_key,
     is_key,
     read_record,
     record_bytes,
+    record_line,
 )
 from wgradcache.cache.timings import (
     MAX_TIMINGS_FILE,
@@ -888,14 +890,14 @@ class TargetCache:
     def clear_failure(self, identity_key: str) -> None:
         self._unlink("failed", self._file("failed", identity_key, ".json").name)
 
-    def record_rejects(self, rejected: dict[str, dict], accepted: set[str]) -> None:
+    def record_rejects(self, rejected: dict[str, RejectRecord], accepted: set[str]) -> None:
         """One line per rejected identity: ``rejected`` (identity key -> its record) replaces
         what the file said of those identities, ``accepted`` ones leave it (the rules
         changed). The file is rewritten only when that changes it, and the writer lock is
         taken only then, so a no-op build writes nothing and runs on a read-only cache."""
-        def merged() -> tuple[list[dict], dict, dict]:
+        def merged() -> tuple[list[RejectRecord], dict, dict]:
             lines = self.rejects()
-            old = {r.get("identity_key"): r for r in lines}
+            old = {r.identity_key: r for r in lines}
             new = {k: r for k, r in old.items() if k not in accepted}
             new.update(rejected)
             return lines, old, new
@@ -905,10 +907,22 @@ class TargetCache:
             return
         with self.lock():
             lines, old, new = merged()  # again: another writer may have changed it
-            self._write(None, self.rejects_path.name, b"".join(_line(r) for r in new.values()))
+            self._write(None, self.rejects_path.name,
+                        b"".join(record_line(r) for r in new.values()))
 
-    def rejects(self) -> list[dict]:
-        return _read_lines(self.rejects_path) if self.checked_dir(None) else []
+    def rejects(self) -> list[RejectRecord]:
+        """The lines of ``rejects.jsonl`` that are whole records; a torn last line from a
+        killed writer, or a line edited into something else, is skipped."""
+        if not self.checked_dir(None):
+            return []
+        data = read_capped(self.rejects_path, MAX_LOG)
+        out = []
+        for n, line in enumerate((data or b"").splitlines(), 1):
+            try:
+                out.append(read_record(RejectRecord, line, f"{self.rejects_path}:{n}"))
+            except CorruptEntry:
+                continue
+        return out
 
     def append_stats(self, record: dict) -> bool:
         """One line at the end of ``stats.jsonl``, in a single O_APPEND write (whole lines

@@ -231,18 +231,25 @@ def merge(sources, dest, as_json) -> None:
 @geometries_option
 @cache_dir_option
 @click.option("--json", "as_json", is_flag=True, help="print report.json")
-def refresh(plan_path, report_dir, shard, jobs, geometries_file, cache_dir, as_json) -> None:
+def refresh(plan_path, as_json, **options) -> None:
     """The nightly job: build the plan incrementally, gc, verify, write the report."""
-    from wgradcache.pipeline.refresh import PlanError, ReportRefused, load_plan, render_markdown
+    from wgradcache.pipeline.refresh import (
+        PlanError,
+        RefreshRequest,
+        ReportRefused,
+        load_plan,
+        render_markdown,
+    )
     from wgradcache.pipeline.refresh import refresh as run_refresh
 
     try:
         plan = load_plan(plan_path)
     except (PlanError, ValueError) as e:
         raise UserError(str(e)) from None
+    options.update(jobs=options["jobs"] or 0, cache_dir=str(options["cache_dir"]))
+    report_dir = options["report_dir"]
     try:
-        doc = run_refresh(plan, str(cache_dir), report_dir, jobs=jobs or 0, shard=shard,
-                          geometries_file=geometries_file)
+        doc = run_refresh(RefreshRequest(plan=plan, **options))
     except ReportRefused as e:
         raise UserError(str(e)) from None
     if as_json:

@@ -14,12 +14,12 @@ from wgradcache.cli.console import emit_json, table
 @click.option("--walk", "by_walk", is_flag=True,
               help="enumerate the walk instead of the closed form (the cross-check)")
 @click.option("--list", "as_list", is_flag=True, help="print every walked job's label")
-def count(targets, dtypes, variants, geometries_file, as_json, by_walk, as_list) -> None:
+def count(as_json, by_walk, as_list, geometries_file, **selection) -> None:
     """Jobs per target x dtype x variant, computed without building the walk."""
     from wgradcache.jobs import count_table, default_jobdata, resolve_selection, walk
 
     data = default_jobdata(geometries_file)
-    sel = resolve_selection(targets, dtypes, variants, data)
+    sel = resolve_selection(data=data, **selection)  # targets, dtypes, variants
     if as_list:
         for t in sel.targets:
             for spec in walk(t, sel.dtypes, sel.variants, data):

@@ -34,17 +34,15 @@ def _max_grid_z() -> int:
               help=f"input seed (0 to {MAX_SEED})")
 @geometries_option
 @json_option
-def emulate(spec, problem, split_k, seed, geometries_file, as_json) -> None:
+def emulate(as_json, **options) -> None:
     """Run one kernel in the emulator against the float64 reference.
 
     Exit 0 on pass, 1 on fail, 2 when the kernel cannot serve the problem.
     """
     from wgradcache.pipeline.emulate import EmulateRequest, NotServed, emulate_one
 
-    req = EmulateRequest(spec=spec, problem=problem, split_k=split_k, seed=seed,
-                         geometries_file=geometries_file)
-    try:
-        r = emulate_one(req)
+    try:  # spec, problem, split_k, seed, geometries_file
+        r = emulate_one(EmulateRequest(**options))
     except NotServed as e:
         raise UserError(str(e)) from None
     if as_json:
@@ -64,13 +62,12 @@ def emulate(spec, problem, split_k, seed, geometries_file, as_json) -> None:
               help="seconds (up to a day) before the compile is killed")
 @geometries_option
 @click.option("--json", "as_json", is_flag=True, help="print the .json document")
-def compile_(spec, out_dir, no_validate, timeout, geometries_file, as_json) -> None:
+def compile_(spec, no_validate, as_json, **options) -> None:
     """Compile one job outside the cache, to reproduce and inspect it."""
     from wgradcache.pipeline.reproduce import compile_one, summary_line
 
-    try:
-        rep = compile_one(spec, out_dir, timeout, check=not no_validate,
-                          geometries_file=geometries_file)
+    try:  # out_dir, timeout, geometries_file
+        rep = compile_one(spec, check=not no_validate, **options)
     except ValueError as e:
         raise UserError(str(e)) from None
     if as_json:

@@ -14,6 +14,7 @@ from wgradcache.kernel.mma import MmaIntrinsic, intrinsic, layout
 from wgradcache.model.targets import get_target
 
 __all__ = [
+    "GemmSample",
     "MmaForm",
     "mma_form",
     "mma_kernel",
@@ -178,9 +179,41 @@ class _Ssa:
         self.lines.append(f"  {text}")
 
 
-def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int = 128,
-                tile_k: int = 64, warps_m: int = 2, warps_n: int = 2, async_copy: bool = False,
-                atomic: bool = False, name: str = "gemm") -> str:
+@dataclass(frozen=True)
+class GemmSample:
+    """The main loop ``gemm_kernel`` writes: dtype, CTA tile, warps, and the instruction
+    mix (async copies, an atomic epilogue)."""
+
+    dtype: str = "fp16"
+    tile_m: int = 128
+    tile_n: int = 128
+    tile_k: int = 64
+    warps_m: int = 2
+    warps_n: int = 2
+    async_copy: bool = False
+    atomic: bool = False
+    name: str = "gemm"
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    """What the parts of one ``gemm_kernel`` share: the sample, its MMA form, the figures
+    derived from them and the SSA names of the entry block's ids."""
+
+    g: GemmSample
+    f: MmaForm
+    elem: str
+    block: int
+    subtiles: tuple[int, int]  # MMA sub-tiles per wave along M and N
+    ksub: int  # MMA k steps per K tile
+    loads: tuple[int, int]  # 16-byte copies per thread of A and B
+    tid: str
+    row0: str
+    lane: str
+    warp_rc: tuple[str, str]  # the wave's row and column in the CTA
+
+
+def gemm_kernel(target: str, sample: GemmSample = GemmSample()) -> str:
     """A GEMM main loop of realistic size for timing codegen: global -> LDS -> MMA.
 
     Each K step copies an A and a B tile into LDS with 16-byte accesses (a register round
@@ -190,14 +223,15 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
     ``atomicrmw fadd <2 x half>`` (agent, monotonic). Lane maps are not meant to be right;
     only the instruction mix and register pressure are.
     """
+    g = sample
     t = get_target(target)
-    f = mma_form(target, dtype)
+    f = mma_form(target, g.dtype)
     wave = t.wave_size
-    block = wave * warps_m * warps_n
-    wm, wn = tile_m // warps_m, tile_n // warps_n
-    am, an, ksub = wm // 16, wn // 16, tile_k // f.k
-    elem = "half" if dtype == "fp16" else "bfloat"
-    bytes_a, bytes_b = tile_m * tile_k * 2, tile_n * tile_k * 2
+    block = wave * g.warps_m * g.warps_n
+    wm, wn = g.tile_m // g.warps_m, g.tile_n // g.warps_n
+    am, an, ksub = wm // 16, wn // 16, g.tile_k // f.k
+    elem = "half" if g.dtype == "fp16" else "bfloat"
+    bytes_a, bytes_b = g.tile_m * g.tile_k * 2, g.tile_n * g.tile_k * 2
     loads_a, loads_b = bytes_a // 16 // block, bytes_b // 16 // block
     if min(am, an, ksub, loads_a, loads_b) < 1:
         raise ValueError("tile too small for this block")
@@ -206,26 +240,28 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
     bid = s("call i32 @llvm.amdgcn.workgroup.id.x()")
     lane = s(f"and i32 {tid}, {wave - 1}")
     warp = s(f"lshr i32 {tid}, {wave.bit_length() - 1}")
-    wrow = s(f"and i32 {warp}, {warps_m - 1}")
-    wcol = s(f"lshr i32 {warp}, {(warps_m - 1).bit_length()}")
-    row0 = s(f"mul i32 {bid}, {tile_m}")
+    wrow = s(f"and i32 {warp}, {g.warps_m - 1}")
+    wcol = s(f"lshr i32 {warp}, {(g.warps_m - 1).bit_length()}")
+    row0 = s(f"mul i32 {bid}, {g.tile_m}")
     entry = list(s.lines)
     s.lines.clear()
+    k = _Gemm(g, f, elem, block, (am, an), ksub, (loads_a, loads_b), tid, row0, lane,
+              (wrow, wcol))
 
     accs = [(i, j) for i in range(am) for j in range(an)]
     phis = [f"  %acc{i}_{j} = phi {f.c_type} [zeroinitializer, %entry], [%acc{i}_{j}.n, %loop]"
             for i, j in accs]
-    _gemm_copies(s, tid, row0, elem, block, (loads_a, loads_b), async_copy)
+    _gemm_copies(s, k)
     s.emit("call void @llvm.amdgcn.s.barrier()")
-    _gemm_mmas(s, f, accs, lane, (wrow, wcol), (am, an), ksub, tile_k)
+    _gemm_mmas(s, k, accs)
     s.emit("call void @llvm.amdgcn.s.barrier()")
     body = s.lines
     s.lines = []
-    epilogue = _gemm_epilogue(f, accs, tid, row0, elem, block, atomic)
+    epilogue = _gemm_epilogue(k, accs)
 
     decls = [f.declare(), "declare i32 @llvm.amdgcn.workitem.id.x()",
              "declare i32 @llvm.amdgcn.workgroup.id.x()", "declare void @llvm.amdgcn.s.barrier()"]
-    if async_copy:
+    if g.async_copy:
         decls += ["declare void @llvm.amdgcn.global.load.async.to.lds.b128(ptr addrspace(1), "
                   "ptr addrspace(3), i32 immarg, i32 immarg)",
                   "declare void @llvm.amdgcn.s.wait.asynccnt(i16 immarg)"]
@@ -233,11 +269,11 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
         f"@lds_a = internal addrspace(3) global [{bytes_a} x i8] poison, align 16",
         f"@lds_b = internal addrspace(3) global [{bytes_b} x i8] poison, align 16",
         "",
-        f"define amdgpu_kernel void @{name}(ptr addrspace(1) noalias %a, "
+        f"define amdgpu_kernel void @{g.name}(ptr addrspace(1) noalias %a, "
         "ptr addrspace(1) noalias %b, ptr addrspace(1) noalias %d, i32 %K) #0 {",
         "entry:", *entry, "  br label %loop", "loop:",
         "  %k = phi i32 [0, %entry], [%k.n, %loop]", *phis, *body,
-        f"  %k.n = add i32 %k, {tile_k}",
+        f"  %k.n = add i32 %k, {g.tile_k}",
         "  %more = icmp ult i32 %k.n, %K",
         "  br i1 %more, label %loop, label %exit",
         "exit:", *epilogue, "  ret void", "}", "", *decls, _ATTRS.format(block=block),
@@ -245,16 +281,15 @@ def gemm_kernel(target: str, dtype: str = "fp16", tile_m: int = 128, tile_n: int
     return "\n".join(out) + "\n"
 
 
-def _gemm_copies(s: _Ssa, tid: str, row0: str, elem: str, block: int,
-                 loads: tuple[int, int], async_copy: bool) -> None:
+def _gemm_copies(s: _Ssa, k: _Gemm) -> None:
     """One K step's copies of the A and B tiles into LDS, 16 bytes per access."""
-    kk = "%k"
-    for op, nloads, lds in (("a", loads[0], "@lds_a"), ("b", loads[1], "@lds_b")):
+    kk, elem, async_copy = "%k", k.elem, k.g.async_copy
+    for op, nloads, lds in (("a", k.loads[0], "@lds_a"), ("b", k.loads[1], "@lds_b")):
         for i in range(nloads):
-            lin = s(f"add i32 {tid}, {i * block}")
+            lin = s(f"add i32 {k.tid}, {i * k.block}")
             off = s(f"mul i32 {lin}, 8")
             goff = s(f"add i32 {off}, {kk}")
-            goff2 = s(f"add i32 {goff}, {row0}")
+            goff2 = s(f"add i32 {goff}, {k.row0}")
             src = s(f"getelementptr {elem}, ptr addrspace(1) %{op}, i32 {goff2}")
             dst = s(f"getelementptr {elem}, ptr addrspace(3) {lds}, i32 {off}")
             if async_copy:
@@ -267,16 +302,15 @@ def _gemm_copies(s: _Ssa, tid: str, row0: str, elem: str, block: int,
         s.emit("call void @llvm.amdgcn.s.wait.asynccnt(i16 0)")
 
 
-def _gemm_mmas(s: _Ssa, f: MmaForm, accs: list[tuple[int, int]], lane: str,
-               warp_rc: tuple[str, str], subtiles: tuple[int, int], ksub: int,
-               tile_k: int) -> None:
+def _gemm_mmas(s: _Ssa, k: _Gemm, accs: list[tuple[int, int]]) -> None:
     """Per K sub-step: the wave's A and B fragments from LDS, then every MMA of its
     sub-tile, each accumulator chained into the next step (the last feeds the loop phi)."""
+    f, ksub, tile_k, lane = k.f, k.ksub, k.g.tile_k, k.lane
     cur = {ij: f"%acc{ij[0]}_{ij[1]}" for ij in accs}
     frag_bytes = f.ab_elems * 2
     for kstep in range(ksub):
         frags: tuple[list[str], list[str]] = ([], [])
-        for count, sub, lds, out in zip(subtiles, warp_rc, ("@lds_a", "@lds_b"), frags,
+        for count, sub, lds, out in zip(k.subtiles, k.warp_rc, ("@lds_a", "@lds_b"), frags,
                                         strict=True):
             for i in range(count):
                 base = s(f"mul i32 {sub}, {count * 16 * tile_k * 2}")
@@ -291,19 +325,19 @@ def _gemm_mmas(s: _Ssa, f: MmaForm, accs: list[tuple[int, int]], lane: str,
             cur[(i, j)] = dst
 
 
-def _gemm_epilogue(f: MmaForm, accs: list[tuple[int, int]], tid: str, row0: str, elem: str,
-                   block: int, atomic: bool) -> list[str]:
+def _gemm_epilogue(k: _Gemm, accs: list[tuple[int, int]]) -> list[str]:
     """D as 16-bit values: stored, or added with packed ``atomicrmw fadd`` pairs."""
+    f, elem, block = k.f, k.elem, k.block
     epi = _Ssa()
     epi._n = 100000
     half_c = f.c_elems // 2
     for idx, (i, j) in enumerate(accs):
         acc = f"%acc{i}_{j}.n"
-        base = epi(f"mul i32 {tid}, {f.c_elems}")
+        base = epi(f"mul i32 {k.tid}, {f.c_elems}")
         off = epi(f"add i32 {base}, {idx * block * f.c_elems}")
-        off = epi(f"add i32 {off}, {row0}")
+        off = epi(f"add i32 {off}, {k.row0}")
         cvt = epi(f"fptrunc {f.c_type} {acc} to <{f.c_elems} x {elem}>")
-        if atomic:
+        if k.g.atomic:
             for pair in range(half_c):
                 v = epi(f"shufflevector <{f.c_elems} x {elem}> {cvt}, <{f.c_elems} x {elem}> "
                         f"poison, <2 x i32> <i32 {2 * pair}, i32 {2 * pair + 1}>")

@@ -598,7 +598,7 @@ class KernelBuilder:
             raise BuildError(f"alignment {a} is not a power of two")
         return a
 
-    def bounded_load(self, p: Value, byte_off: Operand, num_bytes: Value, vec: int = 1, *,
+    def bounded_load(self, p: Value, byte_off: Operand, num_bytes: Value, vec: int = 1, *,  # noqa: PLR0913 - an IR op: its operands, width, alignment
                      align: int | None = None, base: Value | None = None) -> Value:
         """Load ``vec`` elements at byte ``byte_off`` of a record that starts at byte ``base``
         (default 0) of the kernel argument ``p``, with the range check in the access: the

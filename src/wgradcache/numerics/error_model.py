@@ -16,7 +16,7 @@ import numpy as np
 from wgradcache.model.problem import ConvProblem
 from wgradcache.numerics.reference import reference_dw, slice_partials
 
-__all__ = ["unit_roundoff", "ErrorBound", "error_bound", "peak_normalised_error"]
+__all__ = ["unit_roundoff", "ErrorBound", "SplitLayout", "error_bound", "peak_normalised_error"]
 
 
 def unit_roundoff(dtype: str) -> float:
@@ -39,9 +39,19 @@ class ErrorBound:
     terms: tuple[tuple[str, float], ...]  # each source's peak-normalised share (largest element)
 
 
-def error_bound(problem: ConvProblem, x: np.ndarray, dy: np.ndarray, dw_dtype: str, *,
-                split_k: int = 1, slice_k: int | None = None, reduction: str = "none",
-                ws_replicas: int = 1) -> ErrorBound:
+@dataclass(frozen=True)
+class SplitLayout:
+    """What of a launch's split-K plan its rounding depends on (``SplitPlan``'s degree,
+    slice width, reduction and workspace replicas); the default: no split."""
+
+    split_k: int = 1
+    slice_k: int | None = None  # None: the whole reduction
+    reduction: str = "none"
+    ws_replicas: int = 1
+
+
+def error_bound(problem: ConvProblem, x: np.ndarray, dy: np.ndarray, dw_dtype: str,
+                split: SplitLayout = SplitLayout()) -> ErrorBound:
     """Rigorous float64 bound on the error of one launch, per dW element then maximised.
 
     The model (u = unit roundoff):
@@ -56,6 +66,7 @@ def error_bound(problem: ConvProblem, x: np.ndarray, dy: np.ndarray, dw_dtype: s
       it on the way (no split, or the two-stage conversion).
     Subnormal results add half the smallest spacing per rounding.
     """
+    split_k, slice_k, reduction = split.split_k, split.slice_k, split.reduction
     ref = reference_dw(problem, x, dy)
     peak = float(np.max(np.abs(ref))) if ref.size else 0.0
     wk = problem.wg_K
@@ -79,7 +90,7 @@ def error_bound(problem: ConvProblem, x: np.ndarray, dy: np.ndarray, dw_dtype: s
             terms[f"{dw_dtype} packed atomic adds"] = (degree - 1) * (
                 u16 * run * (1 + degree * u16) + _underflow(dw_dtype))
     elif reduction == "two_stage" and split_k > 1:
-        r = max(1, min(ws_replicas, degree))
+        r = max(1, min(split.ws_replicas, degree))
         terms["f32 workspace atomics"] = (degree - 1) * (u32 * run + _underflow("fp32"))
         terms["f32 stage-2 sum"] = (r - 1) * u32 * run * (1 + degree * u32)
     elif reduction not in ("none", "atomic", "two_stage"):

@@ -16,7 +16,7 @@ import numpy as np
 from wgradcache.kernel.emulate import bf16_to_f32, f32_to_bf16
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec
-from wgradcache.numerics.error_model import ErrorBound, error_bound
+from wgradcache.numerics.error_model import ErrorBound, SplitLayout, error_bound
 from wgradcache.numerics.reference import make_inputs, reference_dw
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import SplitPlan, plan_split_k
@@ -100,7 +100,6 @@ def prepare_run(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None, 
                          f"{plan.degree}: {why}")
     x, dy = make_inputs(problem, spec.dtype, seed)
     ref = reference_dw(problem, x, dy)
-    bound = error_bound(problem, x, dy, spec.dw_dtype, split_k=plan.degree,
-                        slice_k=plan.slice_k, reduction=plan.reduction,
-                        ws_replicas=plan.ws_replicas)
+    bound = error_bound(problem, x, dy, spec.dw_dtype,
+                        SplitLayout(plan.degree, plan.slice_k, plan.reduction, plan.ws_replicas))
     return plan, x, dy, ref, bound

@@ -22,14 +22,21 @@ from dataclasses import asdict
 
 from wgradcache.cache.store import TargetCache
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.plan import BuildRequest, job_cost, make_plan, parse_shard, select_jobs
-from wgradcache.pipeline.publish import BuildContext, BuildSummary, Publisher
+from wgradcache.pipeline.plan import (
+    BuildContext,
+    BuildRequest,
+    job_cost,
+    make_plan,
+    parse_shard,
+    select_jobs,
+)
+from wgradcache.pipeline.publish import BuildSummary, Publisher
 from wgradcache.pipeline.stage2 import Stage2Builds
 from wgradcache.pipeline.workers import (
+    CompileJob,
+    JobResult,
     RunOptions,
     codegen_context,
-    job_alone,
-    job_task,
     run_chunked,
 )
 
@@ -59,8 +66,7 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     cache = TargetCache(req.cache_dir, req.target)
     specs = select_jobs(req) if specs is None else specs
 
-    plan = make_plan(specs, cache, req, ctx.generator_digest, tdigest, validate_specs,
-                     options=options)
+    plan = make_plan(specs, cache, req, ctx, validate_specs)
     summary = BuildSummary(target=req.target, jobs=len(specs), up_to_date=plan.up_to_date,
                            rejected=len(plan.rejected), failed=len(plan.previous),
                            failures=list(plan.previous), rejects=list(plan.rejected.values()))
@@ -72,24 +78,22 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
     progress(plan.settled, 0.0)
 
     publisher = Publisher(cache, ctx, summary, plan.pending, progress,
-                          recompile=lambda s: job_alone(s, options, toolchain, validate_specs,
-                                                        frozenset(), timeout=req.job_timeout))
+                          recompile=lambda s: CompileJob(s, options, toolchain, validate_specs)
+                          .alone(req.job_timeout))
     stage2 = Stage2Builds(cache, ctx, req.job_timeout, publisher)
     stage2.start(specs)  # two-stage results wait in the publisher for their kernel
     relinkable = cache.relinkable() - plan.untrusted if plan.pending else frozenset()
-    tasks = [(s, options, toolchain, validate_specs, relinkable) for s in plan.pending]
+    tasks = [CompileJob(s, options, toolchain, validate_specs, relinkable)
+             for s in plan.pending]
 
-    def take(res: dict) -> None:
+    def take(res: JobResult) -> None:
         publisher.take(res)
         stage2.poll()
 
     try:
         opts = RunOptions(n_jobs=req.jobs or os.cpu_count() or 1,
                           job_timeout=req.job_timeout, backend=req.backend)
-        run_chunked(job_task, tasks, opts, take,
-                    key_of=lambda t: t[0].identity_key(),
-                    retry=lambda t: job_alone(*t, timeout=req.job_timeout),
-                    stop=lambda: bool(summary.stopped))
+        run_chunked(tasks, opts, take, stop=lambda: bool(summary.stopped))
     except BaseException:
         stage2.cancel()
         raise

@@ -24,7 +24,7 @@ class GcRequest:
 def collect(req: GcRequest) -> list:
     """One ``GcReport`` per target."""
     from wgradcache.cache.catalog import cache_targets
-    from wgradcache.cache.gc import gc
+    from wgradcache.cache.gc import GcOptions, gc
     from wgradcache.cache.store import TargetCache
     from wgradcache.jobs import default_jobdata, walk
     from wgradcache.model.spec import DTYPE_KEYS
@@ -32,10 +32,10 @@ def collect(req: GcRequest) -> list:
     stale, orphans = req.stale, req.orphans
     if not (stale or orphans or req.max_size is not None):
         stale = orphans = True
+    opts = GcOptions(stale=stale, orphans=orphans, max_size=req.max_size, dry_run=req.dry_run)
     data = default_jobdata(req.geometries_file) if stale else None
     reports = []
     for t in req.targets or cache_targets(req.cache_dir):
         live = {s.identity_key() for s in walk(t, DTYPE_KEYS, None, data)} if stale else None
-        reports.append(gc(TargetCache(req.cache_dir, t), live, stale=stale, orphans=orphans,
-                          max_size=req.max_size, dry_run=req.dry_run))
+        reports.append(gc(TargetCache(req.cache_dir, t), live, opts))
     return reports

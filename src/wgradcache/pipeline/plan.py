@@ -22,13 +22,14 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from wgradcache.cache.entry import CorruptEntry, Entry
+from wgradcache.cache.entry import CorruptEntry, Entry, RejectRecord
 from wgradcache.cache.store import TargetCache
 from wgradcache.jobs import default_jobdata, resolve_selection, walk
 from wgradcache.model.spec import KernelSpec, validate
 
-__all__ = ["BuildRequest", "BuildPlan", "MAX_SHARDS", "MAX_JOBS", "JOB_TIMEOUT_RANGE",
-           "parse_shard", "check_shard", "job_cost", "select_jobs", "make_plan"]
+__all__ = ["BuildRequest", "BuildContext", "BuildPlan", "JobFailure", "MAX_SHARDS", "MAX_JOBS",
+           "JOB_TIMEOUT_RANGE", "parse_shard", "check_shard", "job_cost", "select_jobs",
+           "make_plan"]
 
 MAX_JOBS = 1024  # parallel workers: each one is a process; past this a typo, not a machine
 JOB_TIMEOUT_RANGE = (1.0, 86400.0)  # seconds one compile job may take: up to a day (inf or
@@ -156,15 +157,49 @@ def select_jobs(req: BuildRequest) -> list[KernelSpec]:
     return specs
 
 
+@dataclass(frozen=True)
+class BuildContext:
+    """What every entry of one build records besides its job: generator and toolchain,
+    and what the plan compares an entry's against to call it up to date."""
+
+    generator_digest: str
+    options: dict
+    toolchain: dict
+    toolchain_digest: str
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A job (or stage-2 kernel) of one build that failed, as the summary, the CLI's lines
+    and the refresh report show it. The record on disk is ``FailureRecord``; this is what the
+    run says of it, including a reason the record could not keep (a failure record that
+    could not be written says so)."""
+
+    label: str  # the job's, or "stage2 <name>"
+    reason: str
+    transient: bool | None = None  # None: a stage-2 kernel, or a failure of an earlier build
+    previous: bool = False  # failed in an earlier build: not compiled again
+
+    def to_json(self) -> dict:
+        """The report's object: ``label`` and ``reason``, ``transient`` where it is known,
+        ``previous`` only when true (the keys the report always had)."""
+        doc: dict = {"label": self.label, "reason": self.reason}
+        if self.transient is not None:
+            doc["transient"] = self.transient
+        if self.previous:
+            doc["previous"] = True
+        return doc
+
+
 @dataclass
 class BuildPlan:
     """What the plan settled without compiling, and what is left to compile."""
 
     pending: list[KernelSpec] = field(default_factory=list)  # longest first
     up_to_date: int = 0
-    rejected: dict[str, dict] = field(default_factory=dict)  # identity key -> reject record
+    rejected: dict[str, RejectRecord] = field(default_factory=dict)  # by identity key
     accepted: set[str] = field(default_factory=set)  # identity keys the rules admit
-    previous: list[dict] = field(default_factory=list)  # permanent failures, not retried
+    previous: list[JobFailure] = field(default_factory=list)  # permanent, not retried
     # content keys of blobs that are present but not the bytes an entry records: a build
     # must compile them again, never relink to them
     untrusted: set[str] = field(default_factory=set)
@@ -174,11 +209,12 @@ class BuildPlan:
         return self.up_to_date + len(self.rejected) + len(self.previous)
 
 
-def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, gen: str,
-              tdigest: str, validate_specs: bool = True, *, options: dict) -> BuildPlan:
+def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest,
+              ctx: BuildContext, validate_specs: bool = True) -> BuildPlan:
     """Settle what needs no compile; the per-job work here is what a no-op rebuild costs
     (one rule check, one entry read and one blob check per job), so nothing else belongs
-    in this loop. ``options`` are the codegen options this build compiles with."""
+    in this loop. ``ctx``: the generator, toolchain and codegen options of this build."""
+    gen, tdigest = ctx.generator_digest, ctx.toolchain_digest
     data = default_jobdata(req.geometries_file)  # the budgets the walk used
     plan = BuildPlan()
     for spec in specs:
@@ -186,22 +222,21 @@ def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, ge
         ok, why = (validate(spec, limits=data.limits_for(spec.target)) if validate_specs
                    else (True, ""))
         if not ok:
-            plan.rejected[ik] = {"identity_key": ik, "label": spec.label(), "reason": why,
-                                 "toolchain": tdigest}
+            plan.rejected[ik] = RejectRecord(identity_key=ik, label=spec.label(),
+                                             reason=why, toolchain=tdigest)
             continue
         plan.accepted.add(ik)
         try:
             entry = cache.read_entry(ik)
         except CorruptEntry:
             entry = None
-        if entry is not None and _up_to_date(cache, entry, gen, tdigest, options, plan):
+        if entry is not None and _up_to_date(cache, entry, ctx, plan):
             plan.up_to_date += 1
             continue
         fail = cache.read_failure(ik)
         if (fail is not None and not fail.transient and not req.retry_failed
                 and fail.generator_digest == gen and fail.toolchain_digest == tdigest):
-            plan.previous.append({"label": spec.label(), "reason": fail.reason,
-                                  "previous": True})
+            plan.previous.append(JobFailure(spec.label(), fail.reason, previous=True))
             continue
         plan.pending.append(spec)
     # Longest first (LPT): the last jobs of a chunk are then short, so the chunk barriers
@@ -210,13 +245,13 @@ def make_plan(specs: list[KernelSpec], cache: TargetCache, req: BuildRequest, ge
     return plan
 
 
-def _up_to_date(cache: TargetCache, entry: Entry, gen: str, tdigest: str, options: dict,
-                plan: BuildPlan) -> bool:
+def _up_to_date(cache: TargetCache, entry: Entry, ctx: BuildContext, plan: BuildPlan) -> bool:
     """This generator, toolchain and codegen options, and a blob that is its bytes. The
     blob is checked even when the entry is stale: a stale entry's blob is what a relink
     would reuse, so one that fails is marked untrusted."""
     blob_ok = cache.check_blob(entry.blob, entry.blob_size, entry.blob_sha256)[0]
     if not blob_ok and cache.has_blob(entry.blob):
         plan.untrusted.add(entry.blob)
-    return (blob_ok and entry.generator_digest == gen and entry.toolchain_digest == tdigest
-            and entry.codegen_options == options)
+    return (blob_ok and entry.generator_digest == ctx.generator_digest
+            and entry.toolchain_digest == ctx.toolchain_digest
+            and entry.codegen_options == ctx.options)

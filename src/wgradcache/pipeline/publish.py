@@ -27,12 +27,13 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord
+from wgradcache.cache.entry import BlobMeta, Entry, FailureRecord, RejectRecord
 from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.plan import job_cost
+from wgradcache.pipeline.plan import BuildContext, JobFailure, job_cost
+from wgradcache.pipeline.workers import JobResult
 
 __all__ = ["BuildSummary", "BuildContext", "FailureGroup", "Publisher", "STOPPING",
            "group_failures", "stops_the_build"]
@@ -69,13 +70,13 @@ class FailureGroup:
         return f"FAILED {len(self.labels)} jobs: {self.reason}{again}: {named}{more}"
 
 
-def group_failures(failures: list[dict]) -> list[FailureGroup]:
+def group_failures(failures: list[JobFailure]) -> list[FailureGroup]:
     """``failures`` (``BuildSummary.failures``) by (reason, previous): most jobs first, then
     by reason, labels sorted, so the same failures read the same whatever order parallel
     workers finished in."""
     groups: dict[tuple[str, bool], list[str]] = {}
     for f in failures:
-        groups.setdefault((f["reason"], bool(f.get("previous"))), []).append(f["label"])
+        groups.setdefault((f.reason, f.previous), []).append(f.label)
     return [FailureGroup(reason, previous, tuple(sorted(labels)))
             for (reason, previous), labels in sorted(groups.items(),
                                                      key=lambda kv: (-len(kv[1]), kv[0]))]
@@ -93,8 +94,8 @@ class BuildSummary:
     stage2_failed: int = 0
     bytes: int = 0
     seconds: float = 0.0
-    failures: list[dict] = field(default_factory=list)  # jobs' and stage-2 kernels'
-    rejects: list[dict] = field(default_factory=list)  # this run's, one per identity
+    failures: list[JobFailure] = field(default_factory=list)  # jobs' and stage-2 kernels'
+    rejects: list[RejectRecord] = field(default_factory=list)  # this run's, one per identity
     # worker seconds summed over the jobs compiled here, by phase (emit, parse, codegen, link,
     # listing, read, isa_stats): recorded in stats.jsonl, where the time of a build went
     phases: dict[str, float] = field(default_factory=dict)
@@ -130,42 +131,33 @@ class BuildSummary:
         return doc
 
 
-@dataclass(frozen=True)
-class BuildContext:
-    """What every entry of one build records besides its job: generator and toolchain."""
-
-    generator_digest: str
-    options: dict
-    toolchain: dict
-    toolchain_digest: str
-
-
 class Publisher:
     """Takes each worker result once, in the coordinator, and counts it once."""
 
     def __init__(self, cache: TargetCache, ctx: BuildContext, summary: BuildSummary,
                  specs: list[KernelSpec], progress: Callable[[int, float], None],
-                 recompile: Callable[[KernelSpec], dict] | None = None):
+                 recompile: Callable[[KernelSpec], JobResult] | None = None):
         self.cache, self.ctx, self.summary = cache, ctx, summary
         self.recompile = recompile
         self.progress = progress
         self._specs = {s.identity_key(): s for s in specs}
-        self._held: dict[str, list[tuple[KernelSpec, dict]]] = {}  # stage-2 name -> results
+        # stage-2 name -> the results held for it
+        self._held: dict[str, list[tuple[KernelSpec, JobResult]]] = {}
         self._refused: dict[str, str] = {}  # stage-2 name -> why its jobs fail
         self._written: set[str] = set()  # content keys whose blob this run wrote
 
-    def take(self, res: dict) -> None:
+    def take(self, res: JobResult) -> None:
         """One worker result: publish it, hold it for its stage-2 kernel, or record its
         failure. Never raises for an error of the cache (``run_chunked`` would take it for
         a dead worker). Progress counts it now: its compile work is done."""
-        spec = self._specs[res["ik"]]
-        for phase, sec in res.get("t", {}).items():
+        spec = self._specs[res.key]
+        for phase, sec in res.t.items():
             self.summary.phases[phase] = self.summary.phases.get(phase, 0.0) + sec
         name = stage2_name(spec.dw_dtype, spec.ws_replicas)
-        if self.summary.stopped and not (res.get("error") and not res.get("stopped")):
+        if self.summary.stopped and not (res.error and not res.stopped):
             self._stopped_job()
-        elif "error" in res:
-            self.fail(spec, res["error"], transient=res.get("transient", False))
+        elif res.error:
+            self.fail(spec, res.error, transient=res.transient)
         elif spec.reduction == "two_stage" and name in self._refused:
             self.fail(spec, self._refused[name], transient=True)
         elif spec.reduction == "two_stage" and name in self._held:
@@ -200,7 +192,7 @@ class Publisher:
         self.summary.failed += 1
         self.summary.stopped_jobs += 1
 
-    def _publish_or_fail(self, spec: KernelSpec, res: dict) -> None:
+    def _publish_or_fail(self, spec: KernelSpec, res: JobResult) -> None:
         if self.summary.stopped:
             self._stopped_job()
             return
@@ -213,18 +205,18 @@ class Publisher:
                 return
             self.fail(spec, f"publish: {type(e).__name__}: {e}", transient=True)
 
-    def _compile_instead(self, spec: KernelSpec, res: dict) -> None:
+    def _compile_instead(self, spec: KernelSpec, res: JobResult) -> None:
         """A relink whose blob its sidecar does not prove: compile the job here (an isolated
         child, ``recompile``) and publish that, or fail it, transiently, without one."""
         if self.recompile is None:
-            self.fail(spec, f"blob {res['ckey'][:16]} is not the bytes its sidecar records; "
+            self.fail(spec, f"blob {res.ckey[:16]} is not the bytes its sidecar records; "
                             "the next build compiles it", transient=True)
             return
         again = self.recompile(spec)
-        if "error" in again:
-            self.fail(spec, again["error"], transient=again.get("transient", False))
-        elif "hsaco" not in again:  # relinkable again: the sidecar was just removed
-            self.fail(spec, f"blob {res['ckey'][:16]} is not the bytes its sidecar records; "
+        if again.error:
+            self.fail(spec, again.error, transient=again.transient)
+        elif again.blob is None:  # relinkable again: the sidecar was just removed
+            self.fail(spec, f"blob {res.ckey[:16]} is not the bytes its sidecar records; "
                             "the next build compiles it", transient=True)
         else:
             self._publish_or_fail(spec, again)
@@ -245,29 +237,29 @@ class Publisher:
                     self.cache.write_failure(record)
             except OSError as e:  # still a failure of this run, only not remembered
                 reason = f"{reason} (failure record not written: {e})"
-        self.summary.failures.append({"label": spec.label(), "reason": reason,
-                                      "transient": transient})
+        self.summary.failures.append(JobFailure(spec.label(), reason, transient=transient))
 
-    def _publish(self, spec: KernelSpec, res: dict) -> None:
+    def _publish(self, spec: KernelSpec, res: JobResult) -> None:
         """Blob (when compiled here), sidecar, then the entry. A relink whose blob or
         sidecar vanished since the plan listed it (a concurrent gc), or whose sidecar is
         not whole, is a transient failure, and the sidecar is dropped so the next build
         compiles the job instead of trying that relink again. A relink whose blob is not
         the size and sha256 its sidecar records is compiled here instead
         (``_compile_instead``) after dropping that sidecar."""
-        ik, ckey = res["ik"], res["ckey"]
+        ik, ckey = res.key, res.ckey
         cache = self.cache
         unproven = False
         with cache.lock():
-            if "hsaco" in res and ckey in self._written:
+            if res.blob is not None and ckey in self._written:
                 # Another job of this run compiled the same IR (kernels that differ only
                 # in name, e.g. the stage 1 of fp16 and fp16_f32 two-stage): its blob is
                 # this one's, and overwriting it would change the bytes that job's entry
                 # records (the symbol is in the object). Relink to it.
-                res = {k: v for k, v in res.items() if k not in ("hsaco", "meta")}
-            if "hsaco" in res:
-                meta: BlobMeta = res["meta"]
-                ref = cache.write_blob(ckey, res["hsaco"], meta)
+                res = replace(res, blob=None, meta=None)
+            if res.blob is not None:
+                meta = res.meta
+                assert meta is not None  # a compiled result carries its sidecar
+                ref = cache.write_blob(ckey, res.blob, meta)
                 self._written.add(ckey)
             else:
                 meta = cache.read_sidecar(ckey)
@@ -290,21 +282,21 @@ class Publisher:
         if unproven:
             self._compile_instead(spec, res)
             return
-        if "hsaco" in res:
+        if res.blob is not None:
             self.summary.built += 1
             self.summary.bytes += ref.size
         else:
             self.summary.relinked += 1
 
-    def _entry(self, spec: KernelSpec, ik: str, ref: BlobRef, res: dict,
+    def _entry(self, spec: KernelSpec, ik: str, ref: BlobRef, res: JobResult,
                meta: BlobMeta) -> Entry:
         ctx, co = self.ctx, meta.code_object
         return Entry(
             identity_key=ik, identity=spec.canonical(), label=spec.label(),
             target=spec.target, variant=spec.variant, dtype=spec.dtype_key,
             blob=ref.key, blob_size=ref.size, blob_sha256=ref.sha256,
-            symbol=co.get("symbol", res["symbol"]), emitted_symbol=res["symbol"],
-            ir_sha256=res["ir_sha256"], block_size=spec.block_size, code_object=co,
+            symbol=co.get("symbol", res.symbol), emitted_symbol=res.symbol,
+            ir_sha256=res.ir_sha256, block_size=spec.block_size, code_object=co,
             isa=meta.isa, generator_digest=ctx.generator_digest, toolchain=ctx.toolchain,
             toolchain_digest=ctx.toolchain_digest, codegen_options=ctx.options,
             published=time.time())

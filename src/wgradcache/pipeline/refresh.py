@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from wgradcache.cache.entry import CorruptEntry, is_key, parse_object
-from wgradcache.cache.gc import gc, parse_size
+from wgradcache.cache.entry import CorruptEntry, is_key, parse_object, record_json
+from wgradcache.cache.gc import GcOptions, gc, parse_size
 from wgradcache.cache.store import TargetCache, read_capped
 from wgradcache.files.capped import Refused
 from wgradcache.files.shown import printable
@@ -29,7 +29,7 @@ from wgradcache.pipeline.build import BuildRequest, BuildSummary, build
 from wgradcache.pipeline.plan import DEFAULT_JOB_TIMEOUT, JOB_TIMEOUT_RANGE
 from wgradcache.pipeline.verify import LEVELS, VerifyRequest, verify
 
-__all__ = ["Plan", "PlanError", "ReportRefused", "load_plan", "refresh",
+__all__ = ["Plan", "PlanError", "ReportRefused", "RefreshRequest", "load_plan", "refresh",
            "render_markdown", "PreviousReport", "PreviousTarget", "read_previous",
            "MAX_REPORT"]
 
@@ -125,17 +125,28 @@ def _cache_bytes(cache: TargetCache) -> int:
     return sum(cache.blob_path(k).stat().st_size for k in cache.blob_keys())
 
 
-def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0,
-            shard: tuple[int, int] | None = None, geometries_file: str | None = None,
-            progress=None) -> dict:
+@dataclass(frozen=True)
+class RefreshRequest:
+    """``wgradcache refresh``'s options, from the CLI to the library in one object."""
+
+    plan: Plan
+    cache_dir: str
+    report_dir: str | Path = "report"
+    jobs: int = 0  # 0: all cores
+    shard: tuple[int, int] | None = None
+    geometries_file: str | None = None
+
+
+def refresh(rreq: RefreshRequest, progress=None) -> dict:
     """Run the plan; write report.json and report.md into ``report_dir``; return the report."""
     from wgradcache.compile.preflight import require_tools
     from wgradcache.jobs import default_jobdata, walk
     from wgradcache.pipeline.build import codegen_context
     from wgradcache.wgrad.emit import generator_digest
 
+    plan, cache_dir, geometries_file = rreq.plan, rreq.cache_dir, rreq.geometries_file
     require_tools(plan.targets)  # every target's tools before the first one builds
-    report_dir = Path(report_dir)
+    report_dir = Path(rreq.report_dir)
     out = _report_folder(report_dir)  # a link planted there: refused before the build
     previous, unread = _previous(report_dir / "report.json")
     _, toolchain, tdigest = codegen_context()
@@ -148,14 +159,14 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
         t0 = time.monotonic()
         tdigest_t = codegen_context(target)[2]  # sm_90's is ptxas's, not the AMD one
         req = BuildRequest(target=target, dtypes=plan.dtypes, variants=plan.variants,
-                           shard=shard, jobs=jobs, job_timeout=plan.job_timeout,
+                           shard=rreq.shard, jobs=rreq.jobs, job_timeout=plan.job_timeout,
                            geometries_file=geometries_file, cache_dir=cache_dir)
         summary: BuildSummary = build(req, progress=progress)
         t_build = time.monotonic() - t0
         cache = TargetCache(cache_dir, target)
         data = default_jobdata(geometries_file)
         live = {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
-        g = gc(cache, live, max_size=plan.max_size)
+        g = gc(cache, live, GcOptions(max_size=plan.max_size))
         t_gc = time.monotonic() - t0 - t_build
         vrep = verify(VerifyRequest(cache_dir=cache_dir, targets=(target,),
                                     level=plan.verify_level, sample=plan.verify_sample,
@@ -166,8 +177,9 @@ def refresh(plan: Plan, cache_dir: str, report_dir: str | Path, *, jobs: int = 0
         before = prev_t.entries if prev_t else frozenset()
         tdoc = {
             **summary.to_json(),
-            "failures": summary.failures,
-            "rejects": summary.rejects,  # this run's: one per identity the plan refused
+            "failures": [f.to_json() for f in summary.failures],
+            # this run's: one per identity the plan refused
+            "rejects": [record_json(r) for r in summary.rejects],
             "gc": g.to_json(),
             "verify": vrep.to_json(),
             "cache_bytes": _cache_bytes(cache),

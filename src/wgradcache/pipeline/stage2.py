@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from wgradcache.cache.entry import CorruptEntry, Stage2Entry
 from wgradcache.cache.store import TargetCache, content_key, stage2_name
 from wgradcache.model.spec import KernelSpec
-from wgradcache.pipeline.publish import BuildContext, Publisher, stops_the_build
+from wgradcache.pipeline.plan import BuildContext, JobFailure
+from wgradcache.pipeline.publish import Publisher, stops_the_build
 from wgradcache.pipeline.workers import metadata
 
 __all__ = ["Stage2Builds"]
@@ -151,5 +152,5 @@ class Stage2Builds:
     def _fail(self, name: str, reason: str) -> None:
         summary = self.publisher.summary
         summary.stage2_failed += 1
-        summary.failures.append({"label": f"stage2 {name}", "reason": reason})
+        summary.failures.append(JobFailure(f"stage2 {name}", reason))
         self.publisher.refuse(name, reason)

@@ -378,15 +378,18 @@ def _structure(cache: TargetCache, rows: list[_Row], walk: _Walk, rep: VerifyRep
 
 def _reproduce(cache: TargetCache, rows: list[_Row], rep: VerifyReport) -> list[_Row]:
     """The rows whose job, compiled again, gives the stored blob."""
-    from wgradcache.pipeline.verify_reproduce import reproduce_all
+    from wgradcache.pipeline.verify_reproduce import StoredKernel, reproduce_all
+    from wgradcache.pipeline.workers import Stage2Job
 
-    jobs = []
+    kernels = []
     for row in rows:
         e = row.entry
-        job = row.spec if row.spec is not None else (cache.target, e.dw_dtype, e.ws_replicas)
+        job = (row.spec if row.spec is not None
+               else Stage2Job(cache.target, e.dw_dtype, e.ws_replicas))
         opts = e.codegen_options if isinstance(e, Entry) else None
-        jobs.append((row.key, job, e.symbol, e.blob, row.data, e.toolchain_digest, opts))
-    reasons = reproduce_all(cache.target, jobs)
+        kernels.append(StoredKernel(row.key, job, e.symbol, e.blob, row.data,
+                                    e.toolchain_digest, opts))
+    reasons = reproduce_all(cache.target, kernels)
     ok_rows = []
     for row in rows:
         why = reasons[row.key]
@@ -451,9 +454,18 @@ def _device(cache: TargetCache, req: VerifyRequest, rep: VerifyReport):
     return dev
 
 
+@dataclass(frozen=True)
+class _Hooks:
+    """``verify``'s callbacks, as the levels hand them down: ``advance(n)`` as entries
+    settle, ``on_total(n)`` once the numerics rows are known, ``on_result`` per row."""
+
+    advance: Callable[[int], None] = lambda n: None
+    on_total: Callable[[int], None] = lambda n: None
+    on_result: Callable[[NumericsResult], None] = lambda r: None
+
+
 def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: VerifyReport,
-              advance: Callable[[int], None],
-              on_result: Callable[[NumericsResult], None]) -> None:
+              hooks: _Hooks) -> None:
     """Emulate (or launch) every entry row; reproduce has proven each one's IR compiles to
     its stored blob, so the IR the emulator runs is the stored binary's."""
     from wgradcache.model.problem import ConvProblem
@@ -469,8 +481,8 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
         cases = [p for p in problems if serves(spec, p)[0]] if problems else [probe]
         if not cases:
             rep.numerics.append(NumericsResult(ik, label, "not_covered"))
-            on_result(rep.numerics[-1])
-            advance(1)
+            hooks.on_result(rep.numerics[-1])
+            hooks.advance(1)
             continue
         runs, bad = run_entry(launcher(cache, dev, spec, row.entry, row.data, req.seed),
                                spec, cases)
@@ -480,8 +492,8 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
             rep.passed_cases.append((ik, label, "numerics"))
         rep.numerics.append(NumericsResult(ik, label, "failed" if bad else "passed",
                                            tuple(runs)))
-        on_result(rep.numerics[-1])
-        advance(1)
+        hooks.on_result(rep.numerics[-1])
+        hooks.advance(1)
 
 
 def _sampled(rows: list[_Row], req: VerifyRequest) -> list[_Row]:
@@ -494,9 +506,7 @@ def _sampled(rows: list[_Row], req: VerifyRequest) -> list[_Row]:
 
 
 def _verify_target(cache: TargetCache, req: VerifyRequest, rep: VerifyReport,
-                   advance: Callable[[int], None],
-                   on_total: Callable[[int], None] | None,
-                   on_result: Callable[[NumericsResult], None]) -> None:
+                   hooks: _Hooks) -> None:
     depth = LEVELS.index(req.level)
     walk = _walk(cache.target, req.geometries_file)
     entries, stage2 = _integrity(cache, req, rep, walk)
@@ -515,9 +525,8 @@ def _verify_target(cache: TargetCache, req: VerifyRequest, rep: VerifyReport,
     if depth < LEVELS.index("numerics"):
         return
     rows = [r for r in rows if r.spec is not None]
-    if on_total:
-        on_total(len(rows))
-    _numerics(cache, rows, req, rep, advance, on_result)
+    hooks.on_total(len(rows))
+    _numerics(cache, rows, req, rep, hooks)
 
 
 def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
@@ -535,10 +544,11 @@ def verify(req: VerifyRequest, advance: Callable[[int], None] | None = None,
         rep.failures.append(Failure("-", "-", "integrity",
                                     f"no cache under {req.cache_dir}: nothing to verify"))
         return rep
+    hooks = _Hooks(**{k: f for k, f in (("advance", advance), ("on_total", on_total),
+                                         ("on_result", on_result)) if f is not None})
     for t in targets:
         get_target(t)
-        _verify_target(TargetCache(req.cache_dir, t), req, rep, advance or (lambda n: None),
-                       on_total, on_result or (lambda r: None))
+        _verify_target(TargetCache(req.cache_dir, t), req, rep, hooks)
     return rep
 
 

@@ -22,8 +22,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["reproduce_all"]
+from wgradcache.model.spec import KernelSpec
+from wgradcache.pipeline.workers import ReproduceResult, Stage2Job
+
+__all__ = ["StoredKernel", "reproduce_all"]
+
+
+@dataclass(frozen=True)
+class StoredKernel:
+    """One stored kernel to reproduce, as verify read it: its key, its job, the symbol and
+    content key its entry records, the stored bytes, and what it was built with."""
+
+    key: str
+    job: KernelSpec | Stage2Job
+    symbol: str
+    ckey: str
+    stored: bytes
+    toolchain_digest: str
+    codegen_options: dict | None  # None: a stage-2 record, which keeps none
 
 
 def _first_difference(a: bytes, b: bytes) -> int:
@@ -31,13 +49,13 @@ def _first_difference(a: bytes, b: bytes) -> int:
                 min(len(a), len(b)))
 
 
-def _judge(res: dict, ckey: str, stored: bytes) -> str:
-    if "error" in res:
-        return f"could not compile its IR again: {res['error']}"
-    if res["ckey"] != ckey:
+def _judge(res: ReproduceResult, k: StoredKernel) -> str:
+    if res.error:
+        return f"could not compile its IR again: {res.error}"
+    if res.ckey != k.ckey:
         return ("the stored binary is not this IR: re-emitted IR hashes to another "
                 "content key")
-    new = res["hsaco"]
+    new, stored = res.blob or b"", k.stored
     if new != stored:
         return (f"the compile of its IR is not the stored blob: {len(new)} bytes against "
                 f"{len(stored)} stored, first difference at byte "
@@ -45,43 +63,33 @@ def _judge(res: dict, ckey: str, stored: bytes) -> str:
     return ""
 
 
-def reproduce_all(target: str, jobs: list[tuple], jobs_n: int = 0,
+def reproduce_all(target: str, kernels: list[StoredKernel], jobs_n: int = 0,
                   on_done: Callable[[str, str], None] | None = None) -> dict[str, str]:
-    """``jobs``: (key, job, symbol, ckey, stored bytes, toolchain digest, codegen options
-    or None) per stored kernel, ``job`` a ``KernelSpec`` or a stage-2 ``(target, dW dtype,
-    R)``. Returns key -> "" (reproduced) or the reason; ``on_done(key, reason)`` as each
-    settles."""
+    """Compile each of ``kernels`` again. Returns key -> "" (reproduced) or the reason;
+    ``on_done(key, reason)`` as each settles."""
     from wgradcache.compile.preflight import require_tools
-    from wgradcache.pipeline.workers import (
-        RunOptions,
-        codegen_context,
-        reproduce_alone,
-        reproduce_task,
-        run_chunked,
-    )
+    from wgradcache.pipeline.workers import ReproduceJob, RunOptions, codegen_context, run_chunked
 
     require_tools([target])  # before the first job: a missing tool is not a failed entry
     options, toolchain, tdigest = codegen_context(target)
     out: dict[str, str] = {}
     on_done = on_done or (lambda k, r: None)
-    expect: dict[str, tuple[str, bytes]] = {}
+    expect: dict[str, StoredKernel] = {}
     tasks = []
-    for key, job, symbol, ckey, stored, digest, opts in jobs:
-        if digest != tdigest or (opts is not None and opts != options):
-            out[key] = ("built with another toolchain or other codegen options than this "
-                        "machine's: its compile cannot be reproduced here (`wgradcache "
-                        "build` rebuilds it)")
-            on_done(key, out[key])
+    for k in kernels:
+        if k.toolchain_digest != tdigest or (k.codegen_options is not None
+                                             and k.codegen_options != options):
+            out[k.key] = ("built with another toolchain or other codegen options than this "
+                          "machine's: its compile cannot be reproduced here (`wgradcache "
+                          "build` rebuilds it)")
+            on_done(k.key, out[k.key])
             continue
-        expect[key] = (ckey, stored)
-        tasks.append((key, job, symbol, options, toolchain))
+        expect[k.key] = k
+        tasks.append(ReproduceJob(k.key, k.job, k.symbol, options, toolchain))
 
-    def take(res: dict) -> None:
-        key = res["ik"]
-        out[key] = _judge(res, *expect[key])
-        on_done(key, out[key])
+    def take(res: ReproduceResult) -> None:
+        out[res.key] = _judge(res, expect[res.key])
+        on_done(res.key, out[res.key])
 
-    opts = RunOptions(n_jobs=jobs_n or os.cpu_count() or 1)
-    run_chunked(reproduce_task, tasks, opts, take, key_of=lambda t: t[0],
-                retry=lambda t: reproduce_alone(*t, timeout=opts.job_timeout))
+    run_chunked(tasks, RunOptions(n_jobs=jobs_n or os.cpu_count() or 1), take)
     return out
