@@ -20,7 +20,7 @@ from wgradcache.wgrad.abi import wgrad_values
 from wgradcache.wgrad.context import open_wgrad_kernel
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
 from wgradcache.wgrad.kloop import GATHER_STATE_MAX_SLOTS
-from wgradcache.wgrad.loaders import b_operand
+from wgradcache.wgrad.operand_b import b_operand
 from wgradcache.wgrad.slots import ROW_SEGMENT_BYTES
 
 
