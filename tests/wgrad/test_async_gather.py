@@ -1,4 +1,4 @@
-"""The async loop's B gather from carried k rows (loaders.row_tile_slots, OperandLoad.
+"""The async loop's B gather from carried k rows (slots.row_tile_slots, XOperand.
 row_state / advance): a thread's B chunks in few k rows, one carried state per row; exact
 at every wrap pattern, no division in the loop."""
 

@@ -15,8 +15,8 @@ from wgradcache.kernel.lower_llvm import lower
 from wgradcache.model.spec import KernelSpec, lds_bytes
 from wgradcache.pipeline.emulate import run_emulated
 from wgradcache.wgrad.abi import STAGE2_ARGS, WGRAD_ARGS, ir_args
+from wgradcache.wgrad.copies import copy_or_zero_fill
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
-from wgradcache.wgrad.loaders import copy_or_zero_fill
 from wgradcache.wgrad.stage2 import build_stage2
 
 G = (64, 64, 32, 2, 2)

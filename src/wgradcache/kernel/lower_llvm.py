@@ -581,7 +581,7 @@ class _Lowering:
                 + _NOFINE))
         if op is Ops.ASYNC_COPY_ZFILL:
             self.fail(v, "no zero-filling async copy on this target (NVIDIA cp.async; gfx1250 "
-                         "copies with a zero store beside: loaders.copy_or_zero_fill)")
+                         "copies with a zero store beside: copies.copy_or_zero_fill)")
         self.need_async(v)
         p, d = self.val(src[0]), self.val(src[1])
         f = self.intrinsic(_ASYNC_COPY[v.arg], "void",

@@ -57,7 +57,7 @@ from wgradcache.kernel.ir import Value, f32, i32
 from wgradcache.model.spec import loads_per_thread, sync_stages
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
-from wgradcache.wgrad.loaders import issue_async, load_sync, store_sync
+from wgradcache.wgrad.copies import issue_async, load_sync, store_sync
 from wgradcache.wgrad.operand_a import a_operand, whole_tiles_inside
 from wgradcache.wgrad.operand_b import b_operand
 
@@ -278,7 +278,7 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
 
     No exec-mask branch per chunk: every chunk issues one unpredicated copy and one zero
     store, a select putting each in its stage or at the same slot of a third, scratch
-    stage that nothing reads (``loaders.copy_or_zero_fill``); on sm_90 one cp.async whose
+    stage that nothing reads (``copies.copy_or_zero_fill``); on sm_90 one cp.async whose
     src-size zero-fills an out-of-range chunk, and no third stage.
 
     The wait is for all of the wave's (gfx1250) or the thread's (cp.async) copies; every

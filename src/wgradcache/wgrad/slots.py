@@ -87,7 +87,7 @@ def row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: i
                    ) -> tuple[list[Slot], tuple[int, ...]] | None:
     """Slots of a K-outer tile in which a thread's slots sit in few k rows, each row's
     slots sharing one ``k_row`` value (one carried gather state per row:
-    ``OperandLoad.row_state``), and the row of each slot; None where the shape does not
+    ``XOperand.row_state``), and the row of each slot; None where the shape does not
     allow it or a thread would get more than ``max_rows`` rows.
 
     T threads share a row, the fewest that still give runs of ``ROW_SEGMENT_BYTES``:
@@ -188,12 +188,12 @@ def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols
     """``kc_tile_slots``' groups laid so that a thread's groups share their k rows: T
     threads take one position group, thread ``tid`` positions p0 = depth·(tid // T + p·block
     / T) at columns tid % T + j·T, so its slots sit in depth·passes k rows whatever the
-    column count (one carried gather state per row: ``OperandLoad.row_state``); adjacent
+    column count (one carried gather state per row: ``XOperand.row_state``); adjacent
     threads still take adjacent columns, in runs of at least ``ROW_SEGMENT_BYTES``. The
     slots come as ``kc_tile_slots`` gives them (groups of ``depth`` at one column, for
     ``store_sync``), with the row of each and, where the thread has more than
     ``max_rows`` rows, the k offsets of a group's rows from its first
-    (``OperandLoad.derive``: only a group's first row is carried; else None). None where
+    (``XOperand.derive``: only a group's first row is carried; else None). None where
     the shape does not allow it or a thread would get more than ``max_rows`` groups.
 
     Why: with one column a thread owns all of a column's k rows, so every slot has a row of
