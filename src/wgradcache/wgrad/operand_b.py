@@ -230,12 +230,10 @@ def b_operand(ctx: WgradContext, width: int, max_rows: int = 0) -> XOperand:
     kb, a, sp = ctx.kb, ctx.a, ctx.spec
     rows, depth, derive = None, 0, None
     if max_rows and not ctx.k_contiguous:
-        rows = row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
-                              ctx.row_b, ctx.eb, max_rows)
+        rows = row_tile_slots(ctx, sp.tile_n, width, ctx.row_b, max_rows)
     elif max_rows:
         depth = transpose_depth(sp.tile_k, sp.tile_n, width, sp.block_size, ctx.lay.k)
-        rows = kc_row_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, sp.tile_n, width,
-                                 ctx.row_k, ctx.lay, depth, ctx.eb, max_rows)
+        rows = kc_row_tile_slots(ctx, sp.tile_n, width, depth, max_rows)
         derive = rows[2] if rows is not None else None
     slots, depth = (rows[0], depth) if rows is not None else \
         operand_slots(ctx, sp.tile_n, width, ctx.row_b)

@@ -50,8 +50,11 @@ class Slot:
     ok_sign: Value | None = None  # total - 1 - idx: negative exactly where ``ok`` is false
 
 
-def tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
-               lds_row: int, wave: int) -> list[Slot]:
+def tile_slots(ctx: WgradContext, cols: int, width: int, lds_row: int) -> list[Slot]:
+    """Slots of a K-outer tile of tile_k rows of ``cols`` elements, in vectors of
+    ``width`` (module docstring); ``lds_row``: the LDS row's element stride."""
+    kb, tid, block, rows = ctx.kb, ctx.tid, ctx.spec.block_size, ctx.spec.tile_k
+    wave = ctx.lay.wave_size
     per_row = cols // width
     total = rows * per_row
     # idx = s·block + tid: with total and block multiples of the wave, idx < total holds for
@@ -82,8 +85,7 @@ def _row_col(kb: KernelBuilder, idx: Value, per_row: int, width: int, shift: int
     return udiv_const(kb, idx, per_row), (kb.mul(col, width) if width > 1 else col)
 
 
-def row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int,
-                   width: int, lds_row: int, eb: int, max_rows: int
+def row_tile_slots(ctx: WgradContext, cols: int, width: int, lds_row: int, max_rows: int
                    ) -> tuple[list[Slot], tuple[int, ...]] | None:
     """Slots of a K-outer tile in which a thread's slots sit in few k rows, each row's
     slots sharing one ``k_row`` value (one carried gather state per row:
@@ -94,6 +96,8 @@ def row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: i
     thread ``tid`` takes rows tid // T + p·(block / T) at vectors tid % T + j·T, so for
     each slot adjacent threads take adjacent vectors of one row (runs of T vectors), and
     the bytes a wave fetches are those of ``tile_slots``' layout, sector for sector."""
+    kb, tid, block, rows = ctx.kb, ctx.tid, ctx.spec.block_size, ctx.spec.tile_k
+    eb = ctx.eb
     per_row = cols // width
     t = max(-(-block // rows), -(-ROW_SEGMENT_BYTES // (width * eb)))
     if per_row % t or block % t or (rows * t) % block or rows * t // block > max_rows:
@@ -148,8 +152,7 @@ def _group_k(kb: KernelBuilder, p0: Value, lay: mma.MmaLayout, depth: int,
     return kb.add(kb.sub(p0, r), head)
 
 
-def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int, width: int,
-                  row_k: int, lay: mma.MmaLayout, depth: int) -> list[Slot]:
+def kc_tile_slots(ctx: WgradContext, cols: int, width: int, depth: int) -> list[Slot]:
     """Slots of a K-contiguous tile: groups of ``depth`` consecutive slots share a column
     and LDS position p0 (``lds_off`` = col·row_k + p0, the group's first element); slot j
     of a group holds the k at position p0 + j of ``mma.lds_k_order``.
@@ -160,6 +163,8 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
     Since depth divides every run of the order (checked), k(p0 + j) = k(p0) + j' for one
     offset table j', and k(p0) is a loop-invariant select over lay.k / depth values.
     """
+    kb, tid, block, rows = ctx.kb, ctx.tid, ctx.spec.block_size, ctx.spec.tile_k
+    lay, row_k = ctx.lay, ctx.row_k
     offsets, heads = _kc_groups(lay, depth)
     per_row = cols // width
     total = (rows // depth) * per_row
@@ -181,9 +186,7 @@ def kc_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: in
     return out
 
 
-def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols: int,
-                      width: int, row_k: int, lay: mma.MmaLayout, depth: int, eb: int,
-                      max_rows: int
+def kc_row_tile_slots(ctx: WgradContext, cols: int, width: int, depth: int, max_rows: int
                       ) -> tuple[list[Slot], tuple[int, ...], tuple[int, ...]] | None:
     """``kc_tile_slots``' groups laid so that a thread's groups share their k rows: T
     threads take one position group, thread ``tid`` positions p0 = depth·(tid // T + p·block
@@ -200,6 +203,8 @@ def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols
     its own and the gather divides per slot per tile (two magic divisions, ~25 VALU an
     element on narrow vectors); here a row's (wo, ho, offset) is carried and shared by the
     thread's columns."""
+    kb, tid, block, rows = ctx.kb, ctx.tid, ctx.spec.block_size, ctx.spec.tile_k
+    lay, row_k, eb = ctx.lay, ctx.row_k, ctx.eb
     if depth < 1:
         return None
     try:
@@ -231,13 +236,11 @@ def kc_row_tile_slots(kb: KernelBuilder, tid: Value, block: int, rows: int, cols
 
 def operand_slots(ctx: WgradContext, cols: int, width: int, row: int) -> tuple[list[Slot], int]:
     """The operand's slots in the context's LDS layout, and the transpose depth (0: none)."""
-    kb, sp = ctx.kb, ctx.spec
+    sp = ctx.spec
     if not ctx.k_contiguous:
-        return tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, cols, width, row,
-                          ctx.lay.wave_size), 0
+        return tile_slots(ctx, cols, width, row), 0
     depth = transpose_depth(sp.tile_k, cols, width, sp.block_size, ctx.lay.k)
-    return kc_tile_slots(kb, ctx.tid, sp.block_size, sp.tile_k, cols, width, ctx.row_k,
-                         ctx.lay, depth), depth
+    return kc_tile_slots(ctx, cols, width, depth), depth
 
 
 def per_column(slots: list[Slot], make) -> list[dict]:
