@@ -1,4 +1,4 @@
-"""The async loop's B gather from carried k rows (loaders.row_tile_slots, OperandLoad.
+"""The async loop's B gather from carried k rows (slots.row_tile_slots, XOperand.
 row_state / advance): a thread's B chunks in few k rows, one carried state per row; exact
 at every wrap pattern, no division in the loop."""
 
@@ -20,7 +20,8 @@ from wgradcache.wgrad.abi import wgrad_values
 from wgradcache.wgrad.context import open_wgrad_kernel
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
 from wgradcache.wgrad.kloop import GATHER_STATE_MAX_SLOTS
-from wgradcache.wgrad.loaders import ROW_SEGMENT_BYTES, b_operand
+from wgradcache.wgrad.operand_b import b_operand
+from wgradcache.wgrad.slots import ROW_SEGMENT_BYTES
 
 
 def _spec(geometry, problem, chunks=(16, 16), **kw):

@@ -15,8 +15,8 @@ from wgradcache.kernel.lower_llvm import lower
 from wgradcache.model.spec import KernelSpec, lds_bytes
 from wgradcache.pipeline.emulate import run_emulated
 from wgradcache.wgrad.abi import STAGE2_ARGS, WGRAD_ARGS, ir_args
+from wgradcache.wgrad.copies import copy_or_zero_fill
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
-from wgradcache.wgrad.loaders import copy_or_zero_fill
 from wgradcache.wgrad.stage2 import build_stage2
 
 G = (64, 64, 32, 2, 2)
@@ -213,7 +213,7 @@ def test_build_rejects_invalid_spec():
 def test_transpose_depth_keeps_every_thread_busy():
     """The deepest group (8 k rows: a 128-bit LDS store) that still gives each of the block's
     threads one; never deeper than the atom's k-step allows."""
-    from wgradcache.wgrad.loaders import transpose_depth
+    from wgradcache.wgrad.slots import transpose_depth
 
     assert transpose_depth(32, 128, 8, 256, 32) == 2  # 512 vectors over 256 threads
     assert transpose_depth(32, 32, 1, 32, 16) == 8  # 1024 scalars over one wave

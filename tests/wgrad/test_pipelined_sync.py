@@ -18,7 +18,7 @@ from wgradcache.wgrad.context import open_wgrad_kernel
 from wgradcache.wgrad.epilogue import default_epilogue
 from wgradcache.wgrad.kernel import build_kernel, kernel_symbol
 from wgradcache.wgrad.kloop import GATHER_STATE_MAX_SLOTS, sync_k_loop
-from wgradcache.wgrad.loaders import b_operand
+from wgradcache.wgrad.operand_b import b_operand
 
 # wg_K 162: 6 tiles of 32 (a 2-row tail), 3 of 64 (a 34-row tail): every stage is written
 # again after a barrier, at both tile_k; M 40 and N 72 leave partial tiles, pad 1

@@ -27,7 +27,7 @@ PROBLEMS = {
 # one problem with every edge at once, for sweeps over geometries
 EDGE = ConvProblem.parse("1,8,7,7,40,3,3,1,1")  # wg_K 49, M 40, N 72, pad 1
 
-# the carried B-gather coordinates (loaders.OperandLoad.advance) at every wrap pattern of
+# the carried B-gather coordinates (operand_b.XOperand.advance) at every wrap pattern of
 # tile_k = q·HoWo + b·Wo + c: Wo > tile_k (c = tile_k, wo wraps over tiles), 1x1 outputs
 # (Wo = Ho = 1: b = c = 0, img steps by tile_k), stride 2 + pad + dilation (q, b, c > 0),
 # Ho wrapping into img at HoWo 15

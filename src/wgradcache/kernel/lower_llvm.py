@@ -103,7 +103,7 @@ class AmdgpuLowering(Lowering):
     def async_copy(self, v: Value, name: str) -> None:
         if v.op is Ops.ASYNC_COPY_ZFILL:
             self.fail(v, "no zero-filling async copy on this target (NVIDIA cp.async; gfx1250 "
-                         "copies with a zero store beside: loaders.copy_or_zero_fill)")
+                         "copies with a zero store beside: copies.copy_or_zero_fill)")
         self.need_async(v)
         p, d = self.val(v.src[0]), self.val(v.src[1])
         f = self.intrinsic(_ASYNC_COPY[v.arg], "void",

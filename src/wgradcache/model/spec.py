@@ -277,7 +277,7 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
     of the layouts the target may use). The async loop's copies land as memory holds them:
     K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages and a third of
     the same layout where out-of-range chunks' copies land (no exec-mask branch:
-    ``loaders.copy_or_zero_fill``); no third where the copy zero-fills itself
+    ``copies.copy_or_zero_fill``); no third where the copy zero-fills itself
     (``Target.async_zero_fill``).
     The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
     loop's last barrier, so the allocation is the larger of the two.

@@ -101,7 +101,7 @@ class Target:
     # many elements; 0: never (model/spec.sync_k_outer, wgrad/kloop say why)
     sync_k_outer_min_vec: int = 0
     # the async copy zero-fills an out-of-range chunk itself (NVIDIA cp.async's src-size 0):
-    # no zero store beside it and no scratch stage (loaders.copy_or_zero_fill)
+    # no zero store beside it and no scratch stage (copies.copy_or_zero_fill)
     async_zero_fill: bool = False
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 

@@ -27,7 +27,8 @@ GENERATOR_SOURCES = (
     "model/problem.py", "wgrad/abi.py", "backend/amdgpu.py", "backend/nvptx.py",
     "kernel/ir.py", "kernel/builder.py", "kernel/verify.py", "kernel/mma.py",
     "kernel/lower.py", "kernel/lower_common.py", "kernel/lower_llvm.py", "kernel/lower_nvptx.py",
-    "wgrad/kernel.py", "wgrad/context.py", "wgrad/loaders.py", "wgrad/kloop.py",
+    "wgrad/kernel.py", "wgrad/context.py", "wgrad/slots.py", "wgrad/gather.py", "wgrad/operand.py",
+    "wgrad/operand_a.py", "wgrad/operand_b.py", "wgrad/copies.py", "wgrad/kloop.py",
     "wgrad/epilogue.py", "wgrad/stage2.py",
 )
 

@@ -57,14 +57,9 @@ from wgradcache.kernel.ir import Value, f32, i32
 from wgradcache.model.spec import loads_per_thread, sync_stages
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
-from wgradcache.wgrad.loaders import (
-    a_operand,
-    b_operand,
-    issue_async,
-    load_sync,
-    store_sync,
-    whole_tiles_inside,
-)
+from wgradcache.wgrad.copies import issue_async, load_sync, store_sync
+from wgradcache.wgrad.operand_a import a_operand, whole_tiles_inside
+from wgradcache.wgrad.operand_b import b_operand
 
 __all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop",
            "PREFETCH_MAX_LOADS", "GATHER_STATE_MAX_SLOTS"]
@@ -202,7 +197,7 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     store; the two stages still need only the one barrier, and other waves' MMAs still
     overlap this wave's loads.
 
-    A's loads read through a record that moves with the K tile (``OperandLoad.record``:
+    A's loads read through a record that moves with the K tile (``DyOperand.record``:
     start at row kt, end at the slice's end): the row bound is the hardware's range check
     and A's per-lane offsets are fixed for the loop, so A costs no VALU per tile (measured:
     gfx1250 VALU per MMA over the isa_quality subset, median 25.5 -> 20.8 with the B
@@ -211,14 +206,14 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     The B gather's k rows map to (img, ho, wo) through two magic divisions. The loop
     divides once before it and carries the (wo, ho, offset) of each k row of the thread,
     stepped a tile on by adds and one conditional wrap per coordinate
-    (``OperandLoad.advance``); a vector adds its column's tap. The B slots are laid so a
+    (``XOperand.advance``); a vector adds its column's tap. The B slots are laid so a
     thread's vectors share few k rows: on a K-outer tile as the async loop lays its chunks
-    (``loaders.row_tile_slots``), on a K-contiguous one in groups of ``depth`` rows shared
-    by the thread's columns (``loaders.kc_row_tile_slots``; before, a thread owned one
+    (``slots.row_tile_slots``), on a K-contiguous one in groups of ``depth`` rows shared
+    by the thread's columns (``slots.kc_row_tile_slots``; before, a thread owned one
     column and every slot had a row of its own, so narrow kernels divided per slot per
     tile: gfx1250 t128x128x64 v1x1 1204 -> 697 main-loop instructions). Up to
     ``GATHER_STATE_MAX_SLOTS`` rows are carried; past it only each group's first row is,
-    the others are stepped from it every tile (``OperandLoad.derive``: t32x32x64 v1x1 2110
+    the others are stepped from it every tile (``XOperand.derive``: t32x32x64 v1x1 2110
     -> 1478). No kernel of any target's walk divides per tile now; the per-tile division
     stays for shapes neither layout takes (tested by forcing it).
     Measured with isa_quality: 16 is better than 8 over the subset.
@@ -283,7 +278,7 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
 
     No exec-mask branch per chunk: every chunk issues one unpredicated copy and one zero
     store, a select putting each in its stage or at the same slot of a third, scratch
-    stage that nothing reads (``loaders.copy_or_zero_fill``); on sm_90 one cp.async whose
+    stage that nothing reads (``copies.copy_or_zero_fill``); on sm_90 one cp.async whose
     src-size zero-fills an out-of-range chunk, and no third stage.
 
     The wait is for all of the wave's (gfx1250) or the thread's (cp.async) copies; every
@@ -291,9 +286,9 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     after it publishes every lane's landed bytes to the workgroup. The phase's ``if`` (is there
     a tile t+1) is wave-uniform: one scalar branch.
 
-    No division per tile in B's gather where ``loaders.row_tile_slots`` lays the thread's
+    No division per tile in B's gather where ``slots.row_tile_slots`` lays the thread's
     B chunks in at most ``GATHER_STATE_MAX_SLOTS`` k rows: one (wo, ho, offset) per row is
-    carried and stepped by ``OperandLoad.advance`` (as in ``sync_k_loop``), and a chunk
+    carried and stepped by ``XOperand.advance`` (as in ``sync_k_loop``), and a chunk
     pays only its tap's two bounds and one add. Elsewhere each chunk divides per tile.
     """
     kb, sp = ctx.kb, ctx.spec
@@ -303,7 +298,7 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     a_lane, b_lane = lane_bases(ctx)
     zero = kb.const(0, a_lane.dtype)
     spare = 2 * ctx.stage_elems  # the scratch stage of out-of-range chunks' copies
-    # one carried gather state per k row of the thread's B slots (loaders.row_tile_slots)
+    # one carried gather state per k row of the thread's B slots (slots.row_tile_slots)
     state0 = b_op.row_state(ctx.k_begin) if b_op.row_of else []
     with kb.if_(kb.icmp("slt", ctx.k_begin, ctx.k_end), uniform=ctx.lay.wave_size):
         issue_async(a_op, ctx.k_begin, lds, zero, spare)
