@@ -184,6 +184,18 @@ def test_an_async_entry_by_its_label_show_and_structure(tmp_path):
     assert e["isa"]["main_loop_ds_loads_tr"] > 0 and e["isa"]["main_loop_ds_stores"] == 0
     # the copies are LDGSTS and their commit LDGDEPBAR: neither is a global load
     assert e["isa"]["main_loop_global_loads"] == 0 and e["isa"]["async_waits"] > 0
+    # for people, in NVIDIA's words: one register file, static + dynamic shared, the stack
+    r = CliRunner().invoke(main, ["show", label, "--cache-dir", c])
+    rows = {}
+    for line in r.output.splitlines():
+        cells = [x.strip() for x in line.strip("│┃ ").split("│")]
+        if len(cells) == 2:
+            rows[cells[0]] = cells[1]
+    co = e["code_object"]
+    assert (rows["registers"], rows["static shared bytes"], rows["dynamic shared bytes"],
+            rows["local (stack) bytes"], rows["max threads"]) == (
+        str(co["vgpr_count"]), str(co["group_segment_fixed_size"]), "0", "0", "32")
+    assert not {"vgpr", "sgpr", "agpr", "LDS bytes", "scratch bytes"} & set(rows)
     r = CliRunner().invoke(main, ["explain", label, "--cache-dir", c, "--json"])
     assert r.exit_code == 0, r.output
 

@@ -64,6 +64,13 @@ class Amdgpu(Backend):
                 f"lds {co['group_segment_fixed_size']} B "
                 f"scratch {co['private_segment_fixed_size']} B; {tail}")
 
+    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+        rows = (("vgpr", "vgpr_count"), ("sgpr", "sgpr_count"), ("agpr", "agpr_count"),
+                ("vgpr spills", "vgpr_spill_count"), ("sgpr spills", "sgpr_spill_count"),
+                ("LDS bytes", "group_segment_fixed_size"),
+                ("scratch bytes", "private_segment_fixed_size"))
+        return [(name, co[f]) for name, f in rows if co.get(f) is not None]
+
     def device_for(self, target: str):
         from wgradcache.runtime.hip import device_for
 

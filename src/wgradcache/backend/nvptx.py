@@ -72,6 +72,17 @@ class Nvptx(Backend):
                 f"{co['private_segment_fixed_size']} B, max threads "
                 f"{co['max_flat_workgroup_size']}; {tail}")
 
+    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+        # a cubin has one register file (no sgpr/agpr) and no spill counts of its own: a
+        # spill is local memory, which the frame counts
+        rows = [(name, co[f]) for name, f in (
+            ("registers", "vgpr_count"), ("static shared bytes", "group_segment_fixed_size"))
+            if co.get(f) is not None]
+        rows.append(("dynamic shared bytes", dynamic_lds))
+        return rows + [(name, co[f]) for name, f in (
+            ("local (stack) bytes", "private_segment_fixed_size"),
+            ("max threads", "max_flat_workgroup_size")) if co.get(f) is not None]
+
     def device_for(self, target: str):
         from wgradcache.runtime.cuda import device_for
 

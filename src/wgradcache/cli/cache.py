@@ -39,14 +39,9 @@ def ls_(target, variant, cache_dir, as_json) -> None:
           numeric_from=3)
 
 
-# (label, where in the entry) of what `show` prints for people; --json prints it all.
+# (label, where in the entry) of the ISA figures `show` prints for people (the code object's
+# resources come from the target's backend, in its vendor's words); --json prints it all.
 _SHOWN = (
-    ("vgpr", ("code_object", "vgpr_count")), ("sgpr", ("code_object", "sgpr_count")),
-    ("agpr", ("code_object", "agpr_count")),
-    ("vgpr spills", ("code_object", "vgpr_spill_count")),
-    ("sgpr spills", ("code_object", "sgpr_spill_count")),
-    ("LDS bytes", ("code_object", "group_segment_fixed_size")),
-    ("scratch bytes", ("code_object", "private_segment_fixed_size")),
     ("instructions", ("isa", "instructions")), ("mma", ("isa", "mma")),
     ("LDS loads", ("isa", "ds_loads")), ("LDS stores", ("isa", "ds_stores")),
     ("global loads", ("isa", "global_loads")), ("global stores", ("isa", "global_stores")),
@@ -77,6 +72,20 @@ def _field(entry: dict, path: tuple[str, ...]):
     return v
 
 
+def _resources(target: str, e: dict) -> list[tuple[str, object]]:
+    from wgradcache.model.backends import backend_of
+    from wgradcache.model.spec import dynamic_lds_bytes, from_label
+
+    co = e.get("code_object")
+    if not isinstance(co, dict):
+        return []
+    try:
+        dynamic = dynamic_lds_bytes(from_label(str(e.get("label"))))
+    except ValueError:
+        dynamic = 0
+    return backend_of(target).resource_rows(co, dynamic)
+
+
 @main.command()
 @click.argument("key_or_label")
 @cache_dir_option
@@ -99,8 +108,8 @@ def show(key_or_label, cache_dir, as_json) -> None:
             ("variant", e.get("variant")), ("dtype", e.get("dtype")),
             ("blob", f"{found.target}/blobs/{e.get('blob')}{blob_suffix(found.target)}"),
             ("blob bytes", e.get("blob_size")), ("block size", e.get("block_size"))]
-    rows = head + [(name, _field(e, path)) for name, path in _SHOWN
-                   if _field(e, path) is not None]
+    rows = head + _resources(found.target, e) + [
+        (name, _field(e, path)) for name, path in _SHOWN if _field(e, path) is not None]
     if _field(e, ("isa", "main_loop_ds_loads_tr")):
         rows.append(("transposing read lane map", transposed_read_provenance(found.target)))
     table(str(e.get("label")), ("field", "value"),

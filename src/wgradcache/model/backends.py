@@ -72,6 +72,11 @@ class Backend:
         """``compile``'s summary of a code object record in the vendor's words."""
         raise NotImplementedError
 
+    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+        """``show``'s rows of a code object record's resources in the vendor's words
+        (fields the record lacks are left out)."""
+        raise NotImplementedError
+
     def device_for(self, target: str):
         """(device, "") or (None, why): ``runtime``'s device for ``target``."""
         raise NotImplementedError
