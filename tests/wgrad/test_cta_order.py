@@ -5,10 +5,13 @@ last slice, groups), on every kernel family."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from wgrad_cases import check
 
+from wgradcache.jobs.walk import walk
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.emulate import emulate
 from wgradcache.kernel.ir import i32, ptr
@@ -113,3 +116,13 @@ def test_grouped_with_conv_groups_and_split(target):
 ])
 def test_grouped_other_variants(target, kw):
     _run(_spec(target, 4, **kw), FIVE_BY_THREE, 3 if kw.get("reduction") else None)
+@pytest.mark.parametrize("target", ("gfx1250", "sm_90"))
+def test_a_walked_grouped_kernel(target):
+    """A grouped kernel of the shipped walk (128-wide, G 8) on 2 x 2 partial tiles."""
+    spec = next(s for s in walk(target, ["fp16"]) if s.cta_group == 8
+                and s.geometry == (128, 128, 32, 2, 4) and s.variant == "sync.default.atomic"
+                and (s.vec_a, s.vec_b) == (8, 8))
+    r = _run(spec, ConvProblem.parse("2,16,4,4,200,3,3,1,1"), 2)
+    assert r.plan.grid == (2, 2, 2)
+    row_major = dataclasses.replace(spec, cta_group=1)
+    assert row_major.label() + "-g8" == spec.label()
