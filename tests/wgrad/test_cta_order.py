@@ -126,3 +126,29 @@ def test_a_walked_grouped_kernel(target):
     assert r.plan.grid == (2, 2, 2)
     row_major = dataclasses.replace(spec, cta_group=1)
     assert row_major.label() + "-g8" == spec.label()
+
+
+# sha256 of each kernel's IR before the CTA order existed (benchmarks/ir_keys.py's sample)
+BEFORE = {
+    "gfx1250-fp16-t128x128x32-w4x1-v8x8-sync-default-atomic":
+        "c2df0705e50c7be21f5a9489153230f6e824fcb57e7a0b9cbfbe8b6a1387a027",
+    "sm_90-bf16-t128x128x32-w2x4-v8x8-sync-default-none":
+        "7e7502d0e8643be9791c2aca74543c9249a31cb05ee235b8a9483a59a10d1476",
+}
+
+
+@pytest.mark.parametrize("label", sorted(BEFORE))
+def test_row_major_ir_is_unchanged_and_the_grouped_twin_adds_the_tile_map(label):
+    """AMDGPU and NVPTX from the same IR: the grouped twin's map is one more udiv (the last
+    group's rows) and the umin that sizes that group, nothing else of its kind."""
+    import hashlib
+
+    from wgradcache.model.spec import from_label
+    from wgradcache.wgrad.emit import emit_ir
+
+    spec = from_label(label)
+    text = emit_ir(spec).ir_text
+    assert hashlib.sha256(text.encode()).hexdigest() == BEFORE[label]
+    grouped = emit_ir(dataclasses.replace(spec, cta_group=8)).ir_text
+    for op, more in (("udiv i32", 1), ("urem i32", 0), ('call i32 @"llvm.umin.i32"', 1)):
+        assert grouped.count(op) == text.count(op) + more, op
