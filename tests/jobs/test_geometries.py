@@ -170,6 +170,40 @@ def test_per_target_filter_errors(tmp_path, old, new, field, problem):
         load(p)
 
 
+@pytest.mark.parametrize("new, field, problem", [
+    ("  sm_90: {groups: [1], min_tile: 128}", "cta_orders.sm_90.groups[0]",
+     "must be in [2, 64], got 1"),
+    ("  sm_90: {groups: [8, 8], min_tile: 128}", "cta_orders.sm_90.groups", "repeated value"),
+    ("  sm_90: {groups: [2, 4, 8, 16, 32], min_tile: 128}", "cta_orders.sm_90.groups",
+     "at most 4 items, got 5"),
+    ("  sm_90: {groups: [8]}", "cta_orders.sm_90", "missing key 'min_tile'"),
+    ("  sm_90: {groups: [8], min_tile: 8}", "cta_orders.sm_90.min_tile",
+     "must be in [16, 1024], got 8"),
+    ("  sm_90: {groups: [8], min_tile: 128, order: column}", "cta_orders.sm_90.order",
+     "unknown key; valid: groups, min_tile"),
+    ("  gfx9000: {groups: [8], min_tile: 128}", "cta_orders.gfx9000", "unknown target"),
+])
+def test_cta_order_errors_name_file_line_and_field(tmp_path, new, field, problem):
+    old = "  sm_90: {groups: [8], min_tile: 128}"
+    assert old in SHIPPED
+    text = SHIPPED.replace(old, new, 1)
+    line = text.splitlines().index(new) + 1
+    p = _write(tmp_path, text)
+    with pytest.raises(GeometryFileError) as e:
+        load(p)
+    assert str(e.value).startswith(f"{p}:{line}: {field}: "), str(e.value)
+    assert problem in str(e.value)
+
+
+def test_cta_orders_fold_into_the_target_budgets_and_leave_the_others_alone():
+    d = load(default_path())
+    for t in ("sm_90", "gfx1250"):
+        lim = d.limits_for(t)
+        assert (lim.cta_groups, lim.cta_group_min_tile) == ((8,), 128)
+    assert d.limits_for("gfx1250").max_acc_per_lane == 128  # its filters kept
+    assert d.limits_for("gfx1201") == d.limits and d.limits.cta_groups == ()
+
+
 def test_cover_entry_on_no_ladder_is_an_error(tmp_path):
     text = SHIPPED.replace("  - geometry: [32, 32, 32, 1, 1]", "  - geometry: [128, 128, 64, 1, 1]")
     with pytest.raises(GeometryFileError, match=r"cover\[0\].geometry: on no target's ladder"):

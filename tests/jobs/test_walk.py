@@ -122,8 +122,9 @@ def test_sm90_measured_stack_frame_exclusions():
     assert all(d.limits_for(t).exclude == () for t in ("gfx1250", "gfx942", "gfx950"))
     specs = list(walk("sm_90"))
     # 2026-12-06: sm_90's own ladder (256-wide tiles, 128 accumulators, dynamic shared)
-    assert len(specs) == sum(sum(v.values()) for v in count("sm_90").values()) == 2386
-    assert sum(s.k_loop == "sync" for s in specs) == 2034
+    assert len(specs) == sum(sum(v.values()) for v in count("sm_90").values()) == 2746
+    row_major = [s for s in specs if s.cta_group == 1]  # + 360 grouped (cta_orders)
+    assert len(row_major) == 2386 and sum(s.k_loop == "sync" for s in row_major) == 2034
     got = {(*s.geometry, s.vec_a, s.vec_b) for s in specs}
     assert not got & ex
     # the neighbours that compile clean are walked, the three re-admitted ones among them
@@ -143,12 +144,29 @@ def test_sm90_measured_stack_frame_exclusions():
 def test_shipped_counts_are_pinned():
     # 109 ladder geometries (90 at 64 accumulators, 19 more at 128 since 2026-12-06) x 4 vec
     # pairs x {none, atomic} plus the cover's variants (19 shared + 128x128x32 w2x2).
+    # Each job of the 10 ladder geometries of 128x128 tiles (3 in the cover) twice: the
+    # grouped CTA order G 8 beside the row-major one (cta_orders).
     c = count("gfx1250", ["fp16"])["fp16"]
-    assert c["sync.default.none"] == c["sync.default.atomic"] == 109 * 4
-    assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 20 * 4
-    assert c["sync.cshuffle.atomic"] == 20 * 2  # pairs with an even vec_b
-    assert c["async.default.none"] == 20 * 2  # two chunk pairs
-    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4 + 4 * 2)
+    assert c["sync.default.none"] == c["sync.default.atomic"] == (109 + 10) * 4
+    assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == (20 + 3) * 4
+    assert c["sync.cshuffle.atomic"] == (20 + 3) * 2  # pairs with an even vec_b
+    assert c["async.default.none"] == (20 + 3) * 2  # two chunk pairs
+    assert sum(c.values()) == (109 + 10) * 8 + (20 + 3) * (4 + 2 + 4 + 4 * 2)
+
+
+def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
+    """The grouped jobs are exactly the row-major jobs of tiles at least 128 on both sides,
+    once more at G 8, on sm_90 and gfx1250 only: the totals of cta_orders' comment."""
+    totals = {}
+    for t in kernel_target_names():
+        specs = list(walk(t))
+        grouped = {s for s in specs if s.cta_group != 1}
+        wide = {dataclasses.replace(s, cta_group=8) for s in specs
+                if s.cta_group == 1 and min(s.tile_m, s.tile_n) >= 128}
+        assert grouped == (wide if t in ("sm_90", "gfx1250") else set()), t
+        totals[t] = (len(specs), len(grouped))
+    assert totals == {"gfx1250": (2732, 268), "gfx1201": (740, 0), "gfx1151": (264, 0),
+                      "gfx950": (1172, 0), "gfx942": (784, 0), "sm_90": (2746, 360)}
 
 
 def test_cshuffle_atomic_never_has_odd_store_vector():
@@ -173,9 +191,11 @@ warps = st.lists(st.sampled_from([1, 2, 3, 4, 8]), min_size=1, max_size=3, uniqu
        wm=warps, wn=warps, acc=st.sampled_from([8, 32, 64, 128]),
        vec_pairs=st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8])),
                           min_size=1, max_size=4, unique=True),
-       cover_pick=st.lists(st.integers(0, 10_000), max_size=5), data=st.data())
+       cover_pick=st.lists(st.integers(0, 10_000), max_size=5),
+       groups=st.lists(st.sampled_from([2, 3, 4, 8]), max_size=2, unique=True),
+       min_tile=st.sampled_from([16, 64, 128, 256]), data=st.data())
 def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs, cover_pick,
-                                              data):
+                                              groups, min_tile, data):
     base = default_jobdata()
     ladder = {"tile_m": tuple(tm), "tile_n": tuple(tn), "tile_k": tuple(tk),
               "warp_m": tuple(wm), "warp_n": tuple(wn)}
@@ -188,11 +208,17 @@ def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs,
     # measured exclusions (geometry + vec pair) drop the same jobs from both
     exclude = tuple(dict.fromkeys((*geoms[i % len(geoms)], *vec_pairs[i % len(vec_pairs)])
                                   for i in cover_pick[:3]))
+    # random grouped CTA orders on every target, its own budgets kept
+    orders = dict(cta_groups=tuple(groups), cta_group_min_tile=min_tile)
     # the random ladder is every wave size's (the wave64 targets walk it too)
     jd = dataclasses.replace(base, ladder=ladder, wave_ladders=(), cover=cover,
                              vec_pairs=tuple(vec_pairs),
                              limits=Limits(max_acc_per_lane=acc, max_block_size=256,
-                                           min_block_size=32, exclude=exclude))
+                                           min_block_size=32, exclude=exclude,
+                                           cta_groups=orders["cta_groups"],
+                                           cta_group_min_tile=min_tile),
+                             target_limits=tuple((t, dataclasses.replace(lim, **orders))
+                                                 for t, lim in base.target_limits))
     target = data.draw(st.sampled_from(kernel_target_names()))
     dtype = data.draw(st.sampled_from(DTYPE_KEYS))
     assert count(target, [dtype], None, jd) == {

@@ -51,6 +51,46 @@ def test_bad_label_is_a_clear_error():
         from_label("gfx1250-fp16-nonsense")
 
 
+def test_grouped_cta_order_round_trips_and_the_default_keeps_its_identity():
+    """The order is a label part and an identity field only where it is not row-major:
+    BASE's label and key are the pinned ones, a grouped twin differs in both."""
+    g8 = dataclasses.replace(BASE, reduction="two_stage", ws_replicas=8, cta_group=8)
+    assert g8.label() == "gfx1250-fp16-t64x64x32-w2x2-v8x8-sync-default-two_stage-wsr8-g8"
+    assert from_label(g8.label()) == g8
+    assert from_label(BASE.label()).cta_group == 1
+    assert "cta_group" not in BASE.canonical() and g8.canonical()["cta_group"] == 8
+    assert BASE.identity_key() == (
+        "0df76eae2ee2e560841d00fb3c05f0b057a277c8a8a7882e9a55480326ca1f9d")
+    g4 = dataclasses.replace(BASE, cta_group=4)
+    assert g4.identity_key() != BASE.identity_key() and g4.label() == BASE.label() + "-g4"
+
+
+@pytest.mark.parametrize("tail", ["-g1", "-g0", "-g08", "-g"])
+def test_a_row_major_or_padded_group_in_a_label_is_refused(tail):
+    """-g1 would name BASE a second way (the label is the cache's dedup key)."""
+    with pytest.raises(ValueError, match="not a kernel label"):
+        from_label(BASE.label() + tail)
+
+
+def test_cta_order_rule_the_generator_and_the_job_data():
+    """Any group in range is a correct kernel (limits None); the job data admits only the
+    groups it names, on tiles at least its min tile on both sides."""
+    wide = dataclasses.replace(BASE, tile_m=128, tile_n=128, warp_m=2, warp_n=4, cta_group=8)
+    data = Limits(cta_groups=(8,), cta_group_min_tile=128)
+    assert validate(wide, limits=data) == (True, "")
+    assert validate(dataclasses.replace(BASE, cta_group=3), limits=None) == (True, "")
+    assert validate(dataclasses.replace(BASE, cta_group=8), limits=data) == (
+        False, "grouped CTA order on a 64x64 tile: the job data groups tiles of at least 128 "
+               "on both sides")
+    assert validate(dataclasses.replace(wide, cta_group=4), limits=data) == (
+        False, "grouped CTA order 4 is not one the job data gives this target "
+               "(cta_orders: 8)")
+    assert validate(wide, limits=DEFAULT_LIMITS)[1].endswith("(cta_orders: none)")
+    for bad in (0, 65):
+        assert validate(dataclasses.replace(BASE, cta_group=bad), limits=None) == (
+            False, f"cta_group {bad} outside [1, 64]")
+
+
 @pytest.mark.parametrize("change, reason", [
     (dict(target="gfx1151", reduction="atomic"), "compare-and-swap loop"),
     (dict(target="gfx1201", k_loop="async", vec_a=0, vec_b=0, chunk_a=16, chunk_b=16),

@@ -298,6 +298,20 @@ def test_cshuffle_ranks_below_its_default_twin():
     assert got[0].grid == got[1].grid and got[0].score < got[1].score
 
 
+def test_a_grouped_twin_ties_and_ranks_after_its_row_major_kernel_in_any_input_order():
+    """The cost model ignores the CTA order; the pick must not depend on the input order."""
+    p = ConvProblem.parse("32,256,28,28,512,3,3,1,1")
+    rm = _spec("sm_90-fp16-t128x128x32-w2x4-v8x8-sync-default-atomic")
+    g8 = _spec("sm_90-fp16-t128x128x32-w2x4-v8x8-sync-default-atomic-g8")
+    narrow = _spec("sm_90-fp16-t128x128x32-w2x4-v4x4-sync-default-atomic-g8")
+    for specs in ([rm, g8, narrow], [narrow, g8, rm]):
+        got = select("sm_90", p, specs)
+        assert [c.spec.label() for c in got] == [rm.label(), g8.label()]  # v4x4 pruned
+        assert got[0].score == got[1].score and got[0].grid == got[1].grid
+    # a narrower grouped kernel is pruned by its own kind only
+    assert {c.spec for c in select("sm_90", p, [rm, narrow])} == {rm, narrow}
+
+
 def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
     """ResNet-50 conv1 (C=3, vec_b 1): tile area x K x waves ranked 32x32 first (4 waves of
     1020 CTAs against 3 of 640); its 36 narrow vectors per thread cost more slots than the

@@ -280,17 +280,39 @@ def _code_object(v: Any) -> tuple[bool, str]:
 
 
 def _identity_schema() -> dict[str, type]:
-    """``KernelSpec.canonical()``: every spec field with its type, plus the schema number.
-    Read from the dataclass, so a new spec field is checked without a change here."""
-    from wgradcache.model.spec import KernelSpec
+    """``KernelSpec.canonical()``: every spec field with its type, plus the schema number,
+    less the fields canonical leaves out at their default (``_optional_identity``). Read
+    from the dataclass, so a new spec field is checked without a change here."""
+    from wgradcache.model.spec import IDENTITY_DEFAULTS, KernelSpec
 
     hints = get_type_hints(KernelSpec)
-    return {"schema": int, **{f.name: hints[f.name] for f in fields(KernelSpec)}}
+    return {"schema": int, **{f.name: hints[f.name] for f in fields(KernelSpec)
+                              if f.name not in IDENTITY_DEFAULTS}}
+
+
+def _optional_identity(v: dict) -> tuple[dict, str]:
+    """``v`` without the fields ``canonical`` leaves out at their default, and why one is
+    not canonical: of another type, or present at its default (then two identities, and
+    two keys, would name one kernel)."""
+    from wgradcache.model.spec import IDENTITY_DEFAULTS
+
+    for name, default in IDENTITY_DEFAULTS.items():
+        if name not in v:
+            continue
+        if type(v[name]) is not type(default):
+            return v, f"{name}: {type(v[name]).__name__}, not {_tname(type(default))}"
+        if v[name] == default:
+            return v, f"{name}: {default} is its default, which a canonical identity leaves out"
+    return {k: x for k, x in v.items() if k not in IDENTITY_DEFAULTS}, ""
 
 
 def _identity(v: Any) -> tuple[bool, str]:
     from wgradcache.model.spec import SPEC_SCHEMA
 
+    if type(v) is dict:
+        v, why = _optional_identity(v)
+        if why:
+            return False, why
     ok, why = _IDENTITY(v)
     if ok and v["schema"] != SPEC_SCHEMA:
         # another schema's fields mean other things: its key is not this version's to check

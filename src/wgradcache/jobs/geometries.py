@@ -19,6 +19,7 @@ import yaml
 from wgradcache.jobs.yamlsafe import NodeReader
 from wgradcache.model.spec import (
     ASYNC_CHUNK_BYTES,
+    CTA_GROUP_RANGE,
     DTYPE_KEYS,
     VEC_WIDTHS,
     Limits,
@@ -118,14 +119,18 @@ MAX_COVER = 256
 _VEC_RANGE = (1, max(VEC_WIDTHS))  # the exact set is load_widths_ok's rule
 _CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 
-_TOP = ("schema", "ladder", "ladder_wave64", "ladder_targets", "filters", "vec_pairs",
-        "async_chunk_pairs", "ws_replicas", "dtypes", "cover")
+_TOP = ("schema", "ladder", "ladder_wave64", "ladder_targets", "filters", "cta_orders",
+        "vec_pairs", "async_chunk_pairs", "ws_replicas", "dtypes", "cover")
 # Optional ladders per wave size: the key and the wave size its targets have.
 _WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
 # A target's measured exclusions: [tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b].
 _EXCLUDE = "exclude"
 MAX_EXCLUDE = 64
+# Grouped CTA orders per target: tile-rows per group (1 is the row-major order every job
+# has), at most MAX_CTA_GROUPS of them, each adding one job per job of the tiles it covers.
+CTA_GROUPS_RANGE = (2, CTA_GROUP_RANGE[1])
+MAX_CTA_GROUPS = 4
 
 
 def load(path: str | os.PathLike | None = None) -> JobData:
@@ -152,6 +157,8 @@ def load(path: str | os.PathLike | None = None) -> JobData:
                                   allowed=tuple(kernel_target_names()), what="target").items()
                         if "ladder_targets" in top else ()))
     limits, target_limits = _filters(r, section("filters"))
+    if "cta_orders" in top:
+        target_limits = _cta_orders(r, top["cta_orders"], limits, target_limits)
     vec_pairs = _pairs(r, section("vec_pairs"), "vec_pairs", "sync", ladder)
     chunk_pairs = _pairs(r, section("async_chunk_pairs"), "async_chunk_pairs", "async", ladder)
     ws = r.int_(section("ws_replicas"), "ws_replicas", *WS_REPLICAS_RANGE)
@@ -261,6 +268,24 @@ def _filters(r: NodeReader, node: yaml.Node) -> tuple[Limits, tuple[tuple[str, L
                          what="filter")
         out.append((t, _limits(r, over, f"filters.targets.{t}", limits)))
     return limits, tuple(out)
+
+
+def _cta_orders(r: NodeReader, node: yaml.Node, base: Limits,
+                target_limits: tuple[tuple[str, Limits], ...]
+                ) -> tuple[tuple[str, Limits], ...]:
+    """Per target, ``{groups: [G, ...], min_tile: T}``, folded into the target's budgets
+    (``Limits.cta_groups``): the walk, count and validate read the orders from there."""
+    per = dict(target_limits)
+    for t, t_node in r.mapping(node, "cta_orders", allowed=tuple(kernel_target_names()),
+                               what="target").items():
+        field = f"cta_orders.{t}"
+        m = r.mapping(t_node, field, allowed=("groups", "min_tile"))
+        groups = _ints(r, r.require(m, t_node, field, "groups"), f"{field}.groups",
+                       CTA_GROUPS_RANGE, max_len=MAX_CTA_GROUPS)
+        min_tile = r.int_(r.require(m, t_node, field, "min_tile"), f"{field}.min_tile",
+                          *TILE_RANGE)
+        per[t] = replace(per.get(t, base), cta_groups=groups, cta_group_min_tile=min_tile)
+    return tuple(per.items())
 
 
 def _pairs(r: NodeReader, node: yaml.Node, key: str, k_loop: str,

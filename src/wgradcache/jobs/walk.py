@@ -4,7 +4,8 @@ Per target and dtype (DESIGN §6): every ladder geometry the target keeps gets
 sync x default x {none, atomic}; every cover geometry also gets sync x cshuffle x
 {none, atomic}, two-stage where admitted, and the async loop next to every non-two-stage
 configuration where the target has async copies. Each configuration ("slot") is crossed
-with the width pairs its loop takes.
+with the width pairs its loop takes, and each job with the CTA orders its geometry gets
+(``spec.cta_groups_for``: row-major, and the job data's grouped orders on its wide tiles).
 
 ``walk`` and ``count`` share the slot list and the predicates of ``spec.py`` and nothing
 else: ``count`` multiplies, ``walk`` builds specs. No hidden pruning, so the two agree by
@@ -21,6 +22,7 @@ from wgradcache.model.spec import (
     DTYPE_KEYS,
     VARIANT_KEYS,
     KernelSpec,
+    cta_groups_for,
     elem_bytes,
     geometry_fits,
     k_loop_admitted,
@@ -108,7 +110,7 @@ def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Geo
 def walk(target: str, dtypes: Iterable[str] | None = None,
          variants: Iterable[str] | None = None, data: JobData | None = None
          ) -> Iterator[KernelSpec]:
-    """Every job of one target, in a fixed order (geometry, then slot, then widths)."""
+    """Every job of one target, in a fixed order (geometry, slot, widths, CTA order)."""
     data = data or default_jobdata()
     t = get_target(target)
     if not t.has_kernels:
@@ -118,15 +120,18 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
         dtype, dw = parse_dtype_key(key)
         for g, in_cover in _geometries(data, t, dtype):
             tm, tn, tk, wm, wn = g
+            orders = cta_groups_for(g, data.limits_for(target))
             for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
                 for a, b in _pairs(data, t, dtype, g, k_loop, epi, red):
                     widths = (dict(vec_a=a, vec_b=b) if k_loop == "sync"
                               else dict(chunk_a=a, chunk_b=b))
-                    yield KernelSpec(
-                        target=target, dtype=dtype, dw_dtype=dw, tile_m=tm, tile_n=tn,
-                        tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop, epilogue=epi,
-                        reduction=red, ws_replicas=data.ws_replicas if red == "two_stage" else 0,
-                        **widths)
+                    for order in orders:
+                        yield KernelSpec(
+                            target=target, dtype=dtype, dw_dtype=dw, tile_m=tm, tile_n=tn,
+                            tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop, epilogue=epi,
+                            reduction=red,
+                            ws_replicas=data.ws_replicas if red == "two_stage" else 0,
+                            cta_group=order, **widths)
 
 
 def count(target: str, dtypes: Iterable[str] | None = None,
@@ -142,8 +147,9 @@ def count(target: str, dtypes: Iterable[str] | None = None,
         if t.has_kernels:
             dtype, dw = parse_dtype_key(key)
             for g, in_cover in _geometries(data, t, dtype):
+                orders = len(cta_groups_for(g, data.limits_for(target)))
                 for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
-                    n = len(_pairs(data, t, dtype, g, k_loop, epi, red))
+                    n = len(_pairs(data, t, dtype, g, k_loop, epi, red)) * orders
                     if n:
                         v = f"{k_loop}.{epi}.{red}"
                         per_variant[v] = per_variant.get(v, 0) + n

@@ -29,6 +29,7 @@ __all__ = [
     "load_widths_ok", "loads_fit", "loads_per_thread",
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label", "geometry_tag", "SPEC_SCHEMA", "identity_key_of",
+    "CTA_GROUP_RANGE", "IDENTITY_DEFAULTS", "cta_order_fits", "cta_groups_for",
 ]
 
 AB_DTYPES = ("fp16", "bf16")
@@ -44,6 +45,11 @@ VEC_WIDTHS = (1, 2, 4, 8)
 LDS_ROW_PAD = 8  # elements added to each K-outer LDS row (bank spread; upstream's pad)
 DEFAULT_WS_REPLICAS = 8
 SPEC_SCHEMA = 1  # bump when the meaning of a field changes: every identity key changes with it
+# Tile-rows per group of the grouped CTA order (``cta_group``); 1 is the row-major order.
+CTA_GROUP_RANGE = (1, 64)
+# Fields added after identities were first written: ``canonical`` leaves each out at its
+# default, so every kernel that existed before the field keeps its identity key (and label).
+IDENTITY_DEFAULTS: dict[str, int] = {"cta_group": 1}
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,11 @@ class Limits:
     # (tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b) a full build measured to keep
     # a stack frame, where no budget separates them from their neighbours (geometries.yaml)
     exclude: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
+    # grouped CTA orders (tile-rows per group) the walk adds beside the row-major one, on
+    # the geometries whose tile_m and tile_n are both at least cta_group_min_tile
+    # (geometries.yaml's cta_orders; none by default)
+    cta_groups: tuple[int, ...] = ()
+    cta_group_min_tile: int = 0
 
 
 DEFAULT_LIMITS = Limits()  # the shipped file's base filters (tested); no per-target override
@@ -67,7 +78,12 @@ DEFAULT_LIMITS = Limits()  # the shipped file's base filters (tested); no per-ta
 @dataclass(frozen=True, order=True)
 class KernelSpec:
     """One kernel (DESIGN §4). vec_a/vec_b are 0 on the async loop (left to the copy),
-    whose chunk widths in bytes are chunk_a/chunk_b (0 on the sync loop)."""
+    whose chunk widths in bytes are chunk_a/chunk_b (0 on the sync loop).
+
+    ``cta_group`` is the CTA order: 1, row-major (block x walks the N tiles of one M
+    tile-row, the order of every kernel before the field); G > 1, grouped (consecutive
+    blocks walk G tile-rows before moving along N, Triton's GROUP_M: the CTAs that run
+    together share A and B panels in L2; ``context.tile_origin``)."""
 
     target: str
     dtype: str  # A and B
@@ -85,6 +101,7 @@ class KernelSpec:
     epilogue: str = "default"
     reduction: str = "none"
     ws_replicas: int = 0
+    cta_group: int = 1
 
     @property
     def geometry(self) -> tuple[int, int, int, int, int]:
@@ -117,8 +134,11 @@ class KernelSpec:
         return self.load_vec_b
 
     def canonical(self) -> dict:
-        # fields are flat ints and strings: no deep copy (asdict) needed
-        return {"schema": SPEC_SCHEMA, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        # fields are flat ints and strings: no deep copy (asdict) needed; a field of
+        # IDENTITY_DEFAULTS at its default is left out (the keys of older kernels hold)
+        return {"schema": SPEC_SCHEMA,
+                **{f.name: getattr(self, f.name) for f in fields(self)
+                   if IDENTITY_DEFAULTS.get(f.name, None) != getattr(self, f.name)}}
 
     def canonical_json(self) -> str:
         return _canonical_json(self.canonical())
@@ -133,8 +153,9 @@ class KernelSpec:
         if self.k_loop == "sync" and (self.chunk_a or self.chunk_b):
             vec += f"c{self.chunk_a}x{self.chunk_b}"
         wsr = f"-wsr{self.ws_replicas}" if self.ws_replicas else ""
+        order = f"-g{self.cta_group}" if self.cta_group != 1 else ""
         return (f"{self.target}-{self.dtype}{dw}-{geometry_tag(self.geometry)}"
-                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}")
+                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}{order}")
 
     @staticmethod
     def from_dict(d: dict) -> KernelSpec:
@@ -157,7 +178,8 @@ _LABEL = re.compile(
     r"^(?P<target>gfx[0-9a-z]+|sm_[0-9]+a?)-(?P<dtype>[a-z0-9]+)(?:-dw(?P<dw>[a-z0-9]+))?"
     r"-t(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)-w(?P<wm>\d+)x(?P<wn>\d+)"
     r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
-    r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?$"
+    r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?"
+    r"(?:-g(?P<grp>\d+))?$"
 )
 
 
@@ -179,12 +201,16 @@ def from_label(label: str) -> KernelSpec:
     def num(key: str) -> int:
         return int(g[key]) if g[key] is not None else 0
 
+    grp = g["grp"]
+    if grp is not None and (str(int(grp)) != grp or int(grp) < 2):
+        raise ValueError(f"not a kernel label: {label!r} (the row-major CTA order has no "
+                         "-g part; a grouped one is -g<tile-rows>, e.g. -g8)")
     return KernelSpec(
         target=g["target"], dtype=g["dtype"], dw_dtype=g["dw"] or g["dtype"],
         tile_m=num("tm"), tile_n=num("tn"), tile_k=num("tk"), warp_m=num("wm"), warp_n=num("wn"),
         vec_a=num("va"), vec_b=num("vb"), chunk_a=num("ca"), chunk_b=num("cb"),
         k_loop=g["k_loop"], epilogue=g["epilogue"], reduction=g["reduction"],
-        ws_replicas=num("wsr"),
+        ws_replicas=num("wsr"), cta_group=int(grp) if grp is not None else 1,
     )
 
 
@@ -429,6 +455,35 @@ def store_vector_ok(epilogue: str, reduction: str, store_vec: int) -> tuple[bool
     return True, ""
 
 
+def cta_order_fits(cta_group: int, geometry: tuple[int, int, int, int, int],
+                   limits: Limits | None) -> tuple[bool, str]:
+    """The CTA order of a geometry. Every group in CTA_GROUP_RANGE makes a correct kernel
+    (``limits`` None: the generator, ``serves``); the walk's data adds only the grouped
+    orders it names, on tiles at least its ``cta_group_min_tile`` on both sides, where
+    a panel is worth sharing and the walk stays bounded."""
+    lo, hi = CTA_GROUP_RANGE
+    if not lo <= cta_group <= hi:
+        return False, f"cta_group {cta_group} outside [{lo}, {hi}]"
+    if cta_group == 1 or limits is None:
+        return True, ""
+    if cta_group not in limits.cta_groups:
+        named = ", ".join(map(str, limits.cta_groups)) or "none"
+        return False, (f"grouped CTA order {cta_group} is not one the job data gives this "
+                       f"target (cta_orders: {named})")
+    tm, tn = geometry[:2]
+    if min(tm, tn) < limits.cta_group_min_tile:
+        return False, (f"grouped CTA order on a {tm}x{tn} tile: the job data groups tiles of "
+                       f"at least {limits.cta_group_min_tile} on both sides")
+    return True, ""
+
+
+def cta_groups_for(geometry: tuple[int, int, int, int, int], limits: Limits
+                   ) -> tuple[int, ...]:
+    """The CTA orders the walk gives ``geometry``: row-major, then every grouped order of
+    the job data that ``cta_order_fits`` admits (the one rule of walk, count and validate)."""
+    return (1, *(g for g in limits.cta_groups if cta_order_fits(g, geometry, limits)[0]))
+
+
 def _names_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[bool, str]:
     if not target.has_kernels:
         return False, f"{target.name}: no kernel generator for {target.family} targets yet"
@@ -475,6 +530,7 @@ _RULES = (
     lambda s, t, lim: reduction_admitted(t, s.dw_dtype, s.reduction, s.epilogue),
     lambda s, t, lim: store_vector_ok(s.epilogue, s.reduction, s.store_vec),
     _replicas_ok,
+    lambda s, t, lim: cta_order_fits(s.cta_group, s.geometry, lim),
     lambda s, t, lim: lds_fits(t, s.dtype, s.k_loop, s.epilogue, s.geometry),
 )
 

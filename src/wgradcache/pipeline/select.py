@@ -33,7 +33,11 @@ a kernel computes a problem; this module only chooses among the kernels that do:
   same terms weighted by the constants fitted to that class's timings (``cost_terms``,
   ``pipeline/fit.py``), else (3) the formula. ``Candidate.cost_from`` says which, and
   ``expected_ms`` the milliseconds (measured or fitted). A row of a blob the entry no
-  longer names is stale and ignored.
+  longer names is stale and ignored;
+* the formula and the fit ignore the CTA order (``spec.cta_group``): a grouped kernel and
+  its row-major twin have the same grid and the same terms, so they tie and the label
+  breaks the tie, the row-major one first (its label is the grouped one's prefix), until
+  the device class's timings of the two rank them. Each order is its own pruning kind.
 """
 
 from __future__ import annotations
@@ -315,7 +319,7 @@ def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | N
 def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
     best: dict[tuple, tuple[tuple[int, int, int], list[KernelSpec]]] = {}
     for s in specs:
-        kind = (s.geometry, s.k_loop, s.epilogue, s.reduction)
+        kind = (s.geometry, s.k_loop, s.epilogue, s.reduction, s.cta_group)
         rank = (s.load_vec_a + s.load_vec_b, s.load_vec_a, s.load_vec_b)
         cur = best.get(kind)
         if cur is None or rank > cur[0]:

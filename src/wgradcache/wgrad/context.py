@@ -3,7 +3,9 @@ launch coordinates (tile, group, K slice) and the LDS layout.
 
 Grid (DESIGN §4): x = N tile, y = M tile, z = group · ks_count + slice. Each CTA reduces
 [slice·ks, min(slice·ks + ks, wg_K)); an empty slice (an explicit degree above the number
-of K tiles) runs no iteration and adds zeros.
+of K tiles) runs no iteration and adds zeros. The CTA order (``spec.cta_group``) maps
+(x, y) to the tile a CTA computes (``tile_origin``); z, and with it the split slice, is
+the same in every order.
 
 LDS (``spec.lds_bytes``, one allocation), in one of two layouts:
 
@@ -40,7 +42,7 @@ from wgradcache.model.targets import get_target
 from wgradcache.wgrad.abi import WGRAD_ARGS, declare
 
 __all__ = ["WgradContext", "ir_dtype", "udiv_const", "urem_const", "udiv_magic",
-           "divmod_magic", "all_of"]
+           "divmod_magic", "all_of", "tile_origin"]
 
 _IR = {"fp16": f16, "bf16": bf16, "fp32": f32}
 
@@ -172,6 +174,33 @@ def _lane_field(kb: KernelBuilder, lane: Value, div: int, mod: int, wave: int) -
     return urem_const(kb, x, mod) if mod and div * mod < wave else x
 
 
+def tile_origin(kb: KernelBuilder, tile_m: int, tile_n: int, cta_group: int,
+                wg_m: Value, wg_n: Value) -> tuple[Value, Value]:
+    """(m0, n0), the first GEMM row and column of the tile this CTA computes.
+
+    Row-major (``cta_group`` 1): the tile is (blockIdx.y, blockIdx.x); the blocks the
+    hardware dispatches together (x fastest) share one A panel and read every B panel.
+    Grouped G (Triton's GROUP_M swizzle): the block's dispatch index pid = y·tiles_n + x
+    walks G tile-rows before moving along N, so a wave of CTAs shares G A panels and a
+    few B panels. Since x < tiles_n, the group of pid is y // G (a constant division);
+    the last group holds the tile-rows left, tiles_m − first (1..G), the one runtime
+    division, once per CTA. The grid is the row-major one (``split_k.plan_split_k``), and
+    tiles_m and tiles_n the same ceilings of wg_M / tile_m and wg_N / tile_n it took:
+    every tile is computed once in either order.
+    """
+    if cta_group == 1:
+        return kb.mul(kb.workgroup_id(1), tile_m), kb.mul(kb.workgroup_id(0), tile_n)
+    y, x = kb.workgroup_id(1), kb.workgroup_id(0)
+    tiles_m = udiv_const(kb, kb.add(wg_m, tile_m - 1), tile_m)
+    tiles_n = udiv_const(kb, kb.add(wg_n, tile_n - 1), tile_n)
+    first = kb.mul(udiv_const(kb, y, cta_group), cta_group)
+    rows = kb.umin(kb.sub(tiles_m, first), cta_group)
+    local = kb.add(kb.mul(urem_const(kb, y, cta_group), tiles_n), x)
+    tile_n_idx = kb.udiv(local, rows)
+    tile_m_idx = kb.add(first, kb.sub(local, kb.mul(tile_n_idx, rows)))
+    return kb.mul(tile_m_idx, tile_m), kb.mul(tile_n_idx, tile_n)
+
+
 def open_wgrad_kernel(spec: KernelSpec, name: str) -> WgradContext:
     """Builder, ABI arguments and launch coordinates of a wgrad kernel for ``spec``."""
     target = get_target(spec.target)
@@ -190,10 +219,11 @@ def open_wgrad_kernel(spec: KernelSpec, name: str) -> WgradContext:
     lay = mma.layout(atom.form)
     lane_mn = _lane_field(kb, lane, *lay.mn_lanes, target.wave_size)
     lane_grp = _lane_field(kb, lane, *lay.grp_lanes, target.wave_size)
+    wave_m, wave_n = urem_const(kb, wave, spec.warp_m), udiv_const(kb, wave, spec.warp_m)
+    m0, n0 = tile_origin(kb, spec.tile_m, spec.tile_n, spec.cta_group,
+                         args["wg_M"], args["wg_N"])
     return WgradContext(
         kb=kb, spec=spec, a=args, lay=lay, tid=tid, lane=lane,
-        lane_mn=lane_mn, lane_grp=lane_grp,
-        wave_m=urem_const(kb, wave, spec.warp_m), wave_n=udiv_const(kb, wave, spec.warp_m),
-        m0=kb.mul(kb.workgroup_id(1), spec.tile_m), n0=kb.mul(kb.workgroup_id(0), spec.tile_n),
+        lane_mn=lane_mn, lane_grp=lane_grp, wave_m=wave_m, wave_n=wave_n, m0=m0, n0=n0,
         z=z, group=group, slice=slc, k_begin=k_begin, k_end=k_end, smem=smem)
 
