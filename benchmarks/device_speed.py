@@ -147,6 +147,7 @@ def cudnn_call(torch, p, x, dy, w):
 def our_call(bench, cache, cand, p, x, dy, dw):
     """A closure launching one candidate on (x, dy) into dw (PyTorch tensors)."""
     from wgradcache.model.spec import dynamic_lds_bytes
+    from wgradcache.runtime import LaunchDims
     from wgradcache.runtime.launch import stage2_code
     from wgradcache.wgrad.abi import (
         STAGE2_ARGS,
@@ -189,9 +190,9 @@ def our_call(bench, cache, cand, p, x, dy, dw):
             dw.zero_()
         if two:
             ws.zero_()
-        s.launch(k1, cand.grid, spec.block_size, args1, offsets=off1, shared=shared)
+        s.launch(k1, LaunchDims(cand.grid, spec.block_size, shared), args1, offsets=off1)
         if two:
-            s.launch(k2, grid2, STAGE2_BLOCK, args2, offsets=off2)
+            s.launch(k2, LaunchDims(grid2, STAGE2_BLOCK), args2, offsets=off2)
     return run
 
 

@@ -357,7 +357,13 @@ def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
     largest any candidate needs), freed after, until ``deadline`` passes between two;
     (whether the device has been spun up, how many candidates were done)."""
     from wgradcache.runtime.cuda import CudaError
-    from wgradcache.runtime.launch import CodeObject, prepare_launch, stage2_code
+    from wgradcache.runtime.launch import (
+        CodeObject,
+        StoredKernel,
+        WgradLaunch,
+        prepare_launch,
+        stage2_code,
+    )
     from wgradcache.runtime.timing import spin, time_launches
     from wgradcache.wgrad.abi import buffer_bytes
     from wgradcache.wgrad.split_k import plan_split_k
@@ -381,7 +387,8 @@ def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
                 code = CodeObject(cache.read_blob(entry.blob), entry.symbol)
                 stage2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
                           if cand.reduction == "two_stage" else None)
-                launch = prepare_launch(s, spec, p, plans[cand.key], code, stage2,
+                kernel = StoredKernel(spec, code, stage2)
+                launch = prepare_launch(s, WgradLaunch(kernel, p, plans[cand.key]),
                                         {**ptr, "ws": ptr["ws"] if sizes[cand.key]["ws"]
                                          else 0}, sizes[cand.key])
                 if not spun and req.spin_s > 0:

@@ -125,13 +125,13 @@ def launcher(cache, dev, spec: KernelSpec, entry, data: bytes,
 
     if dev is None:
         return lambda p, d: run_emulated(spec, p, split_k=d, seed=seed)
-    from wgradcache.runtime.launch import CodeObject, run_on_device, stage2_code
+    from wgradcache.runtime.launch import CodeObject, StoredKernel, run_on_device, stage2_code
     from wgradcache.wgrad.kernel import kernel_symbol
 
     s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
           if spec.reduction == "two_stage" else None)
-    code = CodeObject(data, entry.symbol or kernel_symbol(spec))
-    return lambda p, d: run_on_device(dev, spec, p, code, s2, split_k=d, seed=seed)
+    kernel = StoredKernel(spec, CodeObject(data, entry.symbol or kernel_symbol(spec)), s2)
+    return lambda p, d: run_on_device(dev, kernel, p, split_k=d, seed=seed)
 
 
 def run_entry(launch: Callable, spec: KernelSpec, cases: list
