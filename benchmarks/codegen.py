@@ -238,9 +238,9 @@ class Pipelines:
                                                 j.target, opts).hsaco,
             "ours-late": lambda j: _with_env(LINKER_ENV, "subprocess", codegen.compile_amdgpu,
                                              j.ir, j.target, opts, "auto",
-                                             early_tools=False).hsaco,
-            "ours-objdump": lambda j: codegen.compile_amdgpu(j.ir, j.target, opts, "auto", True,
-                                                       lister="objdump").hsaco,
+                                             codegen.ToolStart(early=False)).hsaco,
+            "ours-objdump": lambda j: codegen.compile_amdgpu(
+                j.ir, j.target, opts, "auto", codegen.ToolStart(lister="objdump")).hsaco,
             "ours-asm": lambda j: compile_ir(j.ir, j.target, opts, listing="assembly").hsaco,
             "ours-obj": lambda j: compile_ir(j.ir, j.target, opts, listing="none").hsaco,
             "llc+lld": lambda j: self._llc_lld(j, disassemble=False),

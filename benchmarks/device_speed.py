@@ -147,6 +147,7 @@ def cudnn_call(torch, p, x, dy, w):
 def our_call(bench, cache, cand, p, x, dy, dw):
     """A closure launching one candidate on (x, dy) into dw (PyTorch tensors)."""
     from wgradcache.model.spec import dynamic_lds_bytes
+    from wgradcache.runtime import LaunchDims
     from wgradcache.runtime.launch import stage2_code
     from wgradcache.wgrad.abi import (
         STAGE2_ARGS,
@@ -189,9 +190,9 @@ def our_call(bench, cache, cand, p, x, dy, dw):
             dw.zero_()
         if two:
             ws.zero_()
-        s.launch(k1, cand.grid, spec.block_size, args1, offsets=off1, shared=shared)
+        s.launch(k1, LaunchDims(cand.grid, spec.block_size, shared), args1, offsets=off1)
         if two:
-            s.launch(k2, grid2, STAGE2_BLOCK, args2, offsets=off2)
+            s.launch(k2, LaunchDims(grid2, STAGE2_BLOCK), args2, offsets=off2)
     return run
 
 
@@ -245,7 +246,7 @@ def main() -> int:
 
     from wgradcache.cache.store import TargetCache
     from wgradcache.numerics.layers import load_layers
-    from wgradcache.pipeline.select import candidates_from_cache, select
+    from wgradcache.pipeline.select import CostSources, candidates_from_cache, select
 
     target = "sm_90"
     bench = Bench(torch, target)
@@ -281,7 +282,7 @@ def main() -> int:
             ref = cudnn_call(torch, p, x, dy, w)
             t_cudnn = bench.time(ref, a.warmup, a.iters)
             dw_ref = ref().float()
-            everything = select(target, p, specs, facts=got.facts)
+            everything = select(target, p, specs, costs=CostSources(got.facts))
             ranked = everything[:a.top]
             if a.include:  # the first-ranked serving kernel of each matching geometry
                 pat, seen = re.compile(a.include), {c.spec.label() for c in ranked}

@@ -71,6 +71,7 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
     from wgradcache.numerics.layers import load_layers
     from wgradcache.pipeline.fit import fit_samples, samples_of
     from wgradcache.pipeline.select import (
+        CostSources,
         Measurements,
         candidates_from_cache,
         measurements,
@@ -112,7 +113,7 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
             if held_fit and not trained(text):
                 ways["held out"] = Measurements(constants=held_fit)
             for way, meas in ways.items():
-                ranked = select(target, p, got.specs, facts=got.facts, measured=meas)
+                ranked = select(target, p, got.specs, costs=CostSources(got.facts, meas))
                 pick = times.get(ranked[0].key) if ranked else None
                 if pick is None:
                     unmeasured[way] += 1

@@ -25,7 +25,7 @@ from wgradcache.jobs import default_jobdata
 from wgradcache.jobs.timings import Timing, TimingsError, load_timings
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import from_label
-from wgradcache.pipeline.select import candidates_from_cache, select
+from wgradcache.pipeline.select import CostSources, candidates_from_cache, select
 
 WITHIN = 1.2
 
@@ -33,7 +33,7 @@ WITHIN = 1.2
 def _pick_now(target: str, rows: list[Timing], facts: dict) -> Timing | None:
     by_label = {r.label: r for r in rows}
     ranked = select(target, ConvProblem.parse(rows[0].problem),
-                    [from_label(r.label) for r in rows], prune=False, facts=facts)
+                    [from_label(r.label) for r in rows], prune=False, costs=CostSources(facts))
     return by_label[ranked[0].spec.label()] if ranked else None
 
 

@@ -102,9 +102,9 @@ def test_without_the_opt_in_the_launch_is_refused(big_cache, monkeypatch):
     monkeypatch.setattr(cuda_mod, "cuda_driver", lambda: fake)
     real = CudaSession.launch
 
-    def no_opt_in(self, kernel, grid, block, kernargs, offsets=(), shared=0):
-        kernel.dynamic_shared = shared  # as if the attribute were set: it is not
-        return real(self, kernel, grid, block, kernargs, offsets, shared)
+    def no_opt_in(self, kernel, dims, kernargs, offsets=()):
+        kernel.dynamic_shared = dims.shared  # as if the attribute were set: it is not
+        return real(self, kernel, dims, kernargs, offsets)
     monkeypatch.setattr(CudaSession, "launch", no_opt_in)
     r = _verify(big_cache, "--level", "numerics", "--device", "cuda")
     doc = json.loads(r.stdout)

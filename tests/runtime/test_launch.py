@@ -15,6 +15,7 @@ from wgradcache.runtime import launch as launch_mod
 from wgradcache.runtime.hip import HipSession, device_for
 from wgradcache.runtime.launch import (
     CodeObject,
+    StoredKernel,
     check_code_object,
     run_on_device,
     stage2_code,
@@ -47,7 +48,7 @@ def test_device_run_equals_the_emulator_run(small_cache, fake_hip, label, split)
     spec, code, s2 = _stored(small_cache, label)
     p = probe_problem(spec)
     dev, _ = device_for("gfx1250")
-    rep = run_on_device(dev, spec, p, code, s2, split_k=split, seed=3)
+    rep = run_on_device(dev, StoredKernel(spec, code, s2), p, split_k=split, seed=3)
     emu = run_emulated(spec, p, split_k=split, seed=3)
     assert rep.passed and emu.passed, rep.summary()
     assert (rep.plan, rep.bound, rep.error) == (emu.plan, emu.bound, emu.error)
@@ -93,7 +94,8 @@ def _sequence(fake, addrs):
 @pytest.mark.parametrize("label", [NONE, ATOMIC, TWO_STAGE])
 def test_launch_order_zeroing_and_stage2_after_stage1(small_cache, fake_hip, label):
     spec, code, s2 = _stored(small_cache, label)
-    run_on_device(device_for("gfx1250")[0], spec, probe_problem(spec), code, s2, split_k=None)
+    run_on_device(device_for("gfx1250")[0], StoredKernel(spec, code, s2),
+                  probe_problem(spec), split_k=None)
     v = fake_hip.launches[0].values
     addrs = {"dy": v["dy_ptr"], "x": v["x_ptr"], "dw": v["dw_ptr"], "ws": v["ws_ptr"]}
     head = [("hipMemcpyHtoD", "dy"), ("hipMemcpyHtoD", "x")]
@@ -114,8 +116,8 @@ def test_a_launch_without_zeroing_fails(small_cache, fake_hip, monkeypatch, labe
     (atomic) or of the workspace (two-stage) must fail the comparison."""
     spec, code, s2 = _stored(small_cache, label)
     monkeypatch.setattr(HipSession, "memset", lambda self, addr, value, n: None)
-    rep = run_on_device(device_for("gfx1250")[0], spec, probe_problem(spec), code, s2,
-                        split_k=4)
+    rep = run_on_device(device_for("gfx1250")[0], StoredKernel(spec, code, s2),
+                        probe_problem(spec), split_k=4)
     assert not rep.passed and rep.error == float("inf") and rep.failure == ""
 
 
@@ -130,8 +132,8 @@ def test_a_shifted_argument_layout_fails(small_cache, fake_hip, monkeypatch):
         return b[:32] + b[36:] + b"\0\0\0\0"
 
     monkeypatch.setattr(launch_mod, "pack", shifted)
-    rep = run_on_device(device_for("gfx1250")[0], spec, probe_problem(spec), code, s2,
-                        split_k=4)
+    rep = run_on_device(device_for("gfx1250")[0], StoredKernel(spec, code, s2),
+                        probe_problem(spec), split_k=4)
     # ks (the slice width) now reads ks_count's slot and ks_count reads 0: the kernel
     # divides by zero, which the fake reports as the GPU would, a failed launch
     assert not rep.passed and rep.out is None
@@ -144,7 +146,8 @@ def test_a_hip_error_is_a_failed_report_and_frees_everything(small_cache, fake_h
     spec, code, s2 = _stored(small_cache, NONE)
     monkeypatch.setattr(fake_hip, "hipModuleLaunchKernel",
                         lambda *a: (fake_hip.hipError_t.hipErrorLaunchFailure,))
-    rep = run_on_device(device_for("gfx1250")[0], spec, probe_problem(spec), code, s2)
+    rep = run_on_device(device_for("gfx1250")[0], StoredKernel(spec, code, s2),
+                        probe_problem(spec))
     assert (rep.passed, rep.out, rep.error) == (False, None, float("inf"))
     assert rep.failure == f"hipModuleLaunchKernel({code.symbol}): hipErrorLaunchFailure (719)"
     assert fake_hip.allocations == {}
@@ -154,10 +157,10 @@ def test_code_objects_that_do_not_match_are_refused(small_cache, fake_hip):
     spec, code, s2 = _stored(small_cache, TWO_STAGE)
     dev = device_for("gfx1250")[0]
     with pytest.raises(ValueError, match=f"code object's kernel is {code.symbol}, not x"):
-        run_on_device(dev, spec, probe_problem(spec), CodeObject(code.hsaco, "x"), s2)
+        run_on_device(dev, StoredKernel(spec, CodeObject(code.hsaco, "x"), s2), probe_problem(spec))
     with pytest.raises(ValueError, match="explicit kernel arguments differ from the ABI"):
         check_code_object(code, STAGE2_ARGS, 256)
     with pytest.raises(ValueError, match="needs the stage-2 kernel"):
-        run_on_device(dev, spec, probe_problem(spec), code, None)
+        run_on_device(dev, StoredKernel(spec, code, None), probe_problem(spec))
     assert fake_hip.launches == []
 

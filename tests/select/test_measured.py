@@ -16,6 +16,7 @@ from wgradcache.cli import main
 from wgradcache.model.problem import ConvProblem
 from wgradcache.pipeline.fit import FitSample, fit_samples
 from wgradcache.pipeline.select import (
+    CostSources,
     candidates_from_cache,
     candidates_from_walk,
     cost_terms,
@@ -47,7 +48,7 @@ def _select(cache, problem=P, *extra):
 def _served(cache, problem: str):
     got = candidates_from_cache(str(cache), T, "fp16")
     p = ConvProblem.parse(problem)
-    return got, p, select(T, p, got.specs, facts=got.facts)
+    return got, p, select(T, p, got.specs, costs=CostSources(got.facts))
 
 
 def _rows(cache, problem: str, ms_of, when: float = 100.0) -> list[TimingRow]:

@@ -16,7 +16,13 @@ import pytest
 from wgradcache.cache.store import TargetCache
 from wgradcache.cache.timings import DeviceClass, TimingRow, TimingsFile
 from wgradcache.model.problem import ConvProblem
-from wgradcache.pipeline.select import candidates_from_cache, cost_terms, fitted_ms, select
+from wgradcache.pipeline.select import (
+    CostSources,
+    candidates_from_cache,
+    cost_terms,
+    fitted_ms,
+    select,
+)
 
 _SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "measured_selection.py"
 T = "gfx1250"
@@ -38,7 +44,7 @@ def _true_times(cache, text: str) -> dict[str, float]:
     got = candidates_from_cache(str(cache), T, "fp16")
     p = ConvProblem.parse(text)
     out = {}
-    for c in select(T, p, got.specs, facts=got.facts):
+    for c in select(T, p, got.specs, costs=CostSources(got.facts)):
         out[c.key] = (got.blobs[c.key], c.degree, fitted_ms(TRUE, cost_terms(
             c.spec, p, c.slice_k, c.grid, got.facts.get(c.key))))
     return out

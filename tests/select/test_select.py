@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from wgradcache.cli import main
 from wgradcache.model.problem import ConvProblem
 from wgradcache.numerics.layers import load_layers
-from wgradcache.pipeline.select import candidates_from_walk, select
+from wgradcache.pipeline.select import CostSources, candidates_from_walk, select
 
 LAYERS = load_layers(Path(__file__).resolve().parents[2] / "layers" / "reference.yaml")
 
@@ -258,7 +258,7 @@ def test_one_wave_ctas_leave_issue_slots_idle():
     one = _spec("sm_90-fp16-t32x32x32-w1x1-v8x8-sync-default-atomic")
     facts = {four.identity_key(): CodeFacts(79, 4),
              one.identity_key(): CodeFacts(292, 16)}
-    got = select("sm_90", p, [one, four], prune=False, facts=facts)
+    got = select("sm_90", p, [one, four], prune=False, costs=CostSources(facts))
     # 4 rounds of 2 CTAs a CU x resident waves x (49 K tiles x slots + epilogue scaled by
     # code / formula: 8 x 79 / 12, 32 x 292 / 34) / issue rate; the loops' LDS reads (2 x
     # 49 x 8192 B and 2 x 49 x 4096 B over 128 B a clock) take less
@@ -387,9 +387,10 @@ def test_select_ranks_cached_kernels_by_their_code_objects():
     plain = select("sm_90", p, [a, b])
     assert plain[0].spec == a and {c.cost_from for c in plain} == {"formula"}
     facts = {a.identity_key(): CodeFacts(400, 16), b.identity_key(): CodeFacts(200, 16)}
-    ranked = select("sm_90", p, [a, b], facts=facts)
+    ranked = select("sm_90", p, [a, b], costs=CostSources(facts))
     assert [c.spec for c in ranked] == [b, a]
     assert {c.cost_from for c in ranked} == {"code object"}
-    only_b = select("sm_90", p, [a, b], facts={b.identity_key(): CodeFacts(200, 16)})
+    only_b = select("sm_90", p, [a, b],
+                    costs=CostSources({b.identity_key(): CodeFacts(200, 16)}))
     assert {c.spec.label(): c.cost_from for c in only_b} == {a.label(): "formula",
                                                             b.label(): "code object"}

@@ -31,7 +31,7 @@ class Amdgpu(Backend):
     def compile(self, ir_text: str, target: str, options, listing: str):
         from wgradcache.compile.codegen import compile_amdgpu
 
-        return compile_amdgpu(ir_text, target, options, listing, early_tools=True)
+        return compile_amdgpu(ir_text, target, options, listing)
 
     def read_code_object(self, data: bytes):
         from wgradcache.compile.codeobject import read_code_object

@@ -57,7 +57,7 @@ from wgradcache.model.backends import backend_of
 from wgradcache.model.targets import CODE_OBJECT_VERSION, get_target
 
 __all__ = ["TRIPLE", "CodegenError", "CodegenOptions", "CompiledObject", "compile_ir",
-           "compile_amdgpu", "compile_nvptx", "LISTINGS"]
+           "compile_amdgpu", "compile_nvptx", "LISTINGS", "ToolStart"]
 
 TRIPLE = "amdgcn-amd-amdhsa"
 LISTINGS = ("auto", "disassembly", "assembly", "none")
@@ -326,28 +326,49 @@ def _link_in_process(obj: bytes) -> bytes:
         raise CodegenError(f"ld.lld (in-process) failed: {e}") from None
 
 
-def _listing(lister: str, obj: bytes, ir: str, target: str, options: CodegenOptions,
-             backend: str, objdump: _Tool | None) -> tuple[str, str]:
+@dataclass(frozen=True)
+class _Codegen:
+    """One codegen's target, options and backend (``codegen_backend``): what every emit of
+    its module, and a listing's second one, takes."""
+
+    target: str
+    options: CodegenOptions
+    backend: str
+
+
+def _listing(lister: str, obj: bytes, ir: str, cg: _Codegen, objdump: _Tool | None
+             ) -> tuple[str, str]:
     """(the ISA listing, its kind) from ``lister`` (see ``_lister``); ``objdump``: the
     llvm-objdump process that was sent ``obj``."""
     if lister == "llvm":
-        return disassemble(obj, target, options.features), "disassembly"
+        return disassemble(obj, cg.target, cg.options.features), "disassembly"
     if lister == "objdump":
         return objdump.finish().decode(), "disassembly"
     if lister == "codegen":  # a second parse: codegen changed the first module
-        with _parsed(ir, backend) as mod:
-            return _emit(mod, target, options, backend, assembly=True).decode(), "assembly"
+        with _parsed(ir, cg.backend) as mod:
+            asm = _emit(mod, cg.target, cg.options, cg.backend, assembly=True)
+            return asm.decode(), "assembly"
     return "", "none"
 
 
+@dataclass(frozen=True)
+class ToolStart:
+    """The benchmark's knobs of ``compile_amdgpu`` (the defaults are the build's):
+    ``early=False`` starts the tool processes (an ``ld.lld`` when linking is not
+    in-process, ``llvm-objdump``) after codegen; ``lister`` forces "llvm", "objdump",
+    "codegen" or "none"."""
+
+    early: bool = True
+    lister: str | None = None
+
+
 def compile_amdgpu(ir_text: str, target: str, options: CodegenOptions, listing: str,
-                   early_tools: bool, lister: str | None = None) -> CompiledObject:
-    """``compile_ir`` of the AMDGPU backend. For the benchmark: ``early_tools=False``
-    starts the tool processes (an ``ld.lld`` when linking is not in-process,
-    ``llvm-objdump``) after codegen;
-    ``lister`` forces "llvm", "objdump", "codegen" or "none"."""
+                   start: ToolStart = ToolStart()) -> CompiledObject:
+    """``compile_ir`` of the AMDGPU backend; ``start``: when the tool processes start and
+    which lister (the benchmark's, ``ToolStart``)."""
     get_target(target)  # unknown names fail here, with the valid ones listed
-    lister = lister or _lister(listing)
+    early_tools = start.early
+    lister = start.lister or _lister(listing)
     linker = select_linker()
     argv = []  # the tool processes: [ld.lld unless in-process] + [llvm-objdump]
     if linker.kind == "subprocess":
@@ -377,7 +398,7 @@ def compile_amdgpu(ir_text: str, target: str, options: CodegenOptions, listing: 
         # A linker process works while this process lists; each phase is the wall time
         # spent here.
         t3 = time.perf_counter()
-        asm, kind = _listing(lister, obj, ir, target, options, backend,
+        asm, kind = _listing(lister, obj, ir, _Codegen(target, options, backend),
                              tools[-1] if lister == "objdump" else None)
         t["listing"] = time.perf_counter() - t3
         if linker.kind == "subprocess":

@@ -82,6 +82,21 @@ _NONE, _MANY = -1, -2  # race-tracking states of a byte besides "this one lane"
 _ASYNC_WAVE = 32  # gfx1250's async copies: wave32, one ASYNCcnt per wave
 
 
+@dataclass(frozen=True, eq=False)
+class _Lanes:
+    """The active lanes of one op, in (workgroup, lane) order: the index arrays [A] that
+    every memory helper takes together (``_Machine.lanes``)."""
+
+    w: np.ndarray
+    lane: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.w)
+
+    def where(self, sel: np.ndarray) -> _Lanes:
+        return _Lanes(self.w[sel], self.lane[sel])
+
+
 def f32_to_bf16(x) -> np.ndarray:
     """float32 -> bf16 bits (uint16), round to nearest even."""
     return _f32_to_bf16_bits(np.asarray(x, np.float32))
@@ -237,8 +252,7 @@ class _Machine:
         self.writers = np.full((G, n), _NONE, np.int32)
         self.pend = np.full((G, n), -1, np.int32)
         self.records: list[_AsyncRecord] = []
-        self.all_w = np.repeat(np.arange(G), self.L)
-        self.all_lane = np.tile(np.arange(self.L), G)
+        self.all_lanes = _Lanes(np.repeat(np.arange(G), self.L), np.tile(np.arange(self.L), G))
         mask = np.ones((G, self.L), bool)
         self.block(self.kd.body, mask)
         if self.records:
@@ -302,15 +316,16 @@ class _Machine:
             self.fail(v, f"{what} in workgroup {self.wg_name(g)}, lane {lane}")
 
     # -- memory helpers ------------------------------------------------------------------------
-    def lanes(self, mask: np.ndarray, pred: np.ndarray | None):
-        """(workgroup, lane) of each active lane, in (workgroup, lane) order."""
+    def lanes(self, mask: np.ndarray, pred: np.ndarray | None) -> _Lanes:
+        """The active lanes (``mask``, and ``pred`` where given)."""
         m = mask if pred is None else mask & np.broadcast_to(pred, mask.shape)
         if m.all():
-            return self.all_w, self.all_lane
-        return np.nonzero(m)
+            return self.all_lanes
+        return _Lanes(*np.nonzero(m))
 
-    def addresses(self, v: Value, p: _Ptr, w, lane, nbytes: int, align: int):
+    def addresses(self, v: Value, p: _Ptr, at: _Lanes, nbytes: int, align: int):
         """Byte offsets of the active lanes (checked against the root's bounds) -> [A]."""
+        w, lane = at.w, at.lane
         off = np.broadcast_to(p.off, (self.G, self.L))[w, lane]
         where, size = self.root(p)
         bad = (off < 0) | (off + nbytes > size)
@@ -341,8 +356,9 @@ class _Machine:
         """Indices into the flattened [G, lds bytes] LDS of the accessed bytes: [A, nbytes]."""
         return (w * self.lds.shape[1] + self.lds_base[p.name] + off)[:, None] + np.arange(nbytes)
 
-    def race_check(self, v: Value, w, lane, idx, write: bool, name: str):
+    def race_check(self, v: Value, at: _Lanes, idx, write: bool, name: str):
         """LDS race tracking for one access of the active lanes (idx: lds_flat [A, nbytes])."""
+        w, lane = at.w, at.lane
         nb = self.lds.shape[1]
         flat = idx.ravel()
         pend = self.pend.reshape(-1)[flat]
@@ -406,7 +422,7 @@ def _int_binary(m: _Machine, v: Value, mask):
         m.env[v.id] = _WRAPPING[op](a, b).astype(a.dtype)
     elif op in (Ops.UDIV, Ops.UREM, Ops.SDIV, Ops.SREM):
         m.active_check(v, mask, _lane_any(b == 0), "division by zero (LLVM: undefined)")
-        m.env[v.id] = _divide(op, a, np.where(b == 0, 1, b).astype(b.dtype), m, v, mask)
+        m.env[v.id] = _divide(m, v, mask, a, np.where(b == 0, 1, b).astype(b.dtype))
     elif op in (Ops.SHL, Ops.LSHR, Ops.ASHR):
         bits = v.dtype.bits
         m.active_check(v, mask, _lane_any(_uview(b) >= bits),
@@ -433,7 +449,8 @@ def _lane_any(bad: np.ndarray) -> np.ndarray:
     return bad.any(axis=-1) if bad.ndim == 3 else bad
 
 
-def _divide(op: Ops, a, b, m: _Machine, v: Value, mask):
+def _divide(m: _Machine, v: Value, mask, a, b):
+    op = v.op
     if op is Ops.UDIV:
         return (_uview(a) // _uview(b)).astype(a.dtype)
     if op is Ops.UREM:
@@ -594,24 +611,25 @@ def _pred_of(m: _Machine, v: Value, n_fixed: int):
 def _load(m: _Machine, v: Value, mask):
     p = m.val(v.src[0])
     dt = v.dtype
-    w, lane = m.lanes(mask, _pred_of(m, v, 1))
-    if len(w) == m.G * m.L:
-        out = _gather(m, v, p, w, lane, dt).reshape(m.G, m.L, dt.count)
+    at = m.lanes(mask, _pred_of(m, v, 1))
+    if len(at) == m.G * m.L:
+        out = _gather(m, v, p, at).reshape(m.G, m.L, dt.count)
     else:
         out = np.zeros((m.G, m.L, dt.count), _np(dt))  # predicated-off lanes read 0
-        if len(w):
-            out[w, lane] = _gather(m, v, p, w, lane, dt)
+        if len(at):
+            out[at.w, at.lane] = _gather(m, v, p, at)
     m.env[v.id] = out if dt.is_vector else out[..., 0]
 
 
-def _gather(m: _Machine, v: Value, p: _Ptr, w, lane, dt: DType) -> np.ndarray:
-    """The loaded values of the active lanes: [A, count]."""
-    off = m.addresses(v, p, w, lane, dt.nbytes, v.arg)
+def _gather(m: _Machine, v: Value, p: _Ptr, at: _Lanes) -> np.ndarray:
+    """The loaded values (``v.dtype``) of the active lanes: [A, count]."""
+    dt = v.dtype
+    off = m.addresses(v, p, at, dt.nbytes, v.arg)
     if p.kind == "global":
         raw = m.globals[p.name][off[:, None] + np.arange(dt.nbytes)]
     else:
-        idx = m.lds_flat(p, w, off, dt.nbytes)
-        m.race_check(v, w, lane, idx, False, p.name)
+        idx = m.lds_flat(p, at.w, off, dt.nbytes)
+        m.race_check(v, at, idx, False, p.name)
         raw = m.lds.reshape(-1)[idx]
     return raw.view(_np(dt))
 
@@ -647,7 +665,8 @@ def _bounded_load(m: _Machine, v: Value, mask):
     start = m.val(v.src[3]) if len(v.src) == 4 else None
     dt = v.dtype
     size = dt.nbytes
-    w, lane = m.lanes(mask, None)
+    at = m.lanes(mask, None)
+    w, lane = at.w, at.lane
     out = np.zeros((m.G, m.L, dt.count), _np(dt))
     for name, x in (("num_bytes", num), ("the record's start", start)):
         if x is not None:  # one buffer resource (SGPRs) per workgroup: the same value
@@ -667,11 +686,11 @@ def _bounded_load(m: _Machine, v: Value, mask):
                       f"workgroup {m.wg_name(int(w[j]))}, lane {int(lane[j])}",
                    buffer=p.name, index=int(offs[j]))
         if inside.any():
-            wi, li = w[inside], lane[inside]
+            sub = at.where(inside)
             full = np.zeros((m.G, m.L), np.int64)
-            full[wi, li] = offs[inside]
+            full[sub.w, sub.lane] = offs[inside]
             q = _Ptr(p.kind, p.name, np.broadcast_to(p.off, (m.G, m.L)) + full)
-            out[wi, li] = _gather(m, v, q, wi, li, dt)
+            out[sub.w, sub.lane] = _gather(m, v, q, sub)
     m.env[v.id] = out if dt.is_vector else out[..., 0]
 
 
@@ -713,9 +732,10 @@ def _lds_load_tr(m: _Machine, v: Value, mask):
         m.fail(v, f"wave {wv} of workgroup {m.wg_name(g)} runs {read.name} with part of "
                   "its lanes (every lane must take part)")
     out = np.zeros((m.G, m.L, 8), _np(v.dtype))
-    w, lane = np.nonzero(mask)
+    at = _Lanes(*np.nonzero(mask))
+    w, lane = at.w, at.lane
     if len(w):
-        off = m.addresses(v, p, w, lane, 16, 16)  # [A], in (workgroup, lane) order
+        off = m.addresses(v, p, at, 16, 16)  # [A], in (workgroup, lane) order
         # whole waves are active, contiguous in this order: off[wave_start + src(l, s)]
         ln = np.arange(W)
         src_lane = read.src(ln[:, None], np.arange(8)[None, :])  # [W, 8]
@@ -723,7 +743,7 @@ def _lds_load_tr(m: _Machine, v: Value, mask):
         byte = rows[..., None] + 2 * read.elem(ln)[None, :, None, None] + np.arange(2)
         byte = byte.reshape(-1, 16)  # per receiving lane: 8 slots x 2 bytes
         idx = (w * m.lds.shape[1] + m.lds_base[p.name])[:, None] + byte
-        m.race_check(v, w, lane, idx, False, p.name)
+        m.race_check(v, at, idx, False, p.name)
         out[w, lane] = m.lds.reshape(-1)[idx].reshape(-1, 16).view(_np(v.dtype))
     m.env[v.id] = out
 
@@ -731,10 +751,11 @@ def _lds_load_tr(m: _Machine, v: Value, mask):
 def _store(m: _Machine, v: Value, mask):
     p, x = m.val(v.src[0]), m.val(v.src[1])
     dt = v.src[1].dtype
-    w, lane = m.lanes(mask, _pred_of(m, v, 2))
+    at = m.lanes(mask, _pred_of(m, v, 2))
+    w, lane = at.w, at.lane
     if not len(w):
         return
-    off = m.addresses(v, p, w, lane, dt.nbytes, v.arg)
+    off = m.addresses(v, p, at, dt.nbytes, v.arg)
     full = np.broadcast_to(x if dt.is_vector else x[..., None], (m.G, m.L, dt.count))
     if len(w) == m.G * m.L:
         vals = np.ascontiguousarray(full).reshape(-1, dt.count)
@@ -745,7 +766,7 @@ def _store(m: _Machine, v: Value, mask):
         m.globals[p.name][off[:, None] + np.arange(dt.nbytes)] = raw
     else:
         idx = m.lds_flat(p, w, off, dt.nbytes)
-        m.race_check(v, w, lane, idx, True, p.name)
+        m.race_check(v, at, idx, True, p.name)
         m.lds.reshape(-1)[idx] = raw
 
 
@@ -756,11 +777,12 @@ def _atomic_add(m: _Machine, v: Value, mask):
     pending add of every address at once."""
     p, x = m.val(v.src[0]), m.val(v.src[1])
     dt = v.src[1].dtype
-    w, lane = m.lanes(mask, _pred_of(m, v, 2))
+    at = m.lanes(mask, _pred_of(m, v, 2))
+    w, lane = at.w, at.lane
     if not len(w):
         return
     m.counts["atomic_adds"] += 1
-    off = m.addresses(v, p, w, lane, dt.nbytes, dt.nbytes)
+    off = m.addresses(v, p, at, dt.nbytes, dt.nbytes)
     vals = np.broadcast_to(x if dt.is_vector else x[..., None], (m.G, m.L, dt.count))[w, lane]
     esz = dt.itemsize
     addr = (off[:, None] + esz * np.arange(dt.count)).ravel()
@@ -784,13 +806,13 @@ def _async_copy(m: _Machine, v: Value, mask):
     """gfx1250 global_load_async_to_lds: the active lanes' copies, counted per wave."""
     src, dst = m.val(v.src[0]), m.val(v.src[1])
     nbytes = v.arg
-    w, lane = m.lanes(mask, _pred_of(m, v, 2))
-    if not len(w):
+    at = m.lanes(mask, _pred_of(m, v, 2))
+    if not len(at):
         return
-    # the copy's alignment rules are not in our sources: we require dword alignment
-    goff = m.addresses(v, src, w, lane, nbytes, 4)
+    _, align = _async_rule(v)
+    goff = m.addresses(v, src, at, nbytes, align)
     data = m.globals[src.name][goff[:, None] + np.arange(nbytes)]
-    _async_issue(m, v, dst, w, lane, data, _ASYNC_WAVE, 4)
+    _async_issue(m, v, dst, at, data)
 
 
 def _async_copy_zfill(m: _Machine, v: Value, mask):
@@ -805,7 +827,8 @@ def _async_copy_zfill(m: _Machine, v: Value, mask):
     this lane's."""
     src, dst, keep = (m.val(s) for s in v.src)
     nbytes = v.arg
-    w, lane = m.lanes(mask, None)
+    at = m.lanes(mask, None)
+    w, lane = at.w, at.lane
     if not len(w):
         return
     kept = np.broadcast_to(keep, (m.G, m.L))[w, lane]
@@ -813,21 +836,31 @@ def _async_copy_zfill(m: _Machine, v: Value, mask):
     # the address operand is aligned even where nothing is read
     m.check_aligned(v, src, lane, np.broadcast_to(src.off, (m.G, m.L))[w, lane], nbytes)
     if kept.any():
-        goff = m.addresses(v, src, w[kept], lane[kept], nbytes, nbytes)
+        goff = m.addresses(v, src, at.where(kept), nbytes, nbytes)
         data[kept] = m.globals[src.name][goff[:, None] + np.arange(nbytes)]
-    _async_issue(m, v, dst, w, lane, data, 1, nbytes)
+    _async_issue(m, v, dst, at, data)
 
 
-def _async_issue(m: _Machine, v: Value, dst, w, lane, data: np.ndarray, scope: int,
-                 align: int) -> None:
+def _async_rule(v: Value) -> tuple[int, int]:
+    """(scope, alignment) of an async copy op: which lanes share a counter (a wave, or each
+    lane: ``_AsyncRecord.scope``) and the byte alignment of both its addresses."""
+    if v.op is Ops.ASYNC_COPY_ZFILL:
+        return 1, v.arg  # cp.async: per thread, naturally aligned
+    # the copy's alignment rules are not in our sources: we require dword alignment
+    return _ASYNC_WAVE, 4
+
+
+def _async_issue(m: _Machine, v: Value, dst, at: _Lanes, data: np.ndarray) -> None:
     """Put one copy op's bytes in flight: they land at the wait that retires them."""
     m.counts["async_copies"] += 1
+    scope, align = _async_rule(v)
+    w, lane = at.w, at.lane
     nbytes = data.shape[1]
-    loff = m.addresses(v, dst, w, lane, nbytes, align)
+    loff = m.addresses(v, dst, at, nbytes, align)
     idx = m.lds_flat(dst, w, loff, nbytes)
     # into bytes another lane read or wrote since the last barrier, or still in flight: a race;
     # the bytes count as written by the issuing lane (they are its own once they land)
-    m.race_check(v, w, lane, idx, True, dst.name)
+    m.race_check(v, at, idx, True, dst.name)
     m.pend.reshape(-1)[idx.ravel()] = np.repeat(lane, nbytes)
     issued = np.zeros((m.G, -(-m.L // scope)), bool)
     issued[w, lane // scope] = True

@@ -30,7 +30,7 @@ from wgradcache.pipeline.plan import (
     parse_shard,
     select_jobs,
 )
-from wgradcache.pipeline.publish import BuildSummary, Publisher
+from wgradcache.pipeline.publish import BuildSummary, Publisher, PublishHooks
 from wgradcache.pipeline.stage2 import Stage2Builds
 from wgradcache.pipeline.workers import (
     CompileJob,
@@ -77,9 +77,9 @@ def build(req: BuildRequest, progress: Callable[[int, float], None] | None = Non
         on_total(len(specs), sum(job_cost(s) for s in plan.pending))
     progress(plan.settled, 0.0)
 
-    publisher = Publisher(cache, ctx, summary, plan.pending, progress,
-                          recompile=lambda s: CompileJob(s, options, toolchain, validate_specs)
-                          .alone(req.job_timeout))
+    hooks = PublishHooks(progress, recompile=lambda s: CompileJob(
+        s, options, toolchain, validate_specs).alone(req.job_timeout))
+    publisher = Publisher(cache, ctx, summary, plan.pending, hooks)
     stage2 = Stage2Builds(cache, ctx, req.job_timeout, publisher)
     stage2.start(specs)  # two-stage results wait in the publisher for their kernel
     relinkable = cache.relinkable() - plan.untrusted if plan.pending else frozenset()

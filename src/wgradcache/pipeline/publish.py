@@ -131,15 +131,24 @@ class BuildSummary:
         return doc
 
 
+@dataclass(frozen=True)
+class PublishHooks:
+    """What the publisher calls back into the build: ``progress`` (jobs, compile work) once
+    per result taken, and ``recompile``, a job compiled again here in an isolated child
+    when a relink's blob is not proven (None: that job fails, transiently)."""
+
+    progress: Callable[[int, float], None]
+    recompile: Callable[[KernelSpec], JobResult] | None = None
+
+
 class Publisher:
     """Takes each worker result once, in the coordinator, and counts it once."""
 
     def __init__(self, cache: TargetCache, ctx: BuildContext, summary: BuildSummary,
-                 specs: list[KernelSpec], progress: Callable[[int, float], None],
-                 recompile: Callable[[KernelSpec], JobResult] | None = None):
+                 specs: list[KernelSpec], hooks: PublishHooks):
         self.cache, self.ctx, self.summary = cache, ctx, summary
-        self.recompile = recompile
-        self.progress = progress
+        self.recompile = hooks.recompile
+        self.progress = hooks.progress
         self._specs = {s.identity_key(): s for s in specs}
         # stage-2 name -> the results held for it
         self._held: dict[str, list[tuple[KernelSpec, JobResult]]] = {}

@@ -340,20 +340,27 @@ class Measurements:
     constants: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CostSources:
+    """What ranks a kernel besides the formula: ``facts`` (``CacheCandidates.facts``), the
+    code objects' counts by identity key, and ``measured``, a device class's timings and
+    fit. Empty: every kernel by the formula."""
+
+    facts: dict[str, CodeFacts] = field(default_factory=dict)
+    measured: Measurements = field(default_factory=Measurements)
+
+
 def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
-           prune: bool = True, facts: dict[str, CodeFacts] | None = None,
-           measured: Measurements | None = None) -> list[Candidate]:
-    """Rank the kernels among ``specs`` that serve ``problem`` on ``target``; ``facts``
-    (``CacheCandidates.facts``): the code objects' counts, by identity key, that rank the
-    kernels that have them; ``measured``: a device class's timings and fit.
+           prune: bool = True, costs: CostSources | None = None) -> list[Candidate]:
+    """Rank the kernels among ``specs`` that serve ``problem`` on ``target`` by ``costs``.
 
     A kernel's cost is (1) its measured time of this problem and degree on the class, else
     (2) the fitted model's milliseconds, else (3) the formula's clocks. Measured and
     fitted costs are milliseconds and rank together; the formula's are clocks, not
     comparable, and rank after them (a tune times select's top N: what it did not time,
     the formula ranked lower)."""
-    facts = facts or {}
-    measured = measured or Measurements()
+    costs = costs or CostSources()
+    facts, measured = costs.facts, costs.measured
     served = []
     for s in specs:
         if s.target != target or not serves(s, problem)[0]:
@@ -469,7 +476,7 @@ def measurements(cache_dir: str, target: str, device_class: str | None,
 def serve(req: SelectRequest) -> Served:
     """Every kernel that serves the request's problem, best first. A corrupt entry of
     another dtype is skipped too: its dtype cannot be trusted."""
-    measured = None
+    measured = Measurements()
     if req.from_walk:
         got = CacheCandidates(candidates_from_walk(req.target, req.dtype,
                                                    req.geometries_file), [], {})
@@ -477,4 +484,4 @@ def serve(req: SelectRequest) -> Served:
         got = candidates_from_cache(req.cache_dir, req.target, req.dtype)
         measured = measurements(req.cache_dir, req.target, req.device_class, got.blobs)
     return Served(select(req.target, req.problem, got.specs, prune=not req.all_widths,
-                         facts=got.facts, measured=measured), got.skipped)
+                         costs=CostSources(got.facts, measured)), got.skipped)

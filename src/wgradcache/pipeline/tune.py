@@ -123,7 +123,7 @@ def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
     ``--network`` names none of its layers."""
     from wgradcache.files.capped import Refused, read_capped
     from wgradcache.numerics.layers import load_layers
-    from wgradcache.pipeline.select import candidates_from_cache, select
+    from wgradcache.pipeline.select import CostSources, candidates_from_cache, select
 
     try:  # a FIFO or a device is refused before load_layers opens it (it would block)
         read_capped(req.layers_file, 16 << 20, follow=True, missing_ok=False)
@@ -144,7 +144,7 @@ def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
         got = candidates_from_cache(req.cache_dir, req.target, dtype)
         skipped += got.skipped
         for ly in distinct:
-            ranked = select(req.target, ly.problem, got.specs, facts=got.facts)
+            ranked = select(req.target, ly.problem, got.specs, costs=CostSources(got.facts))
             chosen = ranked if req.top is None else ranked[:req.top]
             if chosen:
                 jobs.append(_Job(ly.name, dtype, ly.problem, tuple(chosen),
@@ -317,12 +317,12 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     stream = torch.cuda.current_stream().cuda_stream if torch is not None and jobs else 0
     try:
         with CudaSession(dev, stream=stream) if jobs else _no_session() as s:
+            run = _TuneRun(s, cache, req, rep, writer, advance, deadline, clock)
             spun = False
             for i, job in enumerate(jobs):
                 past, done = deadline is not None and clock() >= deadline, 0
                 if job.candidates and not past:
-                    spun, done = _time_job(s, cache, job, req, spun, rep, writer, advance,
-                                           deadline, clock)
+                    spun, done = _time_job(run, job, spun)
                 if past or done < len(job.candidates):  # the budget is spent
                     rep.remaining = len(job.candidates) - done + sum(
                         len(j.candidates) for j in jobs[i + 1:])
@@ -350,18 +350,39 @@ class _no_session:
         return None
 
 
-def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
-              rep: TuneReport, writer: _Writer, advance, deadline: float | None,
-              clock: Callable[[], float]) -> tuple[bool, int]:
+@dataclass(frozen=True)
+class _TuneRun:
+    """What every layer's timing in one ``tune`` shares: the session, the cache, the
+    request, where the rows go (the report, the writer), progress and the time budget."""
+
+    session: object
+    cache: TargetCache
+    req: TuneRequest
+    rep: TuneReport
+    writer: _Writer
+    advance: Callable[[int], None] | None
+    deadline: float | None
+    clock: Callable[[], float]
+
+
+def _time_job(run: _TuneRun, job: _Job, spun: bool) -> tuple[bool, int]:
     """The candidates of one layer and dtype on one set of buffers (the workspace at the
-    largest any candidate needs), freed after, until ``deadline`` passes between two;
+    largest any candidate needs), freed after, until ``run.deadline`` passes between two;
     (whether the device has been spun up, how many candidates were done)."""
     from wgradcache.runtime.cuda import CudaError
-    from wgradcache.runtime.launch import CodeObject, prepare_launch, stage2_code
+    from wgradcache.runtime.launch import (
+        CodeObject,
+        StoredKernel,
+        WgradLaunch,
+        prepare_launch,
+        stage2_code,
+    )
     from wgradcache.runtime.timing import spin, time_launches
     from wgradcache.wgrad.abi import buffer_bytes
     from wgradcache.wgrad.split_k import plan_split_k
 
+    s, cache, req, rep, writer = run.session, run.cache, run.req, run.rep, run.writer
+    advance, deadline, clock = run.advance, run.deadline, run.clock
     p = job.problem
     plans = {c.key: plan_split_k(c.spec, p, split_k=c.degree) for c in job.candidates}
     sizes = {c.key: buffer_bytes(p, c.spec.dtype, c.spec.dw_dtype, plans[c.key].ws_replicas)
@@ -381,7 +402,8 @@ def _time_job(s, cache: TargetCache, job: _Job, req: TuneRequest, spun: bool,
                 code = CodeObject(cache.read_blob(entry.blob), entry.symbol)
                 stage2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
                           if cand.reduction == "two_stage" else None)
-                launch = prepare_launch(s, spec, p, plans[cand.key], code, stage2,
+                kernel = StoredKernel(spec, code, stage2)
+                launch = prepare_launch(s, WgradLaunch(kernel, p, plans[cand.key]),
                                         {**ptr, "ws": ptr["ws"] if sizes[cand.key]["ws"]
                                          else 0}, sizes[cand.key])
                 if not spun and req.spin_s > 0:

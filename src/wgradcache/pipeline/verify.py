@@ -484,7 +484,7 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
             hooks.on_result(rep.numerics[-1])
             hooks.advance(1)
             continue
-        runs, bad = run_entry(launcher(cache, dev, spec, row.entry, row.data, req.seed),
+        runs, bad = run_entry(launcher(cache, dev, row, req.seed),
                                spec, cases)
         if bad:
             rep.failures.append(Failure(ik, label, "numerics", "; ".join(bad)))

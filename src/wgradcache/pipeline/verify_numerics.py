@@ -117,21 +117,22 @@ def split_degrees(spec: KernelSpec, problem) -> list[tuple[int, bool]]:
     return out
 
 
-def launcher(cache, dev, spec: KernelSpec, entry, data: bytes,
-              seed: int) -> Callable:
+def launcher(cache, dev, row, seed: int) -> Callable:
     """``(problem, split_k) -> report``: the stored blob (+ its stage-2 companion) on the
-    device, else the emulator."""
+    device, else the emulator. ``row``: a verified entry (verify's ``_Row``: its ``spec``,
+    its ``entry``, whose symbol the blob holds, and the blob's bytes ``data``)."""
     from wgradcache.pipeline.emulate import run_emulated
 
+    spec = row.spec
     if dev is None:
         return lambda p, d: run_emulated(spec, p, split_k=d, seed=seed)
-    from wgradcache.runtime.launch import CodeObject, run_on_device, stage2_code
+    from wgradcache.runtime.launch import CodeObject, StoredKernel, run_on_device, stage2_code
     from wgradcache.wgrad.kernel import kernel_symbol
 
     s2 = (stage2_code(cache, spec.dw_dtype, spec.ws_replicas)
           if spec.reduction == "two_stage" else None)
-    code = CodeObject(data, entry.symbol or kernel_symbol(spec))
-    return lambda p, d: run_on_device(dev, spec, p, code, s2, split_k=d, seed=seed)
+    kernel = StoredKernel(spec, CodeObject(row.data, row.entry.symbol or kernel_symbol(spec)), s2)
+    return lambda p, d: run_on_device(dev, kernel, p, split_k=d, seed=seed)
 
 
 def run_entry(launch: Callable, spec: KernelSpec, cases: list

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wgradcache.runtime import LaunchDims
+
 __all__ = ["CudaDevice", "CudaError", "CudaKernel", "CudaSession", "device_for",
            "cuda_driver"]
 
@@ -220,13 +222,14 @@ class CudaSession:
         self._kernels.append(k)
         return k
 
-    def launch(self, kernel: CudaKernel, grid: tuple[int, int, int], block: int,
-               kernargs: bytes, offsets: tuple[int, ...] = (), shared: int = 0) -> None:
+    def launch(self, kernel: CudaKernel, dims: LaunchDims, kernargs: bytes,
+               offsets: tuple[int, ...] = ()) -> None:
         """Enqueue one launch on the session's stream. ``kernargs``: the packed block
         (``abi.pack``); ``offsets``: each parameter's byte offset in it (``kernarg_layout``);
-        ``shared``: dynamic shared bytes (``spec.dynamic_lds_bytes``). Past 48 KB the
+        ``dims.shared``: dynamic shared bytes (``spec.dynamic_lds_bytes``). Past 48 KB the
         function must opt in first (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), once
         per kernel and size."""
+        grid, block, shared = dims.grid, dims.block, dims.shared
         if shared > kernel.dynamic_shared:
             attr = self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(self.cu.cuFuncSetAttribute(kernel.function, attr, int(shared)),

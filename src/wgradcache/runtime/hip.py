@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wgradcache.runtime import LaunchDims
+
 __all__ = ["HipDevice", "HipError", "HipKernel", "HipSession", "device_for"]
 
 
@@ -209,14 +211,15 @@ class HipSession:
         self._kernels.append(k)
         return k
 
-    def launch(self, kernel: HipKernel, grid: tuple[int, int, int], block: int,
-               kernargs: bytes, offsets: tuple[int, ...] = (), shared: int = 0) -> None:
+    def launch(self, kernel: HipKernel, dims: LaunchDims, kernargs: bytes,
+               offsets: tuple[int, ...] = ()) -> None:
         """Enqueue one launch on the default stream (in order with the previous ones).
 
         ``kernargs`` is the explicit segment as ``abi.pack`` lays it out; ``offsets`` (each
         argument's place in it) is for CUDA's per-parameter pointers: HIP takes the whole
-        segment. ``shared``: dynamic LDS bytes (0 on every AMD target: their LDS is
+        segment. ``dims.shared``: dynamic LDS bytes (0 on every AMD target: their LDS is
         static, ``Target.lds_dynamic``)."""
+        grid, block, shared = dims.grid, dims.block, dims.shared
         hip = self.hip
         buf = ctypes.create_string_buffer(bytes(kernargs), len(kernargs))
         size = ctypes.c_size_t(len(kernargs))

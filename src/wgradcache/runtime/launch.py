@@ -33,6 +33,7 @@ from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec, dynamic_lds_bytes
 from wgradcache.numerics.error_model import peak_normalised_error
 from wgradcache.numerics.run import EmulationReport, from_storage, prepare_run, to_storage
+from wgradcache.runtime import LaunchDims
 from wgradcache.runtime.cuda import CudaDevice, CudaError, CudaSession
 from wgradcache.runtime.hip import HipDevice, HipError, HipSession
 from wgradcache.wgrad.abi import (
@@ -50,9 +51,9 @@ from wgradcache.wgrad.abi import (
 from wgradcache.wgrad.split_k import SplitPlan
 from wgradcache.wgrad.stage2 import stage2_grid
 
-__all__ = ["CodeObject", "DeviceReport", "stage2_code", "check_code_object", "launch_wgrad",
-           "run_on_device", "session_for", "PreparedLaunch", "prepare_launch",
-           "device_buffers"]
+__all__ = ["CodeObject", "StoredKernel", "WgradLaunch", "DeviceReport", "stage2_code",
+           "check_code_object", "launch_wgrad", "run_on_device", "session_for",
+           "PreparedLaunch", "prepare_launch", "device_buffers"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,25 @@ class CodeObject:
 
     hsaco: bytes
     symbol: str
+
+
+@dataclass(frozen=True)
+class StoredKernel:
+    """A spec's stored code object and, for a two-stage entry, its stage-2 companion
+    (``stage2_code``): what every launch of the spec loads."""
+
+    spec: KernelSpec
+    code: CodeObject
+    stage2: CodeObject | None = None
+
+
+@dataclass(frozen=True)
+class WgradLaunch:
+    """One launch: which stored kernel, on which problem, split how (``plan_split_k``)."""
+
+    kernel: StoredKernel
+    problem: ConvProblem
+    plan: SplitPlan
 
 
 DeviceReport = EmulationReport  # one shape for both: judged the same way
@@ -140,10 +160,10 @@ class PreparedLaunch:
             s.memset(ptr["dw"], 0, self.sizes["dw"])  # the atomics add into it
         if plan.reduction == "two_stage":
             s.memset(ptr["ws"], 0, self.sizes["ws"])  # stage 1's atomics add into it
-        s.launch(self.k1, plan.grid, spec.block_size, self.args1,
-                 offsets=_offsets(WGRAD_ARGS), shared=dynamic_lds_bytes(spec))
+        s.launch(self.k1, LaunchDims(plan.grid, spec.block_size, dynamic_lds_bytes(spec)),
+                 self.args1, offsets=_offsets(WGRAD_ARGS))
         if self.k2 is not None:
-            s.launch(self.k2, self.grid2, STAGE2_BLOCK, self.args2,
+            s.launch(self.k2, LaunchDims(self.grid2, STAGE2_BLOCK), self.args2,
                      offsets=_offsets(STAGE2_ARGS))
 
 
@@ -157,11 +177,12 @@ def device_buffers(session, spec: KernelSpec, problem: ConvProblem, plan: SplitP
     return ptr, sizes
 
 
-def prepare_launch(session, spec: KernelSpec, problem: ConvProblem, plan: SplitPlan,
-                   code: CodeObject, stage2: CodeObject | None, ptr: dict[str, int],
-                   sizes: dict[str, int]) -> PreparedLaunch:
+def prepare_launch(session, launch: WgradLaunch, ptr: dict[str, int], sizes: dict[str, int]
+                   ) -> PreparedLaunch:
     """Check the code objects against the ABI, load them and pack their arguments for the
     buffers ``ptr`` (``device_buffers``); ValueError naming what does not fit."""
+    spec, code, stage2 = launch.kernel.spec, launch.kernel.code, launch.kernel.stage2
+    problem, plan = launch.problem, launch.plan
     two_stage = plan.reduction == "two_stage"
     if two_stage and stage2 is None:
         raise ValueError(f"{spec.label()}: a two-stage launch needs the stage-2 kernel")
@@ -181,14 +202,14 @@ def prepare_launch(session, spec: KernelSpec, problem: ConvProblem, plan: SplitP
                           pack(STAGE2_ARGS, s2), stage2_grid(s2["total_elems"]))
 
 
-def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, plan: SplitPlan,
-                 code: CodeObject, stage2: CodeObject | None, x: np.ndarray, dy: np.ndarray,
-                 *, poison: bool = True) -> np.ndarray:
-    """Run ``plan`` of ``spec``'s stored kernel on (X, dY) in their storage format; returns
-    dW in its storage format (shape ``problem.dw_shape``).
+def launch_wgrad(session: HipSession | CudaSession, launch: WgradLaunch, x: np.ndarray,
+                 dy: np.ndarray, *, poison: bool = True) -> np.ndarray:
+    """Run ``launch`` (its plan of its stored kernel) on (X, dY) in their storage format;
+    returns dW in its storage format (shape ``problem.dw_shape``).
 
     ``poison`` fills a dW the contract does not zero with NaN first (verification)."""
-    if plan.reduction == "two_stage" and stage2 is None:
+    spec, problem, plan = launch.kernel.spec, launch.problem, launch.plan
+    if plan.reduction == "two_stage" and launch.kernel.stage2 is None:
         raise ValueError(f"{spec.label()}: a two-stage launch needs the stage-2 kernel")
     sizes = buffer_bytes(problem, spec.dtype, spec.dw_dtype, plan.ws_replicas)
     if x.nbytes != sizes["x"] or dy.nbytes != sizes["dy"]:
@@ -199,28 +220,28 @@ def launch_wgrad(session: HipSession, spec: KernelSpec, problem: ConvProblem, pl
     session.upload(ptr["x"], x)
     if plan.reduction != "atomic" and poison:
         session.upload(ptr["dw"], to_storage(np.full(problem.dw_shape, np.nan), spec.dw_dtype))
-    prepare_launch(session, spec, problem, plan, code, stage2, ptr, sizes).run()
+    prepare_launch(session, launch, ptr, sizes).run()
     session.synchronize()
     out = to_storage(np.zeros(problem.dw_shape), spec.dw_dtype)
     session.download(ptr["dw"], out)
     return out
 
 
-def run_on_device(device: HipDevice | CudaDevice, spec: KernelSpec, problem: ConvProblem,
-                  code: CodeObject, stage2: CodeObject | None = None, *, split_k: int | None = None,
-                  seed: int = 0) -> DeviceReport:
-    """Launch ``code`` (``spec``'s stored kernel) on ``problem`` (seeded inputs) and compare
-    with float64, as ``wgrad.run.run_emulated`` does in the emulator.
+def run_on_device(device: HipDevice | CudaDevice, kernel: StoredKernel, problem: ConvProblem,
+                  *, split_k: int | None = None, seed: int = 0) -> DeviceReport:
+    """Launch ``kernel`` (a spec's stored code objects) on ``problem`` (seeded inputs) and
+    compare with float64, as ``wgrad.run.run_emulated`` does in the emulator.
 
     Raises ValueError when the kernel cannot serve the problem or the split degree, or the
     code object does not match the ABI; a HIP error is a failed report naming it.
     """
+    spec = kernel.spec
     plan, x, dy, ref, bound = prepare_run(spec, problem, split_k=split_k, seed=seed)
     failure = ""
     dw = None
     try:
         with session_for(device) as s:
-            dw = launch_wgrad(s, spec, problem, plan, code, stage2,
+            dw = launch_wgrad(s, WgradLaunch(kernel, problem, plan),
                               to_storage(x, spec.dtype), to_storage(dy, spec.dtype))
     except (HipError, CudaError) as e:
         failure, dw = str(e), None

@@ -85,7 +85,7 @@ def async_chunk_predicate(kb: KernelBuilder, valid: Value | None, byte_off: Valu
     return in_range if valid is None else kb.and_(valid, in_range)
 
 
-def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes: Value,
+def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes: Value,  # noqa: PLR0913 - emits one chunk's IR: each argument is a value or choice of that chunk's copy
                       lds: Value, slot: Value, stage: Value, spare: Value | int, nbytes: int,
                       valid: Value | None = None, zero_fill: bool = False,
                       inside: bool = False) -> None:
@@ -124,7 +124,7 @@ def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes:
     kb.async_copy(src, kb.gep(lds, kb.add(slot, kb.select(pred, stage, spare))), nbytes)
 
 
-def issue_async(op: Operand, kt: Value, lds: Value, stage_off: Value,
+def issue_async(op: Operand, kt: Value, lds: Value, stage_off: Value,  # noqa: PLR0913 - emits one K tile's copy IR: the tile, its LDS stage, the scratch stage
                 spare_off: int, state: list[Coords] | None = None,
                 whole: bool = False) -> None:
     """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``;

@@ -72,7 +72,7 @@ def tile_slots(ctx: WgradContext, cols: int, width: int, lds_row: int) -> list[S
     return out
 
 
-def _row_col(kb: KernelBuilder, idx: Value, per_row: int, width: int, shift: int = 0,
+def _row_col(kb: KernelBuilder, idx: Value, per_row: int, width: int, shift: int = 0,  # noqa: PLR0913 - emits a slot's (row, col) IR, reusing tid's row0/col0 values
              row0: Value | None = None, col0: Value | None = None) -> tuple[Value, Value]:
     """(idx // per_row, (idx % per_row)·width) of vector ``idx`` = tid + ``shift``. Where
     ``shift`` is a multiple of per_row, from tid's (``row0``, ``col0``): the same column and
