@@ -41,8 +41,7 @@ def _max_factor() -> float:
               help="only these dtypes' timings (repeatable; default: every one in the file)")
 @geometries_option
 @json_option
-def cover(timings_file, from_cache, target, device_class, cache_dir, size, factor, out_file,
-          dtypes, geometries_file, as_json) -> None:
+def cover(timings_file, from_cache, out_file, as_json, **options) -> None:
     """Recompute the geometry cover from measured per-layer timings (greedy set cover).
 
     The timings: a file (--timings FILE), or the cache's own (--from-cache --target T),
@@ -58,6 +57,7 @@ def cover(timings_file, from_cache, target, device_class, cache_dir, size, facto
     from wgradcache.jobs.cover import cover_block, cover_from_file, summary_lines, write_block
     from wgradcache.jobs.timings import TimingsError
 
+    target, device_class = options["target"], options["device_class"]
     if (timings_file is None) == (not from_cache) or (from_cache and target is None):
         raise UserError("cover: give --timings FILE, or --from-cache --target T")
     if not from_cache and (target or device_class):
@@ -65,13 +65,13 @@ def cover(timings_file, from_cache, target, device_class, cache_dir, size, facto
     source, extra, note = timings_file, {}, ""
     try:
         if from_cache:
-            got = _from_cache(target, str(cache_dir), device_class, size, factor,
-                              geometries_file, dtypes)
+            got = _from_cache(options)
             result, source, note = got.result, got.source(), got.note()
             extra = {"device_class": got.device_class, "rows": got.rows,
                      "rows_left_out": got.left_out}
         else:
-            result = cover_from_file(timings_file, size, factor, geometries_file, dtypes)
+            result = cover_from_file(timings_file, options["size"], options["factor"],
+                                     options["geometries_file"], options["dtypes"])
         if out_file is not None:
             write_block(result, out_file)
     except TimingsError as e:
@@ -86,14 +86,16 @@ def cover(timings_file, from_cache, target, device_class, cache_dir, size, facto
                              f"{out_file}"))
 
 
-def _from_cache(target, cache_dir, device_class, size, factor, geometries_file, dtypes):
-    """``pipeline.cover.cover_from_cache``, its refusals as one line."""
+def _from_cache(o: dict):
+    """``pipeline.cover.cover_from_cache`` of the command's options, its refusals as one
+    line."""
     from wgradcache.cache.entry import CorruptEntry
     from wgradcache.pipeline.cover import CoverFromCache, cover_from_cache
     from wgradcache.pipeline.select import DeviceClassError
 
     try:
-        return cover_from_cache(CoverFromCache(target, cache_dir, device_class, size, factor,
-                                               geometries_file, tuple(dtypes)))
+        return cover_from_cache(CoverFromCache(
+            o["target"], str(o["cache_dir"]), o["device_class"], o["size"], o["factor"],
+            o["geometries_file"], tuple(o["dtypes"])))
     except (DeviceClassError, CorruptEntry) as e:
         raise UserError(str(e)) from None

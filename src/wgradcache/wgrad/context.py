@@ -174,7 +174,7 @@ def _lane_field(kb: KernelBuilder, lane: Value, div: int, mod: int, wave: int) -
     return urem_const(kb, x, mod) if mod and div * mod < wave else x
 
 
-def tile_origin(kb: KernelBuilder, tile_m: int, tile_n: int, cta_group: int,
+def tile_origin(kb: KernelBuilder, tile_m: int, tile_n: int, cta_group: int,  # noqa: PLR0913 - a kernel builder: the tile's constants beside its IR values
                 wg_m: Value, wg_n: Value) -> tuple[Value, Value]:
     """(m0, n0), the first GEMM row and column of the tile this CTA computes.
 
