@@ -197,10 +197,10 @@ def test_cta_order_errors_name_file_line_and_field(tmp_path, new, field, problem
 
 def test_cta_orders_fold_into_the_target_budgets_and_leave_the_others_alone():
     d = load(default_path())
-    for t in ("sm_90", "gfx1250"):
-        lim = d.limits_for(t)
-        assert (lim.cta_groups, lim.cta_group_min_tile) == ((8,), 128)
-    assert d.limits_for("gfx1250").max_acc_per_lane == 128  # its filters kept
+    lim = d.limits_for("sm_90")
+    assert (lim.cta_groups, lim.cta_group_min_tile) == ((8,), 128)
+    assert lim.max_acc_per_lane == 128  # its filters kept
+    assert d.limits_for("gfx1250").cta_groups == ()  # named by no cta_orders entry
     assert d.limits_for("gfx1201") == d.limits and d.limits.cta_groups == ()
 
 
