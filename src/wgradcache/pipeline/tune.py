@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from wgradcache.cache.store import TargetCache
@@ -283,6 +284,7 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     """Time every planned candidate on the device that the class's file does not hold yet
     (module docstring); ``refit(cache, slug)`` runs after the last row is written, its line
     reported; ``clock``: the seconds ``max_seconds`` is counted in."""
+    from wgradcache.cache.entry import CorruptEntry
     from wgradcache.runtime.cuda import CudaSession, device_for
     from wgradcache.runtime.timing import device_class_of
 
@@ -301,8 +303,6 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     cache = TargetCache(req.cache_dir, req.target)
     rep = TuneReport(req.target, device)
     torch = _cudnn(req)
-    from wgradcache.cache.entry import CorruptEntry
-
     try:
         have = cache.read_timings(device.slug())
     except CorruptEntry as e:  # not merged into, not overwritten: the user decides
@@ -316,7 +316,7 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     deadline = None if req.max_seconds is None else started + req.max_seconds
     stream = torch.cuda.current_stream().cuda_stream if torch is not None and jobs else 0
     try:
-        with CudaSession(dev, stream=stream) if jobs else _no_session() as s:
+        with CudaSession(dev, stream=stream) if jobs else nullcontext() as s:
             run = _TuneRun(s, cache, req, rep, writer, advance, deadline, clock)
             spun = False
             for i, job in enumerate(jobs):
@@ -338,16 +338,6 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     if refit is not None:
         rep.refit = refit(cache, device.slug())
     return rep
-
-
-class _no_session:
-    """Where nothing is left to time: no context, no launch."""
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 @dataclass(frozen=True)
