@@ -123,16 +123,33 @@ step bigvar && verify_label bigvar "${BIGVAR_TIMEOUT:-300}" \
   't(128x256x32-w2x4|256x128x32-w4x2|64x256x32-w1x4|256x64x32-w4x1|128x128x32-w2x2|128x128x64-w4x2)-' \
   --sample "${BIGVAR_SAMPLE:-0.5}" $(edge_args)
 # 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
+#    ($NCU_ARGS: device_speed.py's choice of kernel, default select's pick; --clock-control
+#    none: METHOD.md says to leave the clocks alone)
 if step ncu && command -v ncu >/dev/null 2>&1; then
-  timeout 120 ncu --kernel-name regex:^wgrad_ --launch-skip 3 --launch-count 1 \
+  # shellcheck disable=SC2086
+  timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --kernel-name regex:^wgrad_ \
+    --launch-skip 3 --launch-count "${NCU_COUNT:-1}" --section SchedulerStats \
+    --section InstructionStats \
     --section SpeedOfLight --section WarpStateStats --section Occupancy \
     --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" python3 benchmarks/device_speed.py \
-    --cache-dir "$DEVCACHE" --layer "${NCU_LAYER:-resnet50/l3.conv2}" --dtype fp16 --top 1 --spin 0 \
-    --warmup 3 --iters 1 --out /tmp/ncu-speed.json > "$OUT/ncu.txt" 2>&1
+    --cache-dir "$DEVCACHE" --layer "${NCU_LAYER:-resnet50/l3.conv2}" --dtype fp16 ${NCU_ARGS:---top 1} \
+    --spin 0 --warmup 3 --iters 1 --out /tmp/ncu-speed.json > "$OUT/ncu.txt" 2>&1
   echo "ncu exit $?" >> "$OUT/ncu.txt"
 fi
+# 6. tune (issue 33): time every serving kernel of layers/reference.yaml per dtype into the
+#    cache's timings, resumable ($TUNE_SECONDS per call; run the same call again to go on);
+#    the timings folder comes back as timings.tar.xz, tune's rows as tune.json
+if step tune; then
+  # shellcheck disable=SC2086
+  timeout "${TUNE_TIMEOUT:-560}" python3 -m wgradcache tune --target sm_90 \
+    --layers layers/reference.yaml ${TUNE_ARGS:---dtype fp16 --all} \
+    --max-seconds "${TUNE_SECONDS:-420}" --cache-dir "$DEVCACHE" --json \
+    > "$OUT/tune.json" 2> "$OUT/tune.txt"
+  echo "tune exit $?" >> "$OUT/tune.txt"
+  tar -cJf "$OUT/timings.tar.xz" -C "$DEVCACHE/sm_90" timings
+fi
 tail -n 5 "$OUT/planted.txt" "$OUT/pergeo.txt" "$OUT/asyncgeo.txt" "$OUT/asyncvar.txt" 2>/dev/null
-tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt" 2>/dev/null
+tail -n 12 "$OUT/verify.txt" "$OUT/speed.txt" "$OUT/tune.txt" "$OUT/ncu.txt" 2>/dev/null
 [ $rc -ne 0 ] && exit $rc
 exit $rc2
