@@ -93,8 +93,7 @@ def test_mfma_load_bounds_are_the_measured_ones():
     assert d.limits_for("gfx942").max_loads_per_thread == 17
     assert d.limits_for("gfx950").max_loads_per_thread == 16
     for t, bound in (("gfx942", 17), ("gfx950", 16)):
-        assert max(loads_per_thread(s.dtype, s.k_loop, s.geometry, 64, s.load_vec_a,
-                                    s.load_vec_b) for s in walk(t, ["bf16"])) <= bound
+        assert max(loads_per_thread(s.tile, s.load_widths) for s in walk(t, ["bf16"])) <= bound
 
 
 def test_sm90_measured_stack_frame_exclusions():
@@ -236,8 +235,7 @@ def test_per_target_budgets_apply_to_walk_and_validator():
     for s in walk("gfx1151", ["fp16"]):
         assert accumulators_per_lane(s.tile_m, s.tile_n, s.warp_m, s.warp_n, 32) <= 32
     for t in ("gfx1201", "gfx1151"):
-        assert max(loads_per_thread(s.dtype, s.k_loop, s.geometry, 32, s.load_vec_a,
-                                    s.load_vec_b) for s in walk(t, ["fp16"])) <= 40
+        assert max(loads_per_thread(s.tile, s.load_widths) for s in walk(t, ["fp16"])) <= 40
     # the validator reads the same budgets
     s = next(s for s in walk("gfx1201", ["fp16"]) if (s.tile_m, s.tile_n) == (128, 64))
     narrow = dataclasses.replace(s, vec_a=1, vec_b=1, warp_m=2, warp_n=2)

@@ -10,6 +10,7 @@ from wgradcache.model.spec import (
     DEFAULT_LIMITS,
     KernelSpec,
     Limits,
+    LoadWidths,
     dynamic_lds_bytes,
     from_label,
     geometry_fits,
@@ -188,8 +189,23 @@ def test_limits_are_required_and_none_checks_the_rules_alone():
                               warp_m=2, warp_n=4)
     assert validate(lds, limits=None) == (
         False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
-    assert geometry_fits(get_target("gfx1201"), "fp16", lds.geometry, None) == (
+    assert geometry_fits(lds.tile, None) == (
         False, "LDS 69632 B (sync loop, default epilogue) exceeds gfx1201's 65536 B")
+
+
+@pytest.mark.parametrize("label, widths, fields, elements", [
+    ("gfx1250-fp16-t64x64x32-w2x2-v8x4-sync-default-none", LoadWidths("sync", 8, 4),
+     {"vec_a": 8, "vec_b": 4}, (8, 4)),
+    ("gfx1250-bf16-t64x64x32-w2x2-c16x4-async-default-none", LoadWidths("async", 16, 4),
+     {"chunk_a": 16, "chunk_b": 4}, (8, 2)),
+])
+def test_load_widths_are_the_loops_fields(label, widths, fields, elements):
+    """A spec's widths are its loop's pair (elements sync, bytes async); the walk builds a
+    spec's fields from them, and their elements are the spec's per-load vectors."""
+    s = from_label(label)
+    assert s.load_widths == widths and widths.spec_fields() == fields
+    assert widths.elements(s.dtype) == (s.load_vec_a, s.load_vec_b) == elements
+    assert s.tile.geometry == (64, 64, 32, 2, 2) and s.tile.target == get_target("gfx1250")
 
 
 def test_model_imports_no_job_data():

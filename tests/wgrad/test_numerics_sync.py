@@ -17,7 +17,7 @@ from wgrad_cases import (
 )
 
 from wgradcache.jobs.walk import walk
-from wgradcache.model.spec import lds_bytes, loads_fit
+from wgradcache.model.spec import LoadWidths, Tile, lds_bytes, loads_fit
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.emulate import cached_kernel, run_emulated
 
@@ -62,7 +62,7 @@ def test_ladder_geometries(target, geometry):
     rotation = [(8, 8), (4, 2), (2, 8), (1, 4), (8, 1)]
     # the i-th pair of the rotation that the target's load budget admits on this geometry
     vec = next(v for j in range(5) for v in [rotation[(i + j) % 5]]
-               if loads_fit(get_target(target), dtype, "sync", geometry, *v,
+               if loads_fit(Tile(get_target(target), dtype, geometry), LoadWidths("sync", *v),
                             shipped_limits(target))[0])
     spec = make_spec(target, dtype, geometry, EDGE, vec=vec)
     kd = cached_kernel(spec)

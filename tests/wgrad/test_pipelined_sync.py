@@ -11,7 +11,7 @@ from wgradcache.jobs.walk import walk
 from wgradcache.kernel.ir import Ops
 from wgradcache.kernel.ir import walk as ir_walk
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import loads_fit
+from wgradcache.model.spec import LoadWidths, Tile, loads_fit
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.emulate import run_emulated
 from wgradcache.wgrad.context import open_wgrad_kernel
@@ -44,7 +44,7 @@ def test_pipelined_loop_is_race_free(target, geometry, i):
     rotation = [(8, 8), (4, 4), (8, 1), (1, 1), (2, 8)]
     # the i-th pair of the rotation that the target's load budget admits on this geometry
     vec = next(v for j in range(5) for v in [rotation[(i + j) % 5]]
-               if loads_fit(get_target(target), dtype, "sync", geometry, *v,
+               if loads_fit(Tile(get_target(target), dtype, geometry), LoadWidths("sync", *v),
                             shipped_limits(target))[0])
     spec = make_spec(target, dtype, geometry, PIPE, vec=vec)
     check(run_emulated(spec, PIPE, seed=i), dtype)
@@ -92,8 +92,8 @@ def test_every_walked_sync_kernel_gets_two_stages():
     from wgradcache.model.spec import sync_stages
     for t in ("gfx1250", "gfx1201", "gfx1151", "gfx942", "gfx950"):
         tgt = get_target(t)
-        shapes = {(s.dtype, *s.geometry[:3]) for s in walk(t) if s.k_loop == "sync"}
-        assert shapes and {sync_stages(tgt, d, m, n, k) for d, m, n, k in shapes} == {2}, t
+        shapes = {(s.dtype, s.geometry) for s in walk(t) if s.k_loop == "sync"}
+        assert shapes and {sync_stages(Tile(tgt, d, g)) for d, g in shapes} == {2}, t
 
 
 def test_one_stage_where_two_do_not_fit():
@@ -102,7 +102,7 @@ def test_one_stage_where_two_do_not_fit():
     from wgradcache.model.spec import KernelSpec, lds_bytes, sync_stages
 
     spec = KernelSpec("gfx1201", "fp16", "fp16", 128, 128, 64, 2, 4, vec_a=8, vec_b=8)
-    assert sync_stages(get_target("gfx1201"), "fp16", 128, 128, 64) == 1
+    assert sync_stages(spec.tile) == 1
     assert lds_bytes(spec) == 256 * 72 * 2
     kd = build_kernel(spec)
     assert [v.op for v in ir_walk(_loop(kd).arg.body)].count(Ops.BARRIER) == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from wgradcache.jobs import default_jobdata
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec, Limits, geometry_fits, validate
+from wgradcache.model.spec import KernelSpec, Limits, Tile, geometry_fits, validate
 from wgradcache.model.targets import get_target
 from wgradcache.numerics.run import EmulationReport
 from wgradcache.wgrad.capability import serves
@@ -56,7 +56,7 @@ def geometry_for(target: str, dtype: str, i: int) -> tuple[int, int, int, int, i
     t = get_target(target)
     for j in range(len(GEOMETRIES)):
         g = GEOMETRIES[(i + j) % len(GEOMETRIES)]
-        if geometry_fits(t, dtype, g, shipped_limits(target))[0]:
+        if geometry_fits(Tile(t, dtype, g), shipped_limits(target))[0]:
             return g
     raise AssertionError(f"no spread geometry fits {target} {dtype}")
 

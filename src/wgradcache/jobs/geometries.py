@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +21,10 @@ from wgradcache.model.spec import (
     CTA_GROUP_RANGE,
     DTYPE_KEYS,
     VEC_WIDTHS,
+    Geometry,
     Limits,
+    LoadWidths,
+    Tile,
     geometry_fits,
     load_widths_ok,
 )
@@ -30,7 +32,6 @@ from wgradcache.model.targets import get_target, kernel_target_names
 
 __all__ = ["GeometryFileError", "CoverEntry", "JobData", "load", "default_path", "default_jobdata"]
 
-Geometry = tuple[int, int, int, int, int]
 _LADDER_AXES = ("tile_m", "tile_n", "tile_k", "warp_m", "warp_n")
 
 
@@ -68,9 +69,18 @@ class JobData:
         return dict(self.target_limits).get(target, self.limits)
 
     def ladder_for(self, target: str) -> dict[str, tuple[int, ...]]:
-        """The ladder ``target`` walks: its own, else its wave size's, else the shared one."""
-        return _ladder_of(target, self.ladder, dict(self.wave_ladders),
-                          dict(self.target_ladders))
+        """The one rule of which ladder a target walks: its own (``ladder_targets``), else
+        its wave size's (``ladder_wave64``), else the shared one."""
+        own = dict(self.target_ladders)
+        if target in own:
+            return own[target]
+        return dict(self.wave_ladders).get(get_target(target).wave_size, self.ladder)
+
+    def ladders(self) -> tuple[dict[str, tuple[int, ...]], ...]:
+        """Every ladder of the file: the shared one first, then the wave sizes', then the
+        targets' own."""
+        return (self.ladder, *(lad for _, lad in self.wave_ladders),
+                *(lad for _, lad in self.target_ladders))
 
     def ladder_geometries(self, target: str | None = None) -> list[Geometry]:
         """Every combination of ``target``'s ladder (the shared one when None), in a fixed
@@ -81,7 +91,7 @@ class JobData:
     def cover_misfit(self, target: str, geometry: Geometry) -> str:
         """Why ``geometry`` cannot be a cover entry for ``target`` ("" when it can): the
         loader's own rule, for a cover block written from elsewhere (``jobs.cover``)."""
-        return _misfit(geometry, target, self.ladder_for, self.limits_for)
+        return _misfit(geometry, target, self)
 
     def cover_for(self, target: str) -> dict[Geometry, CoverEntry]:
         return {c.geometry: c for c in self.cover if target in c.targets}
@@ -163,41 +173,37 @@ def load(path: str | os.PathLike | None = None) -> JobData:
     chunk_pairs = _pairs(r, section("async_chunk_pairs"), "async_chunk_pairs", "async", ladder)
     ws = r.int_(section("ws_replicas"), "ws_replicas", *WS_REPLICAS_RANGE)
     default_dtypes, optional_dtypes = _dtypes(r, section("dtypes"))
-    per_target = dict(target_limits)
-    by_wave, by_target = dict(wave_ladders), dict(target_ladders)
-
-    def ladder_of(t: str) -> dict[str, tuple[int, ...]]:
-        return _ladder_of(t, ladder, by_wave, by_target)
-
-    cover = _cover(r, section("cover"), (ladder, *by_wave.values(), *by_target.values()),
-                   ladder_of, lambda t: per_target.get(t, limits))
-    return JobData(path=str(p), ladder=ladder, limits=limits, vec_pairs=vec_pairs,
+    # the cover is checked against the rest of the file's own ladders and budgets
+    data = JobData(path=str(p), ladder=ladder, limits=limits, vec_pairs=vec_pairs,
                    async_chunk_pairs=chunk_pairs, ws_replicas=ws,
                    default_dtypes=default_dtypes, optional_dtypes=optional_dtypes,
-                   cover=cover, target_limits=target_limits, wave_ladders=wave_ladders,
+                   cover=(), target_limits=target_limits, wave_ladders=wave_ladders,
                    target_ladders=target_ladders)
+    return replace(data, cover=_cover(r, section("cover"), data))
 
 
-def _ladder_of(target: str, shared: dict, by_wave: dict, by_target: dict) -> dict:
-    """The one rule of which ladder a target walks: its own (``ladder_targets``), else its
-    wave size's (``ladder_wave64``), else the shared one."""
-    if target in by_target:
-        return by_target[target]
-    return by_wave.get(get_target(target).wave_size, shared)
-
-
-def _ints(r: NodeReader, node: yaml.Node, field: str, rng: tuple[int, int], *,
-          n: int | None = None, max_len: int = MAX_AXIS_VALUES) -> tuple[int, ...]:
-    """A list of integers in ``rng``: exactly ``n`` of them, or 1 to ``max_len`` distinct."""
-    items = r.seq(node, field, max_len=None if n is not None else max_len)
-    if n is not None and len(items) != n:
-        raise r.fail(node, field, f"expected {n} integers, got {len(items)}")
+def _ints(r: NodeReader, node: yaml.Node, field: str, rng: tuple[int, int],
+          max_len: int = MAX_AXIS_VALUES) -> tuple[int, ...]:
+    """A list of 1 to ``max_len`` distinct integers in ``rng``."""
+    items = r.seq(node, field, max_len=max_len)
     if not items:
         raise r.fail(node, field, "must not be empty")
     vals = tuple(r.int_(v, f"{field}[{i}]", *rng) for i, v in enumerate(items))
-    if n is None and len(set(vals)) != len(vals):
+    if len(set(vals)) != len(vals):
         raise r.fail(node, field, "repeated value")
     return vals
+
+
+def _int_row(r: NodeReader, node: yaml.Node, field: str, rngs: tuple[tuple[int, int], ...],
+             names: tuple[str, ...] = ()) -> tuple[int, ...]:
+    """A list of exactly ``len(rngs)`` integers, each in its range (the error lists
+    ``names``, the positions' meaning, where given)."""
+    items = r.seq(node, field)
+    if len(items) != len(rngs):
+        said = f" [{', '.join(names)}]" if names else ""
+        raise r.fail(node, field, f"expected {len(rngs)} integers{said}, got {len(items)}")
+    return tuple(r.int_(v, f"{field}[{j}]", *rg)
+                 for j, (v, rg) in enumerate(zip(items, rngs, strict=True)))
 
 
 def _axis_range(axis: str) -> tuple[int, int]:
@@ -206,12 +212,8 @@ def _axis_range(axis: str) -> tuple[int, int]:
 
 def _geometry(r: NodeReader, node: yaml.Node, field: str) -> Geometry:
     """[tile_m, tile_n, tile_k, warp_m, warp_n], each in its axis's range."""
-    items = r.seq(node, field)
-    if len(items) != len(_LADDER_AXES):
-        raise r.fail(node, field, f"expected 5 integers [{', '.join(_LADDER_AXES)}], "
-                                  f"got {len(items)}")
-    return tuple(r.int_(v, f"{field}[{j}]", *_axis_range(ax))  # type: ignore[return-value]
-                 for j, (ax, v) in enumerate(zip(_LADDER_AXES, items, strict=True)))
+    rngs = tuple(_axis_range(a) for a in _LADDER_AXES)
+    return _int_row(r, node, field, rngs, _LADDER_AXES)  # type: ignore[return-value]
 
 
 def _ladder(r: NodeReader, node: yaml.Node, key: str = "ladder"
@@ -228,12 +230,7 @@ def _exclude(r: NodeReader, node: yaml.Node, field: str
     rngs = (*(_axis_range(a) for a in _LADDER_AXES), _VEC_RANGE, _VEC_RANGE)
     out: list[tuple[int, ...]] = []
     for i, item in enumerate(r.seq(node, field, max_len=MAX_EXCLUDE)):
-        vals = r.seq(item, f"{field}[{i}]")
-        if len(vals) != len(rngs):
-            raise r.fail(item, f"{field}[{i}]", f"expected 7 integers [{', '.join(_LADDER_AXES)}"
-                                                f", vec_a, vec_b], got {len(vals)}")
-        e = tuple(r.int_(v, f"{field}[{i}][{j}]", *rg)
-                  for j, (v, rg) in enumerate(zip(vals, rngs, strict=True)))
+        e = _int_row(r, item, f"{field}[{i}]", rngs, (*_LADDER_AXES, "vec_a", "vec_b"))
         if e in out:
             raise r.fail(item, f"{field}[{i}]", f"repeated entry {list(e)}")
         out.append(e)
@@ -294,9 +291,9 @@ def _pairs(r: NodeReader, node: yaml.Node, key: str, k_loop: str,
     rng = _VEC_RANGE if k_loop == "sync" else _CHUNK_RANGE
     out: list[tuple[int, int]] = []
     for i, item in enumerate(r.seq(node, key, max_len=16)):
-        a, b = _ints(r, item, f"{key}[{i}]", rng, n=2)
-        ok, why = load_widths_ok(k_loop, "fp16", max(ladder["tile_m"]),
-                                 max(ladder["tile_n"]), a, b)
+        a, b = _int_row(r, item, f"{key}[{i}]", (rng, rng))
+        ok, why = load_widths_ok(LoadWidths(k_loop, a, b), "fp16", max(ladder["tile_m"]),
+                                 max(ladder["tile_n"]))
         if not ok:
             raise r.fail(item, f"{key}[{i}]", why)
         if (a, b) in out:
@@ -318,12 +315,10 @@ def _dtypes(r: NodeReader, node: yaml.Node) -> tuple[tuple[str, ...], tuple[str,
 _Ladder = dict[str, tuple[int, ...]]
 
 
-def _cover(r: NodeReader, node: yaml.Node, ladders: tuple[_Ladder, ...],
-           ladder_of: Callable[[str], _Ladder], limits_for: Callable[[str], Limits]
-           ) -> tuple[CoverEntry, ...]:
+def _cover(r: NodeReader, node: yaml.Node, data: JobData) -> tuple[CoverEntry, ...]:
     cover: list[CoverEntry] = []
     for i, item in enumerate(r.seq(node, "cover", max_len=MAX_COVER)):
-        entry = _cover_entry(r, item, f"cover[{i}]", ladders, ladder_of, limits_for)
+        entry = _cover_entry(r, item, f"cover[{i}]", data)
         if any(c.geometry == entry.geometry for c in cover):
             raise r.fail(item, f"cover[{i}].geometry",
                          f"repeated cover geometry {list(entry.geometry)}")
@@ -339,22 +334,19 @@ def _off_ladder(geom: Geometry, ladder: _Ladder) -> str:
     return ""
 
 
-def _misfit(geom: Geometry, target: str, ladder_of: Callable[[str], _Ladder],
-            limits_for: Callable[[str], Limits]) -> str:
+def _misfit(geom: Geometry, target: str, data: JobData) -> str:
     """Why ``target`` cannot keep ``geom`` as a cover entry ("" when it can): off its own
     ladder, or refused by its filters for fp16 or bf16."""
-    if why := _off_ladder(geom, ladder_of(target)):
+    if why := _off_ladder(geom, data.ladder_for(target)):
         return why
     for dtype in ("fp16", "bf16"):
-        ok, why = geometry_fits(get_target(target), dtype, geom, limits_for(target))
+        ok, why = geometry_fits(Tile(get_target(target), dtype, geom), data.limits_for(target))
         if not ok:
             return f"{dtype}: {why}"
     return ""
 
 
-def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladders: tuple[_Ladder, ...],
-                 ladder_of: Callable[[str], _Ladder], limits_for: Callable[[str], Limits]
-                 ) -> CoverEntry:
+def _cover_entry(r: NodeReader, item: yaml.Node, field: str, data: JobData) -> CoverEntry:
     """One cover entry: a ladder geometry, its reason, the targets it serves (named, each of
     which must keep it, or every target whose ladder keeps it). A geometry must be on some
     ladder (the shared one or a wave size's), and a target keeps it only on its own."""
@@ -362,24 +354,22 @@ def _cover_entry(r: NodeReader, item: yaml.Node, field: str, ladders: tuple[_Lad
     g_node = r.require(m, item, field, "geometry")
     geom = _geometry(r, g_node, f"{field}.geometry")
     reason = r.str_(r.require(m, item, field, "reason"), f"{field}.reason")
+    ladders = data.ladders()
     if all(_off_ladder(geom, lad) for lad in ladders):
         raise r.fail(g_node, f"{field}.geometry", _off_ladder(geom, ladders[0]))
-
-    def misfit(t: str) -> str:
-        return _misfit(geom, t, ladder_of, limits_for)
 
     kernel_targets = tuple(kernel_target_names())
     if "targets" in m:
         targets = r.names(m["targets"], f"{field}.targets", kernel_targets)
         for t in targets:
-            if why := misfit(t):
+            if why := _misfit(geom, t, data):
                 raise r.fail(g_node, f"{field}.geometry", f"not on {t}'s ladder ({why})")
     else:
-        targets = tuple(t for t in kernel_targets if not misfit(t))
+        targets = tuple(t for t in kernel_targets if not _misfit(geom, t, data))
         if not targets:
             raise r.fail(g_node, f"{field}.geometry",
                          f"on no target's ladder ({kernel_targets[0]}: "
-                         f"{misfit(kernel_targets[0])})")
+                         f"{_misfit(geom, kernel_targets[0], data)})")
     return CoverEntry(geom, reason, targets)
 
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from wgradcache.jobs.geometries import Geometry, JobData, default_jobdata
+from wgradcache.jobs.geometries import JobData, default_jobdata
 from wgradcache.model.spec import (
     DTYPE_KEYS,
     VARIANT_KEYS,
     KernelSpec,
+    LoadWidths,
+    Tile,
     cta_groups_for,
-    elem_bytes,
     geometry_fits,
     k_loop_admitted,
     lds_fits,
@@ -76,35 +77,37 @@ def resolve_selection(targets: Iterable[str] = (), dtypes: Iterable[str] = (),
                      variants=variants or VARIANT_KEYS)
 
 
-def _slots(target: Target, dtype: str, dw_dtype: str, geometry: Geometry, in_cover: bool,
-           variants: tuple[str, ...]) -> Iterator[tuple[str, str, str]]:
+def _slots(tile: Tile, dw_dtype: str, in_cover: bool, variants: tuple[str, ...]
+           ) -> Iterator[tuple[str, str, str]]:
     slots = _LADDER_SLOTS + (_COVER_SLOTS + _ASYNC_SLOTS if in_cover else ())
     for k_loop, epilogue, reduction in slots:
         if f"{k_loop}.{epilogue}.{reduction}" not in variants:
             continue
-        if not (k_loop_admitted(target, k_loop)[0]
-                and reduction_admitted(target, dw_dtype, reduction, epilogue)[0]
-                and lds_fits(target, dtype, k_loop, epilogue, geometry)[0]):
+        if not (k_loop_admitted(tile.target, k_loop)[0]
+                and reduction_admitted(tile.target, dw_dtype, reduction, epilogue)[0]
+                and lds_fits(tile, k_loop, epilogue)[0]):
             continue
         yield k_loop, epilogue, reduction
 
 
-def _pairs(data: JobData, target: Target, dtype: str, geometry: Geometry, k_loop: str,
-           epilogue: str, reduction: str) -> list[tuple[int, int]]:
+def _pairs(data: JobData, tile: Tile, k_loop: str, epilogue: str, reduction: str
+           ) -> list[LoadWidths]:
     pairs = data.vec_pairs if k_loop == "sync" else data.async_chunk_pairs
-    per_b = 1 if k_loop == "sync" else elem_bytes(dtype)  # store vector in elements
-    limits = data.limits_for(target.name)
-    return [(a, b) for a, b in pairs
-            if load_widths_ok(k_loop, dtype, geometry[0], geometry[1], a, b)[0]
-            and loads_fit(target, dtype, k_loop, geometry, a, b, limits)[0]
-            and store_vector_ok(epilogue, reduction, b // per_b)[0]]
+    limits = data.limits_for(tile.target.name)
+    tm, tn = tile.geometry[:2]
+    widths = (LoadWidths(k_loop, a, b) for a, b in pairs)
+    return [w for w in widths
+            if load_widths_ok(w, tile.dtype, tm, tn)[0]
+            and loads_fit(tile, w, limits)[0]
+            and store_vector_ok(epilogue, reduction, w.elements(tile.dtype)[1])[0]]
 
 
-def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Geometry, bool]]:
+def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Tile, bool]]:
     cover = data.cover_for(target.name)
     for g in data.ladder_geometries(target.name):
-        if geometry_fits(target, dtype, g, data.limits_for(target.name))[0]:
-            yield g, g in cover
+        tile = Tile(target, dtype, g)
+        if geometry_fits(tile, data.limits_for(target.name))[0]:
+            yield tile, g in cover
 
 
 def walk(target: str, dtypes: Iterable[str] | None = None,
@@ -118,20 +121,18 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
     variants = tuple(variants) if variants else VARIANT_KEYS
     for key in (tuple(dtypes) if dtypes else data.default_dtypes):
         dtype, dw = parse_dtype_key(key)
-        for g, in_cover in _geometries(data, t, dtype):
-            tm, tn, tk, wm, wn = g
-            orders = cta_groups_for(g, data.limits_for(target))
-            for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
-                for a, b in _pairs(data, t, dtype, g, k_loop, epi, red):
-                    widths = (dict(vec_a=a, vec_b=b) if k_loop == "sync"
-                              else dict(chunk_a=a, chunk_b=b))
+        for tile, in_cover in _geometries(data, t, dtype):
+            tm, tn, tk, wm, wn = tile.geometry
+            orders = cta_groups_for(tile.geometry, data.limits_for(target))
+            for k_loop, epi, red in _slots(tile, dw, in_cover, variants):
+                for widths in _pairs(data, tile, k_loop, epi, red):
                     for order in orders:
                         yield KernelSpec(
                             target=target, dtype=dtype, dw_dtype=dw, tile_m=tm, tile_n=tn,
                             tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop, epilogue=epi,
                             reduction=red,
                             ws_replicas=data.ws_replicas if red == "two_stage" else 0,
-                            cta_group=order, **widths)
+                            cta_group=order, **widths.spec_fields())
 
 
 def count(target: str, dtypes: Iterable[str] | None = None,
@@ -146,10 +147,10 @@ def count(target: str, dtypes: Iterable[str] | None = None,
         per_variant: dict[str, int] = {}
         if t.has_kernels:
             dtype, dw = parse_dtype_key(key)
-            for g, in_cover in _geometries(data, t, dtype):
-                orders = len(cta_groups_for(g, data.limits_for(target)))
-                for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
-                    n = len(_pairs(data, t, dtype, g, k_loop, epi, red)) * orders
+            for tile, in_cover in _geometries(data, t, dtype):
+                orders = len(cta_groups_for(tile.geometry, data.limits_for(target)))
+                for k_loop, epi, red in _slots(tile, dw, in_cover, variants):
+                    n = len(_pairs(data, tile, k_loop, epi, red)) * orders
                     if n:
                         v = f"{k_loop}.{epi}.{red}"
                         per_variant[v] = per_variant.get(v, 0) + n

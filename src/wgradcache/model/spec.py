@@ -23,7 +23,8 @@ __all__ = [
     "VARIANT_KEYS", "ASYNC_CHUNK_BYTES", "LDS_ROW_PAD", "sync_row_pad", "sync_k_outer",
     "spec_sync_k_outer",
     "DEFAULT_WS_REPLICAS",
-    "KernelSpec", "Limits", "DEFAULT_LIMITS", "parse_dtype_key", "dtype_key",
+    "KernelSpec", "Limits", "DEFAULT_LIMITS", "Geometry", "Tile", "LoadWidths",
+    "parse_dtype_key", "dtype_key",
     "elem_bytes", "lds_bytes", "lds_bytes_for", "dynamic_lds_bytes", "sync_stages",
     "accumulators_per_lane", "lds_fits",
     "load_widths_ok", "loads_fit", "loads_per_thread",
@@ -50,6 +51,8 @@ CTA_GROUP_RANGE = (1, 64)
 # Fields added after identities were first written: ``canonical`` leaves each out at its
 # default, so every kernel that existed before the field keeps its identity key (and label).
 IDENTITY_DEFAULTS: dict[str, int] = {"cta_group": 1}
+# (tile_m, tile_n, tile_k, warp_m, warp_n): a label's t..-w.. part, a ladder's point
+Geometry = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,40 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()  # the shipped file's base filters (tested); no per-target override
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A geometry on a target at an A/B dtype: what the rules of a tile read (atom fit,
+    block size, accumulators, LDS stages and bytes, loads per thread) before a loop or
+    widths are chosen. The walk holds one per ladder geometry, ahead of any spec;
+    ``KernelSpec.tile`` is a spec's."""
+
+    target: Target
+    dtype: str
+    geometry: Geometry
+
+
+@dataclass(frozen=True)
+class LoadWidths:
+    """A K loop and the widths of its global loads: (vec_a, vec_b) in elements on the sync
+    loop, (chunk_a, chunk_b) in bytes on the async one. The walk crosses each slot with
+    these before a spec exists; ``KernelSpec.load_widths`` is a spec's."""
+
+    k_loop: str
+    a: int
+    b: int
+
+    def elements(self, dtype: str) -> tuple[int, int]:
+        """Elements per load of A and of B (an async chunk's bytes over the element's)."""
+        per = 1 if self.k_loop == "sync" else elem_bytes(dtype)
+        return self.a // per, self.b // per
+
+    def spec_fields(self) -> dict[str, int]:
+        """The KernelSpec fields these widths fill (``KernelSpec.load_widths``' inverse)."""
+        if self.k_loop == "sync":
+            return {"vec_a": self.a, "vec_b": self.b}
+        return {"chunk_a": self.a, "chunk_b": self.b}
 
 
 @dataclass(frozen=True, order=True)
@@ -104,8 +141,19 @@ class KernelSpec:
     cta_group: int = 1
 
     @property
-    def geometry(self) -> tuple[int, int, int, int, int]:
+    def geometry(self) -> Geometry:
         return (self.tile_m, self.tile_n, self.tile_k, self.warp_m, self.warp_n)
+
+    @property
+    def tile(self) -> Tile:
+        return Tile(get_target(self.target), self.dtype, self.geometry)
+
+    @property
+    def load_widths(self) -> LoadWidths:
+        """The widths its loop takes: vec pair (sync) or chunk pair (async)."""
+        if self.k_loop == "async":
+            return LoadWidths(self.k_loop, self.chunk_a, self.chunk_b)
+        return LoadWidths(self.k_loop, self.vec_a, self.vec_b)
 
     @property
     def variant(self) -> str:
@@ -183,7 +231,7 @@ _LABEL = re.compile(
 )
 
 
-def geometry_tag(geometry: tuple[int, int, int, int, int]) -> str:
+def geometry_tag(geometry: Geometry) -> str:
     """The tile/warp part of a label (``t64x64x32-w2x2``): how a geometry is named to
     people, by ``label`` and by every report that groups kernels by geometry."""
     tm, tn, tk, wm, wn = geometry
@@ -268,18 +316,17 @@ def _k_outer_possible(target: Target, dtype: str) -> bool:
             and elem_bytes(dtype) == 2)
 
 
-def _stage_bytes(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int,
-                 k_outer: bool) -> int:
+def _stage_bytes(tile: Tile, k_outer: bool) -> int:
     """One LDS stage of both operand tiles: K-outer (tile_k rows of tile_mn + LDS_ROW_PAD)
     or K-contiguous (tile_mn rows of tile_k + sync_row_pad)."""
-    eb = elem_bytes(dtype)
+    tile_m, tile_n, tile_k = tile.geometry[:3]
+    eb = elem_bytes(tile.dtype)
     if k_outer:
         return tile_k * (tile_m + tile_n + 2 * LDS_ROW_PAD) * eb
-    return (tile_m + tile_n) * (tile_k + sync_row_pad(target, dtype, tile_k)) * eb
+    return (tile_m + tile_n) * (tile_k + sync_row_pad(tile.target, tile.dtype, tile_k)) * eb
 
 
-def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: int,
-                k_outer: bool = False) -> int:
+def sync_stages(tile: Tile, k_outer: bool = False) -> int:
     """LDS stages of the sync K loop: 2 (the pipelined loop writes tile t+1 while tile t is
     read, one barrier per K tile) where two fit the target's LDS, else 1 (the same loop
     with a second barrier per tile). One stage is tile_m + tile_n K-contiguous rows of
@@ -287,12 +334,11 @@ def sync_stages(target: Target, dtype: str, tile_m: int, tile_n: int, tile_k: in
     rows); two fit every WMMA ladder geometry (at most 40 KiB on the 64 KiB targets, whose
     tile_k is 32) and gfx950's; gfx942's 256-wide tiles take one.
     """
-    one = _stage_bytes(target, dtype, tile_m, tile_n, tile_k, k_outer)
-    return 2 if 2 * one <= target.lds_bytes else 1
+    one = _stage_bytes(tile, k_outer)
+    return 2 if 2 * one <= tile.target.lds_bytes else 1
 
 
-def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
-                  tile_m: int, tile_n: int, tile_k: int,
+def lds_bytes_for(tile: Tile, k_loop: str, epilogue: str,
                   vecs: tuple[int, int] | None = None) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
@@ -308,24 +354,23 @@ def lds_bytes_for(target: Target, dtype: str, k_loop: str, epilogue: str,
     The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
     loop's last barrier, so the allocation is the larger of the two.
     """
+    target, dtype = tile.target, tile.dtype
     if k_loop == "async":
         stages = 2 if target.async_zero_fill else 3
-        operands = stages * _stage_bytes(target, dtype, tile_m, tile_n, tile_k, True)
+        operands = stages * _stage_bytes(tile, True)
     else:
         if vecs is not None:
             layouts: tuple[bool, ...] = (sync_k_outer(target, dtype, *vecs),)
         else:
             layouts = (False, True) if _k_outer_possible(target, dtype) else (False,)
-        operands = max(sync_stages(target, dtype, tile_m, tile_n, tile_k, ko)
-                       * _stage_bytes(target, dtype, tile_m, tile_n, tile_k, ko)
-                       for ko in layouts)
+        operands = max(sync_stages(tile, ko) * _stage_bytes(tile, ko) for ko in layouts)
+    tile_m, tile_n = tile.geometry[:2]
     staging = tile_m * tile_n * 4 if epilogue == "cshuffle" else 0
     return max(operands, staging)
 
 
 def lds_bytes(spec: KernelSpec) -> int:
-    return lds_bytes_for(get_target(spec.target), spec.dtype, spec.k_loop, spec.epilogue,
-                         spec.tile_m, spec.tile_n, spec.tile_k, (spec.vec_a, spec.vec_b))
+    return lds_bytes_for(spec.tile, spec.k_loop, spec.epilogue, (spec.vec_a, spec.vec_b))
 
 
 def dynamic_lds_bytes(spec: KernelSpec) -> int:
@@ -343,10 +388,10 @@ def spec_sync_k_outer(spec: KernelSpec) -> bool:
 
 # ---- the predicates: each returns (ok, reason) ---------------------------------------
 
-def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int, int],
-                  limits: Limits | None) -> tuple[bool, str]:
+def geometry_fits(tile: Tile, limits: Limits | None) -> tuple[bool, str]:
     """Ladder filter, in fixed order: atom, divisibility, k-steps, block size, accumulators,
     LDS. ``limits``: the job data's budgets for the target; None checks the target alone."""
+    target, dtype, geometry = tile.target, tile.dtype, tile.geometry
     tm, tn, tk, wm, wn = geometry
     atom = target.atom(dtype)
     if atom is None:
@@ -372,23 +417,23 @@ def geometry_fits(target: Target, dtype: str, geometry: tuple[int, int, int, int
     if limits is not None and acc > limits.max_acc_per_lane:
         return False, (f"{acc} accumulator registers per lane exceed the budget "
                        f"{limits.max_acc_per_lane}")
-    return lds_fits(target, dtype, "sync", "default", geometry)
+    return lds_fits(tile, "sync", "default")
 
 
-def lds_fits(target: Target, dtype: str, k_loop: str, epilogue: str,
-             geometry: tuple[int, int, int, int, int]) -> tuple[bool, str]:
-    tm, tn, tk = geometry[:3]
-    need = lds_bytes_for(target, dtype, k_loop, epilogue, tm, tn, tk)
+def lds_fits(tile: Tile, k_loop: str, epilogue: str) -> tuple[bool, str]:
+    target = tile.target
+    need = lds_bytes_for(tile, k_loop, epilogue)
     if need > target.lds_bytes:
         return False, (f"LDS {need} B ({k_loop} loop, {epilogue} epilogue) exceeds "
                        f"{target.name}'s {target.lds_bytes} B")
     return True, ""
 
 
-def load_widths_ok(k_loop: str, dtype: str, tile_m: int, tile_n: int,
-                   a: int, b: int) -> tuple[bool, str]:
-    """vec pair (sync, elements) or chunk pair (async, bytes) against the tile."""
-    if k_loop == "async":
+def load_widths_ok(widths: LoadWidths, dtype: str, tile_m: int, tile_n: int
+                   ) -> tuple[bool, str]:
+    """vec pair (sync, elements) or chunk pair (async, bytes) against the tile's sides."""
+    a, b = widths.a, widths.b
+    if widths.k_loop == "async":
         eb = elem_bytes(dtype)
         for name, c, tile in (("chunk_a", a, tile_m), ("chunk_b", b, tile_n)):
             if c not in ASYNC_CHUNK_BYTES:
@@ -404,25 +449,23 @@ def load_widths_ok(k_loop: str, dtype: str, tile_m: int, tile_n: int,
     return True, ""
 
 
-def loads_per_thread(dtype: str, k_loop: str, geometry: tuple[int, int, int, int, int],
-                     wave: int, a: int, b: int) -> float:
+def loads_per_thread(tile: Tile, widths: LoadWidths) -> float:
     """Global loads (vectors or async chunks) each thread issues per K tile."""
-    tm, tn, tk, wm, wn = geometry
-    per = 1 if k_loop == "sync" else elem_bytes(dtype)
-    return (tm * tk // (a // per) + tn * tk // (b // per)) / (wm * wn * wave)
+    tm, tn, tk, wm, wn = tile.geometry
+    va, vb = widths.elements(tile.dtype)
+    return (tm * tk // va + tn * tk // vb) / (wm * wn * tile.target.wave_size)
 
 
-def loads_fit(target: Target, dtype: str, k_loop: str,
-              geometry: tuple[int, int, int, int, int], a: int, b: int,
-              limits: Limits | None) -> tuple[bool, str]:
+def loads_fit(tile: Tile, widths: LoadWidths, limits: Limits | None) -> tuple[bool, str]:
     """Narrow loads hold every loaded element (and its address) in registers until the LDS
     store: too many per thread spill. ``limits`` None: no budget (spilling is not wrong)."""
     if limits is None:
         return True, ""
-    if k_loop == "sync" and (*geometry, a, b) in limits.exclude:
-        return False, (f"{target.name} keeps a stack frame for this geometry with vec pair "
-                       f"({a}, {b}) (measured; geometries.yaml filters exclude it)")
-    n = loads_per_thread(dtype, k_loop, geometry, target.wave_size, a, b)
+    a, b = widths.a, widths.b
+    if widths.k_loop == "sync" and (*tile.geometry, a, b) in limits.exclude:
+        return False, (f"{tile.target.name} keeps a stack frame for this geometry with vec "
+                       f"pair ({a}, {b}) (measured; geometries.yaml filters exclude it)")
+    n = loads_per_thread(tile, widths)
     if n > limits.max_loads_per_thread:
         return False, (f"{n:g} global loads per thread per K tile exceed the budget "
                        f"{limits.max_loads_per_thread}")
@@ -455,8 +498,8 @@ def store_vector_ok(epilogue: str, reduction: str, store_vec: int) -> tuple[bool
     return True, ""
 
 
-def cta_order_fits(cta_group: int, geometry: tuple[int, int, int, int, int],
-                   limits: Limits | None) -> tuple[bool, str]:
+def cta_order_fits(cta_group: int, geometry: Geometry, limits: Limits | None
+                   ) -> tuple[bool, str]:
     """The CTA order of a geometry. Every group in CTA_GROUP_RANGE makes a correct kernel
     (``limits`` None: the generator, ``serves``); the walk's data adds only the grouped
     orders it names, on tiles at least its ``cta_group_min_tile`` on both sides, where
@@ -477,8 +520,7 @@ def cta_order_fits(cta_group: int, geometry: tuple[int, int, int, int, int],
     return True, ""
 
 
-def cta_groups_for(geometry: tuple[int, int, int, int, int], limits: Limits
-                   ) -> tuple[int, ...]:
+def cta_groups_for(geometry: Geometry, limits: Limits) -> tuple[int, ...]:
     """The CTA orders the walk gives ``geometry``: row-major, then every grouped order of
     the job data that ``cta_order_fits`` admits (the one rule of walk, count and validate)."""
     return (1, *(g for g in limits.cta_groups if cta_order_fits(g, geometry, limits)[0]))
@@ -499,17 +541,13 @@ def _names_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[
     return True, ""
 
 
-def _load_widths(spec: KernelSpec) -> tuple[int, int]:
-    return (spec.chunk_a, spec.chunk_b) if spec.k_loop == "async" else (spec.vec_a, spec.vec_b)
-
-
 def _widths_belong(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[bool, str]:
     if spec.k_loop == "async" and (spec.vec_a or spec.vec_b):
         return False, ("the async loop takes its widths from the copy: vec_a/vec_b "
                        "must be left unset")
     if spec.k_loop == "sync" and (spec.chunk_a or spec.chunk_b):
         return False, "chunk_a/chunk_b belong to the async loop"
-    return load_widths_ok(spec.k_loop, spec.dtype, spec.tile_m, spec.tile_n, *_load_widths(spec))
+    return load_widths_ok(spec.load_widths, spec.dtype, spec.tile_m, spec.tile_n)
 
 
 def _replicas_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[bool, str]:
@@ -523,15 +561,15 @@ def _replicas_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tup
 # validate's rules, in their fixed order (the first failure is the reason a reject records).
 _RULES = (
     _names_ok,
-    lambda s, t, lim: geometry_fits(t, s.dtype, s.geometry, lim),
+    lambda s, t, lim: geometry_fits(Tile(t, s.dtype, s.geometry), lim),
     lambda s, t, lim: k_loop_admitted(t, s.k_loop),
     _widths_belong,
-    lambda s, t, lim: loads_fit(t, s.dtype, s.k_loop, s.geometry, *_load_widths(s), lim),
+    lambda s, t, lim: loads_fit(Tile(t, s.dtype, s.geometry), s.load_widths, lim),
     lambda s, t, lim: reduction_admitted(t, s.dw_dtype, s.reduction, s.epilogue),
     lambda s, t, lim: store_vector_ok(s.epilogue, s.reduction, s.store_vec),
     _replicas_ok,
     lambda s, t, lim: cta_order_fits(s.cta_group, s.geometry, lim),
-    lambda s, t, lim: lds_fits(t, s.dtype, s.k_loop, s.epilogue, s.geometry),
+    lambda s, t, lim: lds_fits(Tile(t, s.dtype, s.geometry), s.k_loop, s.epilogue),
 )
 
 

@@ -206,8 +206,7 @@ def warp_issue_per_k_tile(spec: KernelSpec) -> float:
     am, an = _warp_atoms(spec)
     steps = -(-spec.tile_k // t.atoms[spec.dtype].k)
     per_vec = 1 if spec.k_loop == "async" else 2  # the copy writes LDS itself
-    loads = loads_per_thread(spec.dtype, "sync", spec.geometry, t.wave_size,
-                             spec.load_vec_a, spec.load_vec_b)
+    loads = loads_per_thread(spec.tile, spec.load_widths)
     return steps * (am * an + am + an) + per_vec * loads + LOOP_SLOTS
 
 

@@ -87,8 +87,7 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     # where only one stage fits, spec.sync_stages); LLVM drops s_barrier when the block is
     # one wave (flat-work-group-size <= wave); ptxas keeps a one-warp block's bar.sync.
     per_step = 1 if spec.k_loop == "async" or sync_stages(
-        target, spec.dtype, spec.tile_m, spec.tile_n, spec.tile_k,
-        spec_sync_k_outer(spec)) == 2 else 2
+        spec.tile, spec_sync_k_outer(spec)) == 2 else 2
     want = (per_step if spec.block_size > target.wave_size
             or not backend_of(target.name).one_wave_barrier else 0)
     got = isa.get("main_loop_barriers", 0)
@@ -100,9 +99,7 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     # five targets (a fractional count: the last load is partial, ceil).
     key, what = (("main_loop_global_loads", "global loads") if spec.k_loop == "sync"
                  else ("main_loop_async_copies", "async copies"))
-    a, b = (spec.vec_a, spec.vec_b) if spec.k_loop == "sync" else (spec.chunk_a, spec.chunk_b)
-    loads = math.ceil(loads_per_thread(spec.dtype, spec.k_loop, spec.geometry,
-                                       target.wave_size, a, b))
+    loads = math.ceil(loads_per_thread(spec.tile, spec.load_widths))
     need(isa.get(key, 0) == loads, f"{isa.get(key, 0)} {what} per K step, the spec's "
                                    f"widths make {loads}")
     if spec.k_loop == "async":

@@ -54,7 +54,7 @@ from contextlib import nullcontext
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.ir import Value, f32, i32
-from wgradcache.model.spec import loads_per_thread, sync_stages
+from wgradcache.model.spec import LoadWidths, Tile, loads_per_thread, sync_stages
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.copies import issue_async, load_sync, store_sync
@@ -223,10 +223,10 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     """
     kb, sp = ctx.kb, ctx.spec
     target = get_target(sp.target)
-    stages = 1 if planted_race else sync_stages(target, sp.dtype, sp.tile_m, sp.tile_n,
-                                                 sp.tile_k, not ctx.k_contiguous)
-    prefetch = loads_per_thread(sp.dtype, "sync", sp.geometry, target.wave_size, sp.vec_a,
-                                sp.vec_b) <= PREFETCH_MAX_LOADS
+    tile = Tile(target, sp.dtype, sp.geometry)
+    stages = 1 if planted_race else sync_stages(tile, not ctx.k_contiguous)
+    prefetch = loads_per_thread(tile, LoadWidths("sync", sp.vec_a, sp.vec_b)
+                                ) <= PREFETCH_MAX_LOADS
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.vec_a)
     b_op = b_operand(ctx, sp.vec_b, max_rows=GATHER_STATE_MAX_SLOTS)
