@@ -44,6 +44,11 @@ def test_a_toy_backend_builds_verifies_and_lists(tmp_path):
     rows = json.loads(listed.stdout)
     assert len(rows) == 2 and all(r["label"].startswith("toy1151-") for r in rows)
 
+    # its labels are labels: the target's name is the catalog's, not a vendor's pattern
+    shown = _cli("show", rows[0]["label"], "--cache-dir", cache, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.startswith(rows[0]["label"] + "\n")
+
 
 def test_without_the_module_the_toy_target_is_unknown(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(SRC)}

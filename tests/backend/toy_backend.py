@@ -65,6 +65,9 @@ class Toy(Backend):
 
         return isa_stats(listing)
 
+    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+        return [("IR bytes", co.get("text_bytes", 0))]
+
 
 register(Toy())
 add_target(replace(get_target("gfx1151"), name="toy1151", backend="toy"))

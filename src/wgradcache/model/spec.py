@@ -223,7 +223,7 @@ def identity_key_of(canonical: dict) -> str:
 
 
 _LABEL = re.compile(
-    r"^(?P<target>gfx[0-9a-z]+|sm_[0-9]+a?)-(?P<dtype>[a-z0-9]+)(?:-dw(?P<dw>[a-z0-9]+))?"
+    r"^(?P<target>[a-z][a-z0-9_]*)-(?P<dtype>[a-z0-9]+)(?:-dw(?P<dw>[a-z0-9]+))?"
     r"-t(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)-w(?P<wm>\d+)x(?P<wn>\d+)"
     r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
     r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?"
