@@ -202,3 +202,100 @@ def test_load_plan_reads_the_shipped_plan_and_names_each_bad_field(tmp_path):
     assert load_plan(p) == Plan(targets=("gfx1250",), dtypes=("fp16",), variants=(),
                                 verify_level="integrity", verify_sample=0.5,
                                 max_size=2 << 30, job_timeout=60.0)
+
+
+def _tuned(cache, tmp_path, median_ms="0.5"):
+    """A ``tune --json`` file of one row of a kernel the small cache holds."""
+    entry = next(e for _, e in TargetCache(cache, "gfx1250").iter_entries()
+                 if e.label == "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")
+    doc = {"target": "gfx1250",
+           "device": {"name": "AMD Fake GPU", "sm_count": 256, "driver": "6.4",
+                      "runtime": "6.4"},
+           "rows": [{"identity_key": entry.identity_key, "blob": entry.blob,
+                     "problem": "2,32,8,8,32,3,3,1,1", "dtype": "fp16", "degree": 1,
+                     "median_ms": 0.5, "spread_ms": 0.01, "iterations": 10,
+                     "when": 100.0}],
+           "vendor": [], "fit": None}
+    p = tmp_path / "device" / "tuned.json"
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(json.dumps(doc).replace('"median_ms": 0.5', f'"median_ms": {median_ms}'))
+    return p
+
+
+def test_the_plan_names_device_timings_and_refresh_imports_them(small_cache, tmp_path):
+    """The build machine has no GPU: timings measured on a device come in through the plan,
+    imported after tonight's build and gc, each checked as ``tune --import`` checks it."""
+    from wgradcache.pipeline.refresh import load_plan
+
+    cache = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], cache)
+    _tuned(cache, tmp_path)
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text("targets: [gfx1250]\ndtypes: [fp16]\nverify: {level: integrity}\n"
+                         "timings:\n  gfx1250: [device/tuned.json]\n")
+    plan = load_plan(plan_file)
+    assert plan.timings == (("gfx1250", str(tmp_path / "device" / "tuned.json")),)
+    geo = str(small_cache["geometries"])
+    doc = refresh(RefreshRequest(plan, str(cache), tmp_path / "report", geometries_file=geo))
+    assert doc["ok"] is True
+    (imp,) = doc["targets"]["gfx1250"]["timings"]
+    assert (imp["imported"], imp["added"], imp["rows"]) == (1, 1, 1)
+    assert imp["device_class"].startswith("amd-fake-gpu-")
+    assert TargetCache(cache, "gfx1250").timing_classes() == [imp["device_class"]]
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert (f"- timings `{tmp_path / 'device' / 'tuned.json'}`: 1 rows read, 1 added to "
+            f"{imp['device_class']} (1 rows); fit: ") in md
+
+
+def test_a_bad_planned_timings_file_fails_the_night_and_imports_nothing(small_cache, tmp_path):
+    from wgradcache.pipeline.refresh import load_plan
+
+    cache = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], cache)
+    bad = _tuned(cache, tmp_path, median_ms="NaN")
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text("targets: [gfx1250]\ndtypes: [fp16]\nverify: {level: integrity}\n"
+                         "timings: {gfx1250: [device/tuned.json, device/link.json]}\n")
+    (tmp_path / "device" / "link.json").symlink_to("/etc/passwd")
+    geo = str(small_cache["geometries"])
+    doc = refresh(RefreshRequest(load_plan(plan_file), str(cache), tmp_path / "report",
+                                 geometries_file=geo))
+    assert doc["ok"] is False
+    assert doc["targets"]["gfx1250"]["timings"] == [
+        {"file": str(bad), "refused": f"{bad}: not valid JSON: NaN is not a number this file "
+                                      "may hold"},
+        {"file": str(tmp_path / "device" / "link.json"),
+         "refused": f"{tmp_path / 'device' / 'link.json'}: cannot read: a symbolic link, not a "
+                    "regular file (not followed)"}]
+    assert not (cache / "gfx1250" / "timings").exists()
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.startswith("# wgradcache nightly refresh: FAILED\n")
+    assert f"- timings REFUSED: {bad}: not valid JSON: NaN" in md
+
+
+def test_the_plans_timings_are_checked_where_they_are_read(tmp_path):
+    import pytest
+
+    from wgradcache.pipeline.refresh import PlanError, load_plan
+
+    p = tmp_path / "plan.yaml"
+    for text, reason in [
+        ("targets: [gfx1250]\ntimings: {sm_90: [t.json]}\n",
+         "2: timings.sm_90: unknown target (not in targets); valid: gfx1250"),
+        ("targets: [gfx1250]\ntimings: [t.json]\n", "2: timings: expected a mapping, got a list"),
+        ("targets: [gfx1250]\ntimings: {gfx1250: t.json}\n",
+         "2: timings.gfx1250: expected a list, got a string 't.json'"),
+        ("targets: [gfx1250]\ntimings: {gfx1250: [1]}\n",
+         "2: timings.gfx1250[0]: expected a string, got an integer 1"),
+        ("targets: [gfx1250]\ntimings: {gfx1250: ['']}\n",
+         "2: timings.gfx1250[0]: expected a non-empty string"),
+        ("targets: [gfx1250]\ntimings: {gfx1250: [" + ", ".join(["t.json"] * 17) + "]}\n",
+         "2: timings.gfx1250: at most 16 items, got 17"),
+    ]:
+        p.write_text(text)
+        with pytest.raises(PlanError) as e:
+            load_plan(p)
+        assert str(e.value).startswith(f"{p}:{reason}"), str(e.value)
+    p.write_text("targets: [gfx1250]\ntimings: {gfx1250: [/abs/t.json, rel/t.json]}\n")
+    assert load_plan(p).timings == (("gfx1250", "/abs/t.json"),
+                                    ("gfx1250", str(tmp_path / "rel" / "t.json")))

@@ -1,7 +1,9 @@
 """The nightly job: build every planned target incrementally, gc, verify, report.
 
 The plan (``jobs/nightly.yaml``) names targets, dtypes, variants, the verify level and
-sample, and the size bound. The report is written twice, as ``report.json`` for machines
+sample, the size bound, and timings measured on a device to import (``tune --json`` files:
+the build machine has no GPU, so the device's measurements come to the cache this way).
+The report is written twice, as ``report.json`` for machines
 and ``report.md`` for people, and says what changed since the previous report in the same
 directory. Exit status is policy: a failed job or a failed check is non-zero; rejects are
 not (they are the ladder disagreeing with the rules, reported for a person to read).
@@ -56,9 +58,15 @@ class Plan:
     verify_sample: float
     max_size: int | None
     job_timeout: float
+    # (target, file) pairs: timings to import into that target's cache after its build and
+    # gc (the rows then refer to the entries as built tonight), before verify checks them
+    timings: tuple[tuple[str, str], ...] = ()
 
 
-_PLAN_KEYS = ("targets", "dtypes", "variants", "verify", "max_size", "job_timeout")
+_PLAN_KEYS = ("targets", "dtypes", "variants", "verify", "max_size", "job_timeout",
+              "timings")
+MAX_TIMING_FILES = 16
+"""Timing files a plan may name per target."""
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -78,7 +86,24 @@ def load_plan(path: str | Path) -> Plan:
                 variants=_names(r, doc, "variants", VARIANT_KEYS), verify_level=level,
                 verify_sample=sample, max_size=_max_size(r, doc.get("max_size")),
                 job_timeout=DEFAULT_JOB_TIMEOUT if _null(timeout) else
-                r.float_(timeout, "job_timeout", *JOB_TIMEOUT_RANGE))
+                r.float_(timeout, "job_timeout", *JOB_TIMEOUT_RANGE),
+                timings=_timings(r, doc.get("timings"), targets, Path(path).parent))
+
+
+def _timings(r: NodeReader, node: yaml.Node | None, targets: tuple[str, ...],
+             base: Path) -> tuple[tuple[str, str], ...]:
+    """``{target: [file, ...]}`` of planned targets; a relative file is the plan folder's
+    (the plan and the files it names travel together). The files themselves are read at
+    import, with every check ``tune --import`` makes."""
+    if _null(node):
+        return ()
+    out: list[tuple[str, str]] = []
+    for target, files in r.mapping(node, "timings", allowed=targets, what="target (not in "
+                                   "targets)").items():
+        field = f"timings.{target}"
+        for i, f in enumerate(r.seq(files, field, max_len=MAX_TIMING_FILES)):
+            out.append((target, str(base / r.str_(f, f"{field}[{i}]"))))
+    return tuple(out)
 
 
 def _null(node: yaml.Node | None) -> bool:
@@ -168,6 +193,7 @@ def refresh(rreq: RefreshRequest, progress=None) -> dict:
         live = {s.identity_key() for s in walk(target, DTYPE_KEYS, None, data)}
         g = gc(cache, live, GcOptions(max_size=plan.max_size))
         t_gc = time.monotonic() - t0 - t_build
+        imports = [_import(cache_dir, target, f) for t, f in plan.timings if t == target]
         vrep = verify(VerifyRequest(cache_dir=cache_dir, targets=(target,),
                                     level=plan.verify_level, sample=plan.verify_sample,
                                     device="emulator", geometries_file=geometries_file))
@@ -181,6 +207,7 @@ def refresh(rreq: RefreshRequest, progress=None) -> dict:
             # this run's: one per identity the plan refused
             "rejects": [record_json(r) for r in summary.rejects],
             "gc": g.to_json(),
+            "timings": imports,
             "verify": vrep.to_json(),
             "cache_bytes": _cache_bytes(cache),
             "toolchain_digest": tdigest_t,
@@ -198,7 +225,7 @@ def refresh(rreq: RefreshRequest, progress=None) -> dict:
             },
             "entries": keys,
         }
-        ok = ok and summary.ok and vrep.ok
+        ok = ok and summary.ok and vrep.ok and not any("refused" in i for i in imports)
         doc["targets"][target] = tdoc
     doc["ok"] = ok
     for name, text in (("report.json", json.dumps(doc, indent=1, sort_keys=True)),
@@ -209,6 +236,20 @@ def refresh(rreq: RefreshRequest, progress=None) -> dict:
             raise ReportRefused(f"--report-dir {report_dir}: {name}: cannot write: "
                                 f"{refusal(e)}") from None
     return doc
+
+
+def _import(cache_dir: str, target: str, path: str) -> dict:
+    """One planned timings file into ``target``'s cache: what was imported, or the one
+    line that refused it (nothing of that file imported; the night is not ok)."""
+    from wgradcache.pipeline.fit import refit_line
+    from wgradcache.pipeline.timing_import import ImportRefused, ImportRequest, import_timings
+
+    try:
+        rep = import_timings(ImportRequest(path=path, cache_dir=cache_dir, target=target),
+                             refit=refit_line)
+    except ImportRefused as e:
+        return {"file": path, "refused": str(e)}
+    return {"file": path, **rep.to_json()}
 
 
 def _report_folder(report_dir: Path) -> Folder:
@@ -333,4 +374,11 @@ def render_markdown(doc: dict) -> str:
         for r in d["rejects"]:
             lines.append(f"- rejected `{printable(r.get('label'))}`: "
                          f"{printable(r.get('reason'))}")
+        for i in d.get("timings", ()):
+            if "refused" in i:
+                lines.append(f"- timings REFUSED: {printable(i['refused'])}")
+            else:
+                lines.append(f"- timings `{printable(i['file'])}`: {i['imported']} rows read, "
+                             f"{i['added']} added to {printable(i['device_class'])} "
+                             f"({i['rows']} rows); fit: {printable(i['refit'] or 'none')}")
     return "\n".join(lines) + "\n"
