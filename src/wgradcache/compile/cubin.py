@@ -40,7 +40,7 @@ from wgradcache.compile.codeobject import KernelArg
 from wgradcache.compile.loop_rank import main_loop_rank
 
 __all__ = ["EM_CUDA", "RESERVED_SMEM", "WARP_SIZE", "CubinInfo", "is_cubin", "read_cubin",
-           "ptx_stats", "nv_info", "is_sass", "sass_stats", "disassemble_cubin"]
+           "ptx_stats", "nv_info", "sass_stats", "disassemble_cubin"]
 
 EM_CUDA = 190
 RESERVED_SMEM = 1024
@@ -350,12 +350,6 @@ _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-
                         r"([^;]*);")
 _SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _SASS_BRA = re.compile(r"(\.L_x_\d+)\b")
-
-
-def is_sass(text: str) -> bool:
-    """An nvdisasm listing (``.target sm_NN`` and ``/*0000*/`` addresses)."""
-    head = text[:4000]
-    return "/*0000*/" in head and re.search(r"\.target\s+sm_\d+", head) is not None
 
 
 _LISTINGS: dict[str, str] = {}  # sha256 of a cubin -> its listing (``prefetch_listings``)
