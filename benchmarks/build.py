@@ -121,13 +121,13 @@ def run_llc_lld(jobs: list[EmittedJob], workers: int, workdir: Path) -> tuple[fl
 def _compile_timed(target: str, ir: str, backend: str = "libllvm") -> tuple[bytes, dict]:
     """In a loky worker: what ``workers.job_task`` compiles, with its phases timed."""
     from wgradcache.compile.codegen import CodegenOptions, compile_ir
-    from wgradcache.compile.isa import isa_stats
     from wgradcache.compile.toolchain import CODEGEN_ENV
+    from wgradcache.model.backends import backend_of
 
     os.environ[CODEGEN_ENV] = backend
     obj = compile_ir(ir, target, CodegenOptions())
     t0 = time.perf_counter()
-    isa_stats(obj.asm)
+    backend_of(target).isa_stats(obj.asm, obj.listing)
     t = {k: v for k, v in obj.timings.items() if k != "total"}
     t["isa_stats"] = time.perf_counter() - t0
     return obj.hsaco, t

@@ -56,7 +56,7 @@ def plant(cache, entry) -> bytes:
     out = compile_isolated(lower(planted_kernel(spec), TARGET), TARGET, timeout=300)
     if not out.ok:
         raise SystemExit(f"device_plant: the planted kernel did not compile: {out.error}")
-    meta, data = metadata(out.obj), out.obj.hsaco
+    meta, data = metadata(out.obj, TARGET, spec), out.obj.hsaco
     cache.write_blob(entry.blob, data, meta)
     cache.write_entry(dataclasses.replace(
         entry, blob_size=len(data), blob_sha256=sha256_bytes(data),

@@ -135,13 +135,13 @@ def _tail_instructions(asm: str) -> int | None:
 def measure(label: str, want_mca: bool) -> dict:
     """One kernel: emit, compile, main-loop figures (and llvm-mca's cycles when asked)."""
     from wgradcache.compile.codegen import compile_ir
-    from wgradcache.compile.isa import isa_stats
+    from wgradcache.model.backends import backend_of
     from wgradcache.wgrad.emit import emit_ir
 
     spec = from_label(label)
     k = emit_ir(spec)
     obj = compile_ir(k.ir_text, spec.target, listing="disassembly")
-    isa = isa_stats(obj.asm)
+    isa = backend_of(spec.target).isa_stats(obj.asm, obj.listing)
     doc = {"label": label, "target": spec.target, "wide": _wide(spec),
            "isa": {key: v for key, v in isa.items() if key.startswith("main_loop_")}}
     tail = _tail_instructions(obj.asm)

@@ -11,7 +11,7 @@ import hashlib
 import re
 from dataclasses import replace
 
-from wgradcache.model.backends import Backend, add_target, register
+from wgradcache.model.backends import BACKENDS, Backend, add_target, register
 from wgradcache.model.targets import get_target
 
 MAGIC = b"; ModuleID"
@@ -22,6 +22,7 @@ class Toy(Backend):
     blob_suffix = ".toyir"
     blob_magic = MAGIC
     runtime = "none"
+    record_fields = BACKENDS["amdgpu"].record_fields  # its blobs are read as CodeObjectInfo
 
     @property
     def llvm_triple(self) -> str:
@@ -60,7 +61,7 @@ class Toy(Backend):
             private_segment_fixed_size=0, wavefront_size=32, max_flat_workgroup_size=0,
             kernarg_segment_size=0, text_bytes=len(data))
 
-    def isa_stats(self, listing: str) -> dict[str, int]:
+    def isa_stats(self, listing: str, kind: str = "disassembly") -> dict[str, int]:
         from wgradcache.compile.isa import isa_stats
 
         return isa_stats(listing)

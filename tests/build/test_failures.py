@@ -94,7 +94,7 @@ def test_a_blob_removed_while_relinking_is_transient(tmp_path, monkeypatch):
     for ik in cache.entry_keys():
         cache.remove_entry(ik)
     # a concurrent gc removed the sidecars after the plan listed the blobs as relinkable
-    monkeypatch.setattr(TargetCache, "read_sidecar", lambda self, key: None)
+    monkeypatch.setattr(TargetCache, "read_sidecar", lambda self, key, facts=None: None)
     lost = build(req, specs=specs)
     assert (lost.failed, lost.relinked, lost.built) == (2, 0, 0) and _adds_up(lost)
     assert {f.reason for f in lost.failures} == {

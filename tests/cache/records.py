@@ -7,13 +7,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
-from wgradcache.cache.entry import CODE_OBJECT_FIELDS, Entry
+from wgradcache.cache.entry import Entry
+from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import KernelSpec, identity_key_of
 
 SPEC = KernelSpec(target="gfx1250", dtype="fp16", dw_dtype="fp16", tile_m=32, tile_n=32,
                   tile_k=32, warp_m=1, warp_n=1, vec_a=8, vec_b=8)
 _ZERO = {int: 0, str: "", bool: False, list: []}
-CODE_OBJECT = {**{k: _ZERO[t] for k, t in CODE_OBJECT_FIELDS.items()}, "vgpr_count": 40,
+CODE_OBJECT = {**{k: _ZERO[t] for k, t in backend_of(SPEC.target).record_fields.items()},
+               "vgpr_count": 40,
                "args": [{"name": "dy_ptr", "offset": 0, "size": 8,
                          "value_kind": "global_buffer"}]}
 

@@ -153,16 +153,25 @@ def test_bytes_that_are_not_a_json_object_are_corrupt(data, reason):
     assert str(e.value) == f"e.json: corrupt: {reason}"
 
 
-def test_the_code_object_schema_is_what_codeobject_writes():
-    """entry.py states the fields instead of importing compile/ (pyelftools): keep equal."""
+@pytest.mark.parametrize("target, info, added", [
+    ("gfx1250", "codeobject.CodeObjectInfo", {}),
+    ("sm_90", "cubin.CubinInfo", {"dynamic_shared_bytes": "int"})])
+def test_the_code_object_schema_is_what_the_backend_reads(target, info, added):
+    """The backends state their records' fields instead of importing compile/ (pyelftools),
+    entry.py the arguments': keep them equal to what the readers' ``record`` writes."""
+    import importlib
     from dataclasses import fields
 
-    from wgradcache.cache.entry import CODE_OBJECT_FIELDS, KERNEL_ARG_FIELDS
-    from wgradcache.compile.codeobject import CodeObjectInfo, KernelArg
+    from wgradcache.cache.entry import KERNEL_ARG_FIELDS
+    from wgradcache.compile.codeobject import KernelArg
+    from wgradcache.model.backends import backend_of
 
-    hints = {f.name: f.type for f in fields(CodeObjectInfo)}
-    assert set(CODE_OBJECT_FIELDS) == set(hints)
-    assert {k: t.__name__ for k, t in CODE_OBJECT_FIELDS.items() if k != "args"} == \
+    module, name = info.split(".")
+    cls = getattr(importlib.import_module(f"wgradcache.compile.{module}"), name)
+    hints = {**{f.name: f.type for f in fields(cls)}, **added}
+    schema = backend_of(target).record_fields
+    assert set(schema) == set(hints)
+    assert {k: t.__name__ for k, t in schema.items() if k != "args"} == \
         {k: t for k, t in hints.items() if k != "args"}
     assert {k: t.__name__ for k, t in KERNEL_ARG_FIELDS.items()} == \
         {f.name: f.type for f in fields(KernelArg)}

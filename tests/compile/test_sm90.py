@@ -18,14 +18,14 @@ from wgradcache.cache.entry import Entry
 from wgradcache.cache.store import TargetCache, sha256_bytes
 from wgradcache.cli import main
 from wgradcache.compile.codegen import CodegenError, compile_ir
-from wgradcache.compile.codeobject import read_code_object
-from wgradcache.compile.cubin import EM_CUDA, nv_info
+from wgradcache.compile.cubin import EM_CUDA, nv_info, read_cubin
 from wgradcache.kernel.builder import KernelBuilder
 from wgradcache.kernel.ir import f32, ptr
 from wgradcache.kernel.lower import lower
+from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import from_label, lds_bytes
 from wgradcache.pipeline.build import BuildRequest, build
-from wgradcache.wgrad.abi import WGRAD_ARGS, kernarg_layout, kernarg_size
+from wgradcache.wgrad.abi import WGRAD_ARGS, arg_names, kernarg_layout, kernarg_size, record_facts
 from wgradcache.wgrad.emit import emit_ir
 
 ATOMIC = "sm_90-fp16-t64x64x32-w2x2-v8x8-sync-default-atomic"
@@ -40,26 +40,36 @@ def test_cubin_structure_from_the_elf(atomic_obj):
     spec = from_label(ATOMIC)
     data = atomic_obj.hsaco
     assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == EM_CUDA
-    co = read_code_object(data)  # the bytes alone: no ptxas report
+    co = read_cubin(data)  # the bytes alone: no ptxas report
     assert co.mach == 90 and co.target == "nvptx64-nvidia-cuda--sm_90"
-    assert co.symbol == "wgrad_" + ATOMIC.replace("-", "_") and co.has_descriptor
-    assert co.group_segment_fixed_size == lds_bytes(spec) == 18432  # 2 K-outer stages
-    assert co.max_flat_workgroup_size == spec.block_size == 128
+    assert co.symbol == "wgrad_" + ATOMIC.replace("-", "_") and co.has_nv_info
+    assert co.static_shared_bytes == lds_bytes(spec) == 18432  # 2 K-outer stages
+    assert co.max_threads_per_block == spec.block_size == 128
     # every parameter where runtime/abi.py packs it, and the block's size
     assert [(a.offset, a.size) for a in co.args] == [(o, s) for _, o, s in
                                                      kernarg_layout(WGRAD_ARGS)]
-    assert co.kernarg_segment_size == kernarg_size(WGRAD_ARGS) == 168
+    assert co.param_bytes == kernarg_size(WGRAD_ARGS) == 168
     # registers from the ELF's EIATTR_REGCOUNT: what ptxas -v reports for the same PTX
-    assert co == atomic_obj.info and co.vgpr_count > 32
-    assert co.private_segment_fixed_size == 0  # no stack frame: no spills
+    assert co == atomic_obj.info and co.registers > 32
+    assert co.local_bytes == 0  # no stack frame: no spills
+    # the record in NVIDIA's words, the parameters by their ABI names
+    rec = co.record(record_facts(spec))
+    assert set(rec) == set(backend_of("sm_90").record_fields)
+    assert [a["name"] for a in rec["args"]] == list(arg_names(WGRAD_ARGS))
+    assert rec["args"][0] == {"name": "dy_ptr", "offset": 0, "size": 8,
+                              "value_kind": "by_value"}
+    assert (rec["registers"], rec["static_shared_bytes"], rec["dynamic_shared_bytes"],
+            rec["local_bytes"], rec["max_threads_per_block"]) == (
+        co.registers, 18432, 0, 0, 128)
 
 
 def test_sass_statistics_of_the_atomic_kernel(atomic_obj):
     """The build's listing is nvdisasm's SASS of the cubin (what structure derives from a
     stored blob); the PTX is the "assembly" listing."""
-    from wgradcache.compile.isa import isa_stats
+    def isa_stats(obj):
+        return backend_of("sm_90").isa_stats(obj.asm, obj.listing)
 
-    isa = isa_stats(atomic_obj.asm)
+    isa = isa_stats(atomic_obj)
     assert atomic_obj.listing == "disassembly"
     # 2x2 waves of 32x32: 2x2 atoms of 16x16, 2 k-steps, 2 m16n8k16 each = 16 per K tile
     assert isa["main_loop_mma"] == 16 == isa["mma"]
@@ -77,13 +87,12 @@ def test_sass_statistics_of_the_atomic_kernel(atomic_obj):
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx.asm
     assert "red.relaxed.gpu.global.add.noftz.f16x2" in ptx.asm
     assert ptx.asm.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 8
-    p = isa_stats(ptx.asm)
+    p = isa_stats(ptx)
     assert (p["mma"], p["global_atomic_pk_add_f16"], p["main_loop_barriers"]) == (16, 16, 1)
 
 
 def test_bf16_and_fp32_dw_atomics_and_the_two_stage_workspace():
-    from wgradcache.compile.isa import isa_stats
-
+    isa_stats = backend_of("sm_90").isa_stats
     bf = compile_ir(emit_ir(from_label(
         "sm_90-bf16-t64x64x32-w2x2-v8x8-sync-default-atomic")).ir_text, "sm_90")
     assert "HMMA.16816.F32.BF16 " in bf.asm
@@ -110,14 +119,14 @@ def test_static_shared_memory_limit_is_48k():
         return lower(kb.finish(), "sm_90")
 
     ok = compile_ir(kernel(49152), "sm_90")
-    assert read_code_object(ok.hsaco).group_segment_fixed_size == 49152
+    assert read_cubin(ok.hsaco).static_shared_bytes == 49152
     static = kernel(49156).replace("external addrspace(3) global [0 x i8]",
                                    "internal addrspace(3) global [49156 x i8] undef")
     assert "[49156 x i8] undef" in static
     with pytest.raises(CodegenError, match="ptxas failed: .*too much shared data"):
         compile_ir(static, "sm_90")
     dynamic = compile_ir(kernel(49156), "sm_90")
-    assert read_code_object(dynamic.hsaco).group_segment_fixed_size == 0
+    assert read_cubin(dynamic.hsaco).static_shared_bytes == 0
 
 
 def test_nv_info_parser():
@@ -133,7 +142,7 @@ def test_hostile_cubins_are_one_value_error(atomic_obj):
     data = atomic_obj.hsaco
     for bad in (data[:64], data[:len(data) // 2], b"\x7fELF" + b"\0" * 14 + b"\xbe\x00"):
         with pytest.raises(ValueError):
-            read_code_object(bad)
+            read_cubin(bad)
 
 
 def test_build_publishes_cubins_and_shares_one_blob_per_ir(tmp_path):
@@ -152,7 +161,7 @@ def test_build_publishes_cubins_and_shares_one_blob_per_ir(tmp_path):
     for e in entries:
         data = cache.read_blob(e.blob)
         assert sha256_bytes(data) == e.blob_sha256
-        assert read_code_object(data).symbol == e.symbol
+        assert read_cubin(data).symbol == e.symbol
         assert cache.blob_path(e.blob).suffix == ".cubin"
     two = [e for e in entries if e.variant == "sync.default.two_stage"]
     assert len({e.blob for e in two}) == 1
@@ -193,8 +202,8 @@ def test_an_async_entry_by_its_label_show_and_structure(tmp_path):
             rows[cells[0]] = cells[1]
     co = e["code_object"]
     assert (rows["registers"], rows["static shared bytes"], rows["dynamic shared bytes"],
-            rows["local (stack) bytes"], rows["max threads"]) == (
-        str(co["vgpr_count"]), str(co["group_segment_fixed_size"]), "0", "0", "32")
+            rows["local (stack) bytes"], rows["max threads per block"]) == (
+        str(co["registers"]), str(co["static_shared_bytes"]), "0", "0", "32")
     assert not {"vgpr", "sgpr", "agpr", "LDS bytes", "scratch bytes"} & set(rows)
     r = CliRunner().invoke(main, ["explain", label, "--cache-dir", c, "--json"])
     assert r.exit_code == 0, r.output
@@ -235,7 +244,7 @@ def test_a_warp_uniform_if_is_a_plain_branch():
     ir = emit_ir(from_label("sm_90-fp16-t64x32x32-w4x2-v8x8-sync-default-atomic")).ir_text
     assert "readfirstlane" not in ir
     obj = compile_ir(ir, "sm_90")
-    assert read_code_object(obj.hsaco).max_flat_workgroup_size == 256
+    assert read_cubin(obj.hsaco).max_threads_per_block == 256
 
 
 def test_compile_writes_cubin_and_ptx_in_nvidia_words(tmp_path):

@@ -2,7 +2,7 @@
 ``runtime/cuda.py`` makes, as the driver answers them, as far as the launcher can tell.
 
 * device memory is host memory at fake addresses, cuMemAlloc's filled with 0xFF (NaN);
-* cuModuleLoadData parses the cubin (``read_code_object``) and refuses another SM;
+* cuModuleLoadData parses the cubin (``read_cubin``) and refuses another SM;
   cuModuleGetFunction finds only its own symbol;
 * cuLaunchKernel reads ``kernelParams`` as the driver does: a ``void*[n]`` (n = the cubin's
   parameter count), entry i the address of parameter i's bytes, read with the size the
@@ -19,7 +19,7 @@ from enum import IntEnum
 import numpy as np
 from fake_hip import _STAGE2, Launch
 
-from wgradcache.compile.codeobject import read_code_object
+from wgradcache.compile.cubin import read_cubin
 from wgradcache.kernel.emulate import EmulationError, emulate
 from wgradcache.model.spec import from_label
 from wgradcache.pipeline.emulate import cached_kernel
@@ -223,7 +223,7 @@ class FakeCuda:
 
     def cuModuleLoadData(self, image):
         try:
-            co = read_code_object(bytes(image))
+            co = read_cubin(bytes(image))
         except ValueError:
             return CUresult.CUDA_ERROR_INVALID_IMAGE, None
         if co.target.split("--")[-1] != self.archs[self.current]:
@@ -245,7 +245,7 @@ class FakeCuda:
         """Only the dynamic shared opt-in, bounded as on the H100/H200 (227 KB)."""
         if attrib != CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
             raise NotImplementedError(f"attribute {attrib}")
-        if not 0 <= value <= _MAX_DYNAMIC_SHARED - f.module.co.group_segment_fixed_size:
+        if not 0 <= value <= _MAX_DYNAMIC_SHARED - f.module.co.static_lds_bytes:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         f.max_dynamic_shared = value
         return OK
@@ -256,7 +256,7 @@ class FakeCuda:
         co = f.module.co
         kd = _kernel_def(f.symbol)
         params = (ctypes.c_void_p * len(co.args)).from_address(kernelParams)
-        need = sum(a.nbytes for a in kd.lds) if co.group_segment_fixed_size == 0 else 0
+        need = sum(a.nbytes for a in kd.lds) if co.static_lds_bytes == 0 else 0
         # as the driver: a launch past the function's dynamic limit is refused; the fake
         # also refuses one that passes less than the kernel's extern array needs (the
         # real kernel would write past the CTA's shared memory: no error, wrong numbers)

@@ -53,13 +53,13 @@ def test_past_48_kb_the_array_is_extern_and_the_cubin_has_no_static_shared(k_loo
     assert "internal addrspace(3)" not in ir
     obj = compile_ir(ir, "sm_90", listing="assembly")
     assert ".extern .shared .align 16 .b8 lds_dynamic[];" in obj.asm
-    assert obj.info.group_segment_fixed_size == 0
-    assert obj.info.private_segment_fixed_size == 0  # no stack frame
+    assert obj.info.static_shared_bytes == 0
+    assert obj.info.local_bytes == 0  # no stack frame
     ir_small = emit_ir(small).ir_text
     assert "lds_dynamic" not in ir_small
     assert f"internal addrspace(3) global [{lds_bytes(small)} x i8]" in ir_small
     obj = compile_ir(ir_small, "sm_90", listing="none")
-    assert obj.info.group_segment_fixed_size == lds_bytes(small)
+    assert obj.info.static_shared_bytes == lds_bytes(small)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,9 @@ def test_structure_accounts_for_the_dynamic_bytes(big_cache):
     assert r.exit_code == 0, doc["failures"]
     assert doc["checked"] == 2
     for _, e in TargetCache(big_cache["cache"], "sm_90").iter_entries():
-        assert e.code_object["group_segment_fixed_size"] == 0
+        spec = KernelSpec.from_dict(e.identity)
+        assert (e.code_object["static_shared_bytes"], e.code_object["dynamic_shared_bytes"]
+                ) == (0, lds_bytes(spec)) and lds_bytes(spec) > 49152
 
 
 def test_the_launch_opts_in_and_passes_the_size(big_cache, monkeypatch):

@@ -159,7 +159,7 @@ def test_code_objects_that_do_not_match_are_refused(small_cache, fake_hip):
     with pytest.raises(ValueError, match=f"code object's kernel is {code.symbol}, not x"):
         run_on_device(dev, StoredKernel(spec, CodeObject(code.hsaco, "x"), s2), probe_problem(spec))
     with pytest.raises(ValueError, match="explicit kernel arguments differ from the ABI"):
-        check_code_object(code, STAGE2_ARGS, 256)
+        check_code_object(code, "gfx1250", STAGE2_ARGS, 256)
     with pytest.raises(ValueError, match="needs the stage-2 kernel"):
         run_on_device(dev, StoredKernel(spec, code, None), probe_problem(spec))
     assert fake_hip.launches == []

@@ -142,7 +142,7 @@ def test_a_disguised_blob_passes_structure_and_fails_reproduce(small_cache, tmp_
     assert out.ok, out.error
     from wgradcache.pipeline.workers import metadata
 
-    meta, data = metadata(out.obj), out.obj.hsaco
+    meta, data = metadata(out.obj, "gfx1250", KernelSpec.from_dict(e.identity)), out.obj.hsaco
     honest = cache.read_blob(e.blob)
     cache.write_blob(e.blob, data, meta)
     cache.write_entry(dataclasses.replace(e, blob_size=len(data), blob_sha256=sha256_bytes(data),

@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from wgradcache.model.backends import Backend, register
 
-__all__ = ["AMDGPU"]
+__all__ = ["AMDGPU", "RECORD_FIELDS"]
+
+# ``compile.codeobject.CodeObjectInfo.to_dict``: the ELF note's words (a test keeps them equal)
+RECORD_FIELDS: dict[str, type] = {
+    "e_flags": int, "mach": int, "target": str, "code_object_version": int, "symbol": str,
+    "has_symbol": bool, "has_descriptor": bool, "args": list, "vgpr_count": int,
+    "agpr_count": int, "sgpr_count": int, "vgpr_spill_count": int, "sgpr_spill_count": int,
+    "group_segment_fixed_size": int, "private_segment_fixed_size": int,
+    "wavefront_size": int, "max_flat_workgroup_size": int, "kernarg_segment_size": int,
+    "text_bytes": int,
+}
 
 
 class Amdgpu(Backend):
@@ -16,6 +26,7 @@ class Amdgpu(Backend):
     own_toolchain = False  # the default identity: LLVM + LLD
     tools = ("llvm", "lld")
     one_wave_barrier = True
+    record_fields = RECORD_FIELDS
 
     @property
     def llvm_triple(self) -> str:
@@ -38,10 +49,10 @@ class Amdgpu(Backend):
 
         return read_code_object(data)
 
-    def isa_stats(self, listing: str) -> dict[str, int]:
+    def isa_stats(self, listing: str, kind: str = "disassembly") -> dict[str, int]:
         from wgradcache.compile.isa import isa_stats
 
-        return isa_stats(listing)
+        return isa_stats(listing)  # the assembly and the disassembly count alike
 
     def stored_listing(self, data: bytes, target: str) -> str:
         from wgradcache.compile.codegen import CodegenOptions
@@ -58,13 +69,13 @@ class Amdgpu(Backend):
         return ("no libLLVM >= 22 nor llvm-objdump >= 22 here: the ISA statistics of the "
                 "stored binaries cannot be derived (install `llvm-22`)")
 
-    def summary_line(self, co: dict, dynamic_lds: int, tail: str) -> str:
+    def summary_line(self, co: dict, tail: str) -> str:
         return (f"vgpr {co['vgpr_count']} sgpr {co['sgpr_count']} "
                 f"spills {co['vgpr_spill_count']}/{co['sgpr_spill_count']} "
                 f"lds {co['group_segment_fixed_size']} B "
                 f"scratch {co['private_segment_fixed_size']} B; {tail}")
 
-    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+    def resource_rows(self, co: dict) -> list[tuple[str, object]]:
         rows = (("vgpr", "vgpr_count"), ("sgpr", "sgpr_count"), ("agpr", "agpr_count"),
                 ("vgpr spills", "vgpr_spill_count"), ("sgpr spills", "sgpr_spill_count"),
                 ("LDS bytes", "group_segment_fixed_size"),

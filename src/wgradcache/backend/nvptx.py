@@ -3,9 +3,28 @@ the cubin's ELF read for its record, SASS statistics through nvdisasm, cuda-bind
 
 from __future__ import annotations
 
+from wgradcache.backend.amdgpu import RECORD_FIELDS as AMD_NAMED
 from wgradcache.model.backends import Backend, register
 
-__all__ = ["NVPTX"]
+__all__ = ["NVPTX", "RECORD_FIELDS"]
+
+# ``compile.cubin.CubinInfo.record``: the cubin's facts in NVIDIA's words, the dynamic shared
+# bytes a launch passes, the parameters by their ABI names (a test keeps them equal)
+RECORD_FIELDS: dict[str, type] = {
+    "e_flags": int, "sm": int, "target": str, "symbol": str, "has_symbol": bool,
+    "has_nv_info": bool, "args": list, "registers": int, "static_shared_bytes": int,
+    "dynamic_shared_bytes": int, "local_bytes": int, "max_threads_per_block": int,
+    "param_bytes": int, "text_bytes": int,
+}
+# sm_90 records before they spoke NVIDIA's words: the AMD ELF note's fields, the cubin's
+# values under them (sgpr/agpr/spill counts 0, wavefront 32, code object version 0) and the
+# parameters by ordinal; ``upgrade_record`` renames them
+_RENAMED = {"e_flags": "e_flags", "mach": "sm", "target": "target", "symbol": "symbol",
+            "has_symbol": "has_symbol", "has_descriptor": "has_nv_info",
+            "vgpr_count": "registers", "group_segment_fixed_size": "static_shared_bytes",
+            "private_segment_fixed_size": "local_bytes",
+            "max_flat_workgroup_size": "max_threads_per_block",
+            "kernarg_segment_size": "param_bytes", "text_bytes": "text_bytes"}
 
 
 class Nvptx(Backend):
@@ -15,6 +34,8 @@ class Nvptx(Backend):
     runtime = "cuda"
     tools = ("llvm-nvptx", "ptxas", "nvdisasm")
     names_kernel_args = False  # a cubin's parameters are ordinals (param<i>)
+    record_fields = RECORD_FIELDS
+    legacy_record_fields = AMD_NAMED
 
     @property
     def llvm_triple(self) -> str:
@@ -38,14 +59,23 @@ class Nvptx(Backend):
         return nvptx_identity(codegen_backend())
 
     def read_code_object(self, data: bytes):
-        from wgradcache.compile.codeobject import read_code_object
+        from wgradcache.compile.cubin import read_cubin
 
-        return read_code_object(data)
+        return read_cubin(data)
 
-    def isa_stats(self, listing: str) -> dict[str, int]:
-        from wgradcache.compile.isa import isa_stats
+    def upgrade_record(self, old: dict, facts) -> dict:
+        names = facts.arg_names
+        new = {n: old[o] for o, n in _RENAMED.items()}
+        new["args"] = [{**a, "name": names[i]} if i < len(names) else a
+                       for i, a in enumerate(old["args"])]
+        new["dynamic_shared_bytes"] = facts.dynamic_shared_bytes
+        return new
 
-        return isa_stats(listing)
+    def isa_stats(self, listing: str, kind: str = "disassembly") -> dict[str, int]:
+        from wgradcache.compile.cubin import ptx_stats, sass_stats
+
+        # the build's listing is nvdisasm's SASS; ``compile`` lists the PTX
+        return ptx_stats(listing) if kind == "ptx" else sass_stats(listing)
 
     def stored_listing(self, data: bytes, target: str) -> str:
         from wgradcache.compile.cubin import disassemble_cubin
@@ -66,22 +96,19 @@ class Nvptx(Backend):
 
         prefetch_listings(blobs)  # nvdisasm is a process per cubin: in parallel
 
-    def summary_line(self, co: dict, dynamic_lds: int, tail: str) -> str:
-        return (f"registers {co['vgpr_count']}, shared {co['group_segment_fixed_size']} B "
-                f"static + {dynamic_lds} B dynamic, local "
-                f"{co['private_segment_fixed_size']} B, max threads "
-                f"{co['max_flat_workgroup_size']}; {tail}")
+    def summary_line(self, co: dict, tail: str) -> str:
+        return (f"registers {co['registers']}, shared {co['static_shared_bytes']} B "
+                f"static + {co['dynamic_shared_bytes']} B dynamic, local "
+                f"{co['local_bytes']} B, max threads {co['max_threads_per_block']}; {tail}")
 
-    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+    def resource_rows(self, co: dict) -> list[tuple[str, object]]:
         # a cubin has one register file (no sgpr/agpr) and no spill counts of its own: a
         # spill is local memory, which the frame counts
-        rows = [(name, co[f]) for name, f in (
-            ("registers", "vgpr_count"), ("static shared bytes", "group_segment_fixed_size"))
-            if co.get(f) is not None]
-        rows.append(("dynamic shared bytes", dynamic_lds))
-        return rows + [(name, co[f]) for name, f in (
-            ("local (stack) bytes", "private_segment_fixed_size"),
-            ("max threads", "max_flat_workgroup_size")) if co.get(f) is not None]
+        rows = (("registers", "registers"), ("static shared bytes", "static_shared_bytes"),
+                ("dynamic shared bytes", "dynamic_shared_bytes"),
+                ("local (stack) bytes", "local_bytes"),
+                ("max threads per block", "max_threads_per_block"))
+        return [(name, co[f]) for name, f in rows if co.get(f) is not None]
 
     def device_for(self, target: str):
         from wgradcache.runtime.cuda import device_for

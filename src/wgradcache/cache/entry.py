@@ -17,7 +17,10 @@ in C-level passes: validating a full-cache entry costs about what parsing it doe
 which matters to the no-op rebuild, which reads every entry.
 
 Fields not named here are dropped on read: a record is what this version of the schema
-says it is.
+says it is. A ``code_object`` is in its target's backend's words (``Backend.record_fields``:
+the ELF note's for AMD, NVIDIA's for a cubin); one that a backend's targets had in an older
+version (``legacy_record_fields``: sm_90's in the AMD note's words) is read in this
+version's (``Backend.upgrade_record``), so every reader sees one form per vendor.
 """
 
 from __future__ import annotations
@@ -32,8 +35,7 @@ from typing import Any, TypeVar, get_type_hints
 
 __all__ = ["CorruptEntry", "Entry", "Stage2Entry", "BlobMeta", "FailureRecord", "RejectRecord",
            "read_record", "parse_object", "record_json", "record_bytes", "record_line", "is_key",
-           "check_key", "UNKNOWN_SHA256",
-           "CODE_OBJECT_FIELDS", "KERNEL_ARG_FIELDS"]
+           "check_key", "kernel_facts", "UNKNOWN_SHA256", "KERNEL_ARG_FIELDS"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -159,16 +161,9 @@ R = TypeVar("R", Entry, Stage2Entry, BlobMeta, FailureRecord, RejectRecord)
 Record = Entry | Stage2Entry | BlobMeta | FailureRecord | RejectRecord
 _Check = Callable[[Any], tuple[bool, str]]
 
-# ``compile.codeobject.CodeObjectInfo.to_dict`` and its ``KernelArg``s, stated here rather than
-# imported (that module pulls in pyelftools, 50 ms, for every ``ls``); a test keeps them equal.
-CODE_OBJECT_FIELDS: dict[str, type] = {
-    "e_flags": int, "mach": int, "target": str, "code_object_version": int, "symbol": str,
-    "has_symbol": bool, "has_descriptor": bool, "args": list, "vgpr_count": int,
-    "agpr_count": int, "sgpr_count": int, "vgpr_spill_count": int, "sgpr_spill_count": int,
-    "group_segment_fixed_size": int, "private_segment_fixed_size": int,
-    "wavefront_size": int, "max_flat_workgroup_size": int, "kernarg_segment_size": int,
-    "text_bytes": int,
-}
+# ``compile.codeobject.KernelArg``, stated here rather than imported (that module pulls in
+# pyelftools, 50 ms, for every ``ls``); a test keeps them equal. A code object's own fields
+# are its backend's (``Backend.record_fields``).
 KERNEL_ARG_FIELDS: dict[str, type] = {"name": str, "offset": int, "size": int,
                                       "value_kind": str}
 _SCALARS = (str, int, float, bool)
@@ -249,7 +244,27 @@ def _map_of(t: type | tuple[type, ...]) -> _Check:
 
 _arg = _object_of(KERNEL_ARG_FIELDS)
 _ARG_NAMES = tuple(KERNEL_ARG_FIELDS)
-_code_object_fields = _object_of(CODE_OBJECT_FIELDS)
+_FORM_CHECKS: dict[tuple[str, ...], _Check] = {}
+
+
+def _record_forms() -> list[dict[str, type]]:
+    """The code-object forms of the registered backends, this version's and older ones."""
+    from wgradcache.model.backends import BACKENDS
+
+    out: list[dict[str, type]] = []
+    for b in BACKENDS.values():
+        for form in (b.record_fields, b.legacy_record_fields):
+            if form is not None and all(form is not f for f in out):
+                out.append(form)
+    return out
+
+
+def _form_check(form: dict[str, type]) -> _Check:
+    key = tuple(form)
+    check = _FORM_CHECKS.get(key)
+    if check is None:
+        check = _FORM_CHECKS[key] = _object_of(form)
+    return check
 
 
 def _args_whole(args: list) -> bool:
@@ -266,9 +281,13 @@ def _args_whole(args: list) -> bool:
 
 
 def _code_object(v: Any) -> tuple[bool, str]:
-    ok, why = _code_object_fields(v)
-    if not ok:
-        return ok, why
+    """A code object of any backend's form (which one its target's is, ``_in_target_form``
+    decides); the reason of a failure is that of the form it has the most fields of."""
+    forms = _record_forms()
+    if not any(_form_check(form)(v)[0] for form in forms):
+        if type(v) is not dict:
+            return False, f"{type(v).__name__}, not an object"
+        return _form_check(max(forms, key=lambda f: len(f.keys() & v.keys())))(v)
     args = v["args"]
     if _args_whole(args):
         return True, ""
@@ -413,9 +432,56 @@ Also the parse of refresh's previous report: one reader of outside JSON."""
     return doc
 
 
-def read_record(cls: type[R], data: bytes | str, where: str) -> R:
+def _facts_of(cls: type, values: dict, facts):
+    """The ``wgrad.abi.RecordFacts`` of a record's kernel: what an older record's upgrade
+    needs that its code object never held. A sidecar's blob may be either kernel's: the
+    caller's ``facts``, else None."""
+    from wgradcache.wgrad.abi import record_facts
+
+    if cls is Entry:
+        from wgradcache.model.spec import KernelSpec
+
+        return record_facts(KernelSpec.from_dict(values["identity"]))
+    return record_facts(None) if cls is Stage2Entry else facts
+
+
+def kernel_facts(record: Entry | Stage2Entry):
+    """The ``RecordFacts`` of an entry's or a stage-2 companion's kernel: what reading its
+    blob's sidecar takes (``read_record``'s ``facts``)."""
+    return _facts_of(type(record), {"identity": getattr(record, "identity", None)}, None)
+
+
+def _in_target_form(cls: type, values: dict, target: str, where: str, facts) -> None:
+    """``values``' code object in ``target``'s backend's form (upgraded from an older one in
+    place); CorruptEntry for another backend's. A sidecar upgraded without its kernel's
+    facts vouches for no bytes (``UNKNOWN_SHA256``): its blob is compiled again rather than
+    relinked."""
+    from wgradcache.model.backends import backend_of
+    from wgradcache.model.targets import TARGETS
+    from wgradcache.wgrad.abi import RecordFacts
+
+    if target not in TARGETS:
+        return
+    backend, co = backend_of(target), values["code_object"]
+    if backend.record_fields.keys() <= co.keys():
+        return
+    old = backend.legacy_record_fields
+    if old is None or not old.keys() <= co.keys():
+        raise CorruptEntry(f"{where}: corrupt: code_object: not a record of the {target} "
+                           f"backend ({backend.name})")
+    facts = _facts_of(cls, values, facts)
+    values["code_object"] = backend.upgrade_record(co, facts or RecordFacts())
+    if facts is None:
+        values["blob_sha256"] = UNKNOWN_SHA256
+
+
+def read_record(cls: type[R], data: bytes | str, where: str, target: str | None = None,
+                facts=None) -> R:
     """The record of type ``cls`` in ``data`` (the file's bytes, or its text; ``where``
-    names it in the error); CorruptEntry with the reason otherwise."""
+    names it in the error); CorruptEntry with the reason otherwise. ``target``: the cache's
+    whose record it is (an entry's own when not given), whose backend's words its code
+    object is read in; ``facts``: a sidecar's kernel's ``wgrad.abi.RecordFacts``, which
+    an older sidecar's upgrade needs."""
     doc = parse_object(data, where)
     defaults = _DEFAULTS.get(cls, {})
     values = {}
@@ -435,6 +501,10 @@ def read_record(cls: type[R], data: bytes | str, where: str) -> R:
     why = whole(values) if whole is not None else ""
     if why:
         raise CorruptEntry(f"{where}: corrupt: {why}")
+    if cls is Entry and target is None:
+        target = values["identity"]["target"]
+    if target is not None and "code_object" in values:
+        _in_target_form(cls, values, target, where, facts)
     return cls(**values)
 
 

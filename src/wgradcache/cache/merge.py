@@ -55,6 +55,7 @@ from wgradcache.cache.entry import (
     CorruptEntry,
     Entry,
     Stage2Entry,
+    kernel_facts,
     read_record,
 )
 from wgradcache.cache.store import (
@@ -215,7 +216,8 @@ def _read_sidecar(cache: TargetCache, rec: Record) -> tuple[BlobMeta | None, str
     data = read_capped(path, MAX_RECORD)
     if data is None:
         return None, None
-    return read_record(BlobMeta, data, str(path)), sha256_bytes(data)
+    return (read_record(BlobMeta, data, str(path), cache.target, kernel_facts(rec)),
+            sha256_bytes(data))
 
 
 def _check_record(cache: TargetCache, rec: Record) -> tuple[str, str | None]:

@@ -672,13 +672,15 @@ class TargetCache:
             raise FileNotFoundError(errno.ENOENT, "no such blob", str(self.blob_path(key)))
         return data
 
-    def read_sidecar(self, key: str) -> BlobMeta | None:
+    def read_sidecar(self, key: str, facts=None) -> BlobMeta | None:
         """The metadata of an existing blob, or None (no blob, or no whole sidecar: the blob
-        is then compiled again rather than relinked)."""
+        is then compiled again rather than relinked). ``facts``: its kernel's
+        ``wgrad.abi.RecordFacts``, which an older sidecar needs to be relinked
+        (``entry.read_record``)."""
         if not self.has_blob(key):
             return None
         try:
-            return self._read(BlobMeta, self.sidecar_path(key))
+            return self._read(BlobMeta, self.sidecar_path(key), facts=facts)
         except CorruptEntry:
             return None
 
@@ -949,11 +951,11 @@ class TargetCache:
     def stats(self) -> list[dict]:
         return _read_lines(self.stats_path) if self.checked_dir(None) else []
 
-    def _read(self, cls, path: Path, sub: str | None = None):
+    def _read(self, cls, path: Path, sub: str | None = None, facts=None):
         """The record of type ``cls`` at ``path``, None when absent; CorruptEntry."""
         if self.checked_dir(sub) is None:
             return None
         data = read_capped(path, MAX_RECORD)
         if data is None:
             return None
-        return read_record(cls, data, str(path))
+        return read_record(cls, data, str(path), self.target, facts)

@@ -74,16 +74,9 @@ def _field(entry: dict, path: tuple[str, ...]):
 
 def _resources(target: str, e: dict) -> list[tuple[str, object]]:
     from wgradcache.model.backends import backend_of
-    from wgradcache.model.spec import dynamic_lds_bytes, from_label
 
     co = e.get("code_object")
-    if not isinstance(co, dict):
-        return []
-    try:
-        dynamic = dynamic_lds_bytes(from_label(str(e.get("label"))))
-    except ValueError:
-        dynamic = 0
-    return backend_of(target).resource_rows(co, dynamic)
+    return backend_of(target).resource_rows(co) if isinstance(co, dict) else []
 
 
 @main.command()

@@ -41,6 +41,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wgradcache.compile.codeobject import CodeObjectInfo, read_code_object
 from wgradcache.compile.disasm import OBJDUMP_ARGS, disassemble, disassembler_available
@@ -55,6 +56,9 @@ from wgradcache.compile.lldlink import (
 from wgradcache.compile.toolchain import codegen_backend, with_code_object_version
 from wgradcache.model.backends import backend_of
 from wgradcache.model.targets import CODE_OBJECT_VERSION, get_target
+
+if TYPE_CHECKING:
+    from wgradcache.compile.cubin import CubinInfo
 
 __all__ = ["TRIPLE", "CodegenError", "CodegenOptions", "CompiledObject", "compile_ir",
            "compile_amdgpu", "compile_nvptx", "LISTINGS", "ToolStart"]
@@ -105,7 +109,7 @@ class CompiledObject:
     hsaco: bytes
     asm: str
     listing: str  # "disassembly" (in-process or llvm-objdump), "assembly" (LLVM's .s), "none"
-    info: CodeObjectInfo
+    info: CodeObjectInfo | CubinInfo  # the backend's reading of ``hsaco``
     timings: dict[str, float] = field(compare=False)
 
 
@@ -253,7 +257,7 @@ def compile_nvptx(ir_text: str, target: str, options: CodegenOptions,
     """
     import tempfile
 
-    from wgradcache.compile.cubin import disassemble_cubin
+    from wgradcache.compile.cubin import disassemble_cubin, read_cubin
     from wgradcache.compile.discovery import find_ptxas
 
     if listing not in LISTINGS:
@@ -284,7 +288,7 @@ def compile_nvptx(ir_text: str, target: str, options: CodegenOptions,
     t["link"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     try:
-        info = read_code_object(cubin)
+        info = read_cubin(cubin)
     except ValueError as e:
         raise CodegenError(f"ptxas wrote an unusable cubin: {e}") from None
     t["read"] = time.perf_counter() - t3

@@ -4,7 +4,7 @@ The cache records registers, spills, LDS and the kernel arguments of every entry
 ``verify`` checks a code object's structure; both read them here from the bytes, never from
 the assembly text, so a cached blob can be re-read without the compiler. The metadata is the
 msgpack ``NT_AMDGPU_METADATA`` note (type 32, owner ``AMDGPU``) in ``.note``
-(llvm22-amdgpu-facts.md §5).
+(llvm22-amdgpu-facts.md §5). An NVIDIA cubin is another backend's (``cubin.read_cubin``).
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import msgpack
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection, SymbolTableSection
 
-from wgradcache.compile.isa import isa_stats
-
 __all__ = ["EM_AMDGPU", "NT_AMDGPU_METADATA", "KernelArg", "CodeObjectInfo",
-           "read_code_object", "isa_stats"]
+           "read_code_object"]
 
 EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
@@ -66,6 +64,39 @@ class CodeObjectInfo:
     kernarg_segment_size: int
     text_bytes: int
 
+    # The questions every stage asks of a code object of either vendor (``cubin.CubinInfo``
+    # answers them in its fields), with the words its findings use.
+    SHARED_WORD = "LDS"
+    STACK_WORD = "scratch"
+    THREADS_WORD = "max flat workgroup size"
+
+    @property
+    def wave_size(self) -> int:
+        return self.wavefront_size
+
+    @property
+    def max_threads(self) -> int:
+        return self.max_flat_workgroup_size
+
+    @property
+    def static_lds_bytes(self) -> int:
+        return self.group_segment_fixed_size
+
+    @property
+    def stack_bytes(self) -> int:
+        return self.private_segment_fixed_size
+
+    @property
+    def loads_as_kernel(self) -> bool:
+        return self.has_symbol and self.has_descriptor
+
+    @property
+    def spills(self) -> str:
+        """The spills in words, "" when there are none."""
+        if not (self.vgpr_spill_count or self.sgpr_spill_count):
+            return ""
+        return f"{self.vgpr_spill_count} VGPR, {self.sgpr_spill_count} SGPR"
+
     @property
     def explicit_args(self) -> tuple[KernelArg, ...]:
         return tuple(a for a in self.args if not a.hidden)
@@ -74,6 +105,11 @@ class CodeObjectInfo:
         d = asdict(self)
         d["args"] = [asdict(a) for a in self.args]
         return d
+
+    def record(self, facts) -> dict:
+        """The entry's record: ``to_dict`` (``facts``, a ``wgrad.abi.RecordFacts``, adds
+        nothing: the metadata names the arguments, and an AMD kernel's LDS is static)."""
+        return self.to_dict()
 
 
 def _elf(hsaco: bytes) -> ELFFile:
@@ -112,18 +148,12 @@ def _dynamic_symbols(elf: ELFFile) -> set[str]:
 
 
 def read_code_object(hsaco: bytes) -> CodeObjectInfo:
-    """Parse a linked code object holding exactly one kernel (an NVIDIA cubin goes to
-    ``cubin.read_cubin``: the same record from its ELF).
+    """Parse a linked AMDGPU code object holding exactly one kernel.
 
     Raises ValueError for non-ELF or non-AMDGPU input, a missing metadata note, or a kernel
     count other than one (LLVM drops a kernel silently in some configurations, facts §1:
     an empty ``amdhsa.kernels`` must fail loudly here).
     """
-    from wgradcache.compile.cubin import is_cubin, read_cubin
-
-    if isinstance(hsaco, (bytes, bytearray, memoryview)) and is_cubin(hsaco):
-        fields = read_cubin(hsaco)
-        return CodeObjectInfo(**{**fields, "args": tuple(KernelArg(*a) for a in fields["args"])})
     elf = _elf(hsaco)
     try:
         meta = _metadata(elf)

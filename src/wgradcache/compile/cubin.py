@@ -1,6 +1,7 @@
 """Read an NVIDIA cubin (ptxas's sm_90 ELF) and count what a PTX listing holds.
 
-The same record as an AMDGPU code object (``codeobject.CodeObjectInfo``), from the bytes:
+``CubinInfo``: what the bytes say, in NVIDIA's words (registers, static shared bytes, local
+bytes, max threads per block, the parameter bank), from:
 
 * ELF header: ``e_machine`` EM_CUDA (190); the SM in ``e_flags`` bits 8-15 (0x5a = 90 in
   the ABI-v2 cubins ptxas 12.8+ writes: ``EI_ABIVERSION`` 8; older v1 cubins hold it in
@@ -30,14 +31,16 @@ import io
 import re
 import struct
 from collections import Counter
+from dataclasses import asdict, dataclass
 
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from wgradcache.compile.codeobject import KernelArg
 from wgradcache.compile.loop_rank import main_loop_rank
 
-__all__ = ["EM_CUDA", "RESERVED_SMEM", "is_cubin", "read_cubin",
-           "ptx_stats", "nv_info", "is_sass", "sass_stats", "disassemble_cubin"]
+__all__ = ["EM_CUDA", "RESERVED_SMEM", "WARP_SIZE", "CubinInfo", "is_cubin", "read_cubin",
+           "ptx_stats", "nv_info", "sass_stats", "disassemble_cubin"]
 
 EM_CUDA = 190
 RESERVED_SMEM = 1024
@@ -46,6 +49,76 @@ _EIATTR_FRAME_SIZE = 0x11
 _EIATTR_KPARAM_INFO = 0x17
 _EIATTR_CBANK_PARAM_SIZE = 0x19
 _EIATTR_REGCOUNT = 0x2F
+WARP_SIZE = 32  # threads of a warp on every SM (PTX ISA, "SIMT architecture")
+
+
+@dataclass(frozen=True)
+class CubinInfo:
+    """What a cubin says about its one kernel, as the driver will see it. The properties
+    below the fields are the questions every stage asks of a code object of either vendor
+    (``codeobject.CodeObjectInfo`` answers them too): stages ask those, never a field."""
+
+    e_flags: int
+    sm: int  # 90 for sm_90; equals targets.Target.e_mach
+    target: str  # "nvptx64-nvidia-cuda--sm_90"
+    symbol: str
+    has_symbol: bool
+    has_nv_info: bool  # ``.nv.info.<symbol>``: the attributes the driver reads at load
+    args: tuple[KernelArg, ...]  # by ordinal (``param<i>``): a cubin names no parameter
+    registers: int
+    static_shared_bytes: int  # ``.nv.shared.<symbol>``, less the driver's reserved 1 KB
+    local_bytes: int  # the stack frame per thread (where spills live)
+    max_threads_per_block: int  # ``.maxntid``; 0 when the kernel sets none
+    param_bytes: int  # the parameter bank
+    text_bytes: int
+
+    # the words of the findings of the checks both vendors share (``verify_structure``)
+    SHARED_WORD = "shared memory"
+    STACK_WORD = "local memory"
+    THREADS_WORD = "max threads per block"
+
+    @property
+    def mach(self) -> int:
+        return self.sm
+
+    @property
+    def wave_size(self) -> int:
+        return WARP_SIZE
+
+    @property
+    def max_threads(self) -> int:
+        return self.max_threads_per_block
+
+    @property
+    def static_lds_bytes(self) -> int:
+        return self.static_shared_bytes
+
+    @property
+    def stack_bytes(self) -> int:
+        return self.local_bytes
+
+    @property
+    def loads_as_kernel(self) -> bool:
+        return self.has_symbol and self.has_nv_info
+
+    @property
+    def spills(self) -> str:
+        return ""  # a spill is local memory: ``stack_bytes`` holds it
+
+    @property
+    def explicit_args(self) -> tuple[KernelArg, ...]:
+        return self.args
+
+    def record(self, facts) -> dict:
+        """The entry's record: these fields, the dynamic shared bytes a launch passes and
+        the parameters by their ABI names (``facts``, a ``wgrad.abi.RecordFacts``: neither
+        is in a cubin; a parameter past the names keeps its ordinal)."""
+        names = facts.arg_names
+        d = asdict(self)
+        d["args"] = [{**asdict(a), "name": names[i] if i < len(names) else a.name}
+                     for i, a in enumerate(self.args)]
+        d["dynamic_shared_bytes"] = facts.dynamic_shared_bytes
+        return d
 
 
 def is_cubin(data: bytes) -> bool:
@@ -87,12 +160,11 @@ def _u32s(b: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(b) // 4}I", b[:len(b) // 4 * 4])
 
 
-def read_cubin(data: bytes) -> dict:
-    """The fields of a ``codeobject.CodeObjectInfo`` (``args`` as (name, offset, size,
-    value kind) tuples) of a cubin holding exactly one kernel, from its ELF alone. The ELF
+def read_cubin(data: bytes) -> CubinInfo:
+    """The ``CubinInfo`` of a cubin holding exactly one kernel, from its ELF alone. The ELF
     holds no spill count: spill stores and loads are the SASS's STL/LDL (``sass_stats``),
-    and the stack frame is ``private_segment_fixed_size``. ValueError for anything that is
-    not such a cubin. (``codeobject.read_code_object`` makes the record.)"""
+    and the stack frame is ``local_bytes``. ValueError for anything that is not such a
+    cubin."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"cubin must be bytes, got {type(data).__name__}")
     data = bytes(data)
@@ -146,16 +218,13 @@ def read_cubin(data: bytes) -> dict:
     if reserved and smem:
         smem = max(0, smem - RESERVED_SMEM)
     sm = (flags >> 8) & 0xFF if abiv >= 8 else flags & 0xFF
-    return dict(
-        e_flags=flags, mach=sm, target=f"nvptx64-nvidia-cuda--sm_{sm}",
-        code_object_version=0, symbol=name, has_symbol=True,
-        has_descriptor=info_k is not None,
-        args=tuple((f"param{o}", off, size, "by_value") for o, off, size in args),
-        vgpr_count=regs, agpr_count=0, sgpr_count=0,
-        vgpr_spill_count=0, sgpr_spill_count=0,
-        group_segment_fixed_size=smem, private_segment_fixed_size=frame,
-        wavefront_size=32, max_flat_workgroup_size=max_threads,
-        kernarg_segment_size=params, text_bytes=text.data_size if text is not None else 0)
+    return CubinInfo(
+        e_flags=flags, sm=sm, target=f"nvptx64-nvidia-cuda--sm_{sm}", symbol=name,
+        has_symbol=True, has_nv_info=info_k is not None,
+        args=tuple(KernelArg(f"param{o}", off, size, "by_value") for o, off, size in args),
+        registers=regs, static_shared_bytes=smem, local_bytes=frame,
+        max_threads_per_block=max_threads, param_bytes=params,
+        text_bytes=text.data_size if text is not None else 0)
 
 
 # ---- PTX listing statistics (the keys of compile.isa.isa_stats that apply) ------------------
@@ -281,12 +350,6 @@ _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-
                         r"([^;]*);")
 _SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _SASS_BRA = re.compile(r"(\.L_x_\d+)\b")
-
-
-def is_sass(text: str) -> bool:
-    """An nvdisasm listing (``.target sm_NN`` and ``/*0000*/`` addresses)."""
-    head = text[:4000]
-    return "/*0000*/" in head and re.search(r"\.target\s+sm_\d+", head) is not None
 
 
 _LISTINGS: dict[str, str] = {}  # sha256 of a cubin -> its listing (``prefetch_listings``)

@@ -236,28 +236,14 @@ def _tally(counts: Counter[str], pred) -> int:
     return sum(n for m, n in counts.items() if pred(m))
 
 
-def _is_ptx(asm: str) -> bool:
-    """An NVPTX listing (``compile/cubin.ptx_stats``; an nvdisasm one goes to
-    ``sass_stats``)."""
-    head = asm[:2000]
-    return ".target sm_" in head and ".address_size" in head
-
-
 def isa_stats(asm: str) -> dict[str, int]:
-    """Instruction counts by class; every key is always present (a stable schema for JSON).
+    """Instruction counts by class of an AMDGPU listing; every key is always present (a
+    stable schema for JSON). An NVIDIA listing is its backend's (``cubin.ptx_stats``,
+    ``cubin.sass_stats``).
 
     ``main_loop_*`` describe ``main_loop``'s loop (the most MMAs, not a CAS loop: a backward
     ``s_cbranch_execnz`` over a ``*_atomic_cmpswap``).
     """
-    if _is_ptx(asm):
-        from wgradcache.compile.cubin import ptx_stats
-
-        return ptx_stats(asm)
-    if "/*0000*/" in asm[:4000]:
-        from wgradcache.compile.cubin import is_sass, sass_stats
-
-        if is_sass(asm):
-            return sass_stats(asm)
     code, labels = parse_listing(asm)
     loops = find_loops(code, labels)
     cas = [lp for lp in loops if _is_cas_loop(lp, code)]

@@ -48,7 +48,7 @@ def probe_lds_limit(target: str, options: CodegenOptions | None = None,
     return LdsProbe(
         target=target,
         limit=limit,
-        at_limit_group_segment=at.obj.info.group_segment_fixed_size if at.ok else -1,
+        at_limit_group_segment=at.obj.info.static_lds_bytes if at.ok else -1,
         at_limit_error=at.error,
         over_limit_ok=over.ok,
         over_limit_error=over.error,

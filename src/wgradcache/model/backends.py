@@ -30,6 +30,13 @@ class Backend:
     own_toolchain: bool = True
     tools: tuple[str, ...] = ()  # what a build needs (compile.preflight's checks, by name)
     names_kernel_args: bool = True  # the code object lists its arguments by ABI name
+    # The fields of its code-object record (an entry's, a sidecar's ``code_object``), in the
+    # vendor's words, with their JSON types; ``list`` is the kernel arguments
+    # (``cache/entry.KERNEL_ARG_FIELDS`` each). What ``read_code_object``'s ``record`` writes.
+    record_fields: dict[str, type]
+    # The fields its targets' records had in an older version, read and upgraded
+    # (``upgrade_record``); None: there was no other.
+    legacy_record_fields: dict[str, type] | None = None
     # LLVM drops the barrier of a block of one wave (AMDGPU); ptxas keeps bar.sync
     one_wave_barrier: bool = False
 
@@ -51,10 +58,20 @@ class Backend:
         raise NotImplementedError
 
     def read_code_object(self, data: bytes):
-        """``CodeObjectInfo`` of a stored blob; ValueError for bytes that are not one."""
+        """What a stored blob says of its kernel (``compile.codeobject.CodeObjectInfo`` or
+        ``compile.cubin.CubinInfo``: the same questions, each in its vendor's fields, and
+        ``record(facts)``, its record with a ``wgrad.abi.RecordFacts``); ValueError for
+        bytes that are not one of this backend's code objects."""
         raise NotImplementedError
 
-    def isa_stats(self, listing: str) -> dict[str, int]:
+    def upgrade_record(self, old: dict, facts) -> dict:
+        """The record of ``legacy_record_fields``'s form ``old`` in this version's, with the
+        kernel's ``RecordFacts`` (names () when not known: the old names stay)."""
+        raise NotImplementedError
+
+    def isa_stats(self, listing: str, kind: str = "disassembly") -> dict[str, int]:
+        """The ISA statistics of a listing of ``kind`` (``CompiledObject.listing``: a stored
+        blob's is "disassembly")."""
         raise NotImplementedError
 
     def stored_listing(self, data: bytes, target: str) -> str:
@@ -68,11 +85,11 @@ class Backend:
     def prefetch_listings(self, blobs: list[bytes]) -> None:
         """Start listing many blobs at once where one listing is a process (nvdisasm)."""
 
-    def summary_line(self, co: dict, dynamic_lds: int, tail: str) -> str:
+    def summary_line(self, co: dict, tail: str) -> str:
         """``compile``'s summary of a code object record in the vendor's words."""
         raise NotImplementedError
 
-    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+    def resource_rows(self, co: dict) -> list[tuple[str, object]]:
         """``show``'s rows of a code object record's resources in the vendor's words
         (fields the record lacks are left out)."""
         raise NotImplementedError

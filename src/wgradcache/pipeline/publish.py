@@ -34,6 +34,7 @@ from wgradcache.cache.store import BlobRef, TargetCache, stage2_name
 from wgradcache.model.spec import KernelSpec
 from wgradcache.pipeline.plan import BuildContext, JobFailure, job_cost
 from wgradcache.pipeline.workers import JobResult
+from wgradcache.wgrad.abi import record_facts
 
 __all__ = ["BuildSummary", "BuildContext", "FailureGroup", "Publisher", "STOPPING",
            "group_failures", "stops_the_build"]
@@ -271,7 +272,7 @@ class Publisher:
                 ref = cache.write_blob(ckey, res.blob, meta)
                 self._written.add(ckey)
             else:
-                meta = cache.read_sidecar(ckey)
+                meta = cache.read_sidecar(ckey, record_facts(spec))
                 if meta is None:
                     cache.forget_sidecar(ckey)
                     self.fail(spec, "blob or its sidecar gone while relinking (a concurrent "

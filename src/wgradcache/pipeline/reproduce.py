@@ -40,10 +40,11 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
     shipped one)."""
     from wgradcache.cache.store import content_key
     from wgradcache.compile.codegen import CodegenOptions
-    from wgradcache.compile.isa import isa_stats
     from wgradcache.compile.isolate import compile_isolated
     from wgradcache.compile.preflight import require_tools
+    from wgradcache.model.backends import backend_of
     from wgradcache.pipeline.build import codegen_context
+    from wgradcache.wgrad.abi import record_facts
     from wgradcache.wgrad.emit import emit_ir, generator_digest
 
     if check:
@@ -83,8 +84,8 @@ def compile_one(spec: KernelSpec, out_dir: str | Path, timeout: float = 300.0,
         files[kind] = out.join(names[kind])
     _put(out, names["s"], res.obj.asm.encode())
     _put(out, names["hsaco"], res.obj.hsaco)
-    doc["code_object"] = res.obj.info.to_dict()
-    doc["isa"] = isa_stats(res.obj.asm)
+    doc["code_object"] = res.obj.info.record(record_facts(spec))
+    doc["isa"] = backend_of(spec.target).isa_stats(res.obj.asm, res.obj.listing)
     doc["timings"] = dict(res.obj.timings)
     _put(out, names["json"], json.dumps(doc, indent=1, sort_keys=True).encode())
     return CompileReport(True, label, files, "", doc)
@@ -106,12 +107,11 @@ def summary_line(spec: KernelSpec, doc: dict) -> str:
     """The compile summary in the vendor's words: VGPRs, SGPRs, LDS and scratch for AMD;
     registers, static and dynamic shared bytes and local (stack) bytes for NVIDIA."""
     from wgradcache.model.backends import backend_of
-    from wgradcache.model.spec import dynamic_lds_bytes
 
     co, isa = doc["code_object"], doc["isa"]
     tail = (f"mma {isa['mma']} barriers {isa['barriers']} "
             f"atomics {isa['global_atomics']}")
-    return backend_of(spec.target).summary_line(co, dynamic_lds_bytes(spec), tail)
+    return backend_of(spec.target).summary_line(co, tail)
 
 
 def _put(out: Folder, name: str, data: bytes) -> None:

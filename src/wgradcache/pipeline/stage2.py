@@ -122,7 +122,7 @@ class Stage2Builds:
             self._stopped(s.name)
             return
         try:
-            meta = metadata(out.obj)
+            meta = metadata(out.obj, self.cache.target, None)
             with self.cache.lock():
                 ref = self.cache.write_blob(s.ckey, out.obj.hsaco, meta)
                 self.cache.write_stage2(Stage2Entry(

@@ -4,7 +4,8 @@ An entry records its kernel's symbol, code-object metadata (registers, LDS, argu
 ISA statistics, but a cache is input: a blob replaced by another kernel's bytes with the
 entry's size and sha256 fixed, or an entry re-pointed at another valid blob, passes every
 file check. So nothing here is read from the entry but to be compared. From the stored
-bytes: the ELF and its metadata note (``read_code_object``), and the ISA statistics of a
+bytes: the backend's reading of it (``read_code_object``: the ELF and its metadata note, or
+a cubin's attributes), and the ISA statistics of a
 disassembly of the stored binary (``disasm.list_binary``: the in-process disassembler the
 build lists with, else ``llvm-objdump``; ``isa_stats`` of either equals what the build
 recorded from the relocatable object, tested). Then:
@@ -18,7 +19,8 @@ recorded from the relocatable object, tested). Then:
   family's matrix instruction only, a whole number of K tiles of them, native atomics
   without fences or a compare-and-swap loop);
 * the entry against the binary (the AGPR count of the MFMA targets' accumulators among
-  them): its ``symbol``, every ``code_object`` field and every
+  them): its ``symbol``, every ``code_object`` field (the binary's record with the
+  kernel's ABI names and dynamic shared bytes, ``wgrad.abi.record_facts``) and every
   ``isa`` figure it records must be the binary's (a figure the entry does not record, from
   a version before the figure existed, is not compared; one it records must match).
 
@@ -153,14 +155,15 @@ def _shown(v: object) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
-def record_differences(symbol: str, code_object: dict, isa: dict, co, stats: dict
-                       ) -> list[str]:
+def record_differences(symbol: str, code_object: dict, isa: dict, co, stats: dict,
+                       facts) -> list[str]:
     """``field: entry records X, the binary Y`` for each recorded field that is not what
-    the binary holds, the first ``_SHOWN_DIFFERENCES`` named and the rest counted."""
+    the binary holds (its record with the kernel's ``wgrad.abi.RecordFacts``), the first
+    ``_SHOWN_DIFFERENCES`` named and the rest counted."""
     diffs = []
     if symbol != co.symbol:
         diffs.append(f"symbol: entry records {_shown(symbol)}, the binary {_shown(co.symbol)}")
-    derived = co.to_dict()
+    derived = co.record(facts)
     for name in sorted(derived):
         if code_object.get(name) != derived[name]:
             if name == "args":
@@ -191,8 +194,8 @@ def _abi_problems(co, args, block: int, target: str) -> list[str]:
                      "count")
         out.append(f"kernel arguments are not the ABI's ({len(have)} explicit, the ABI has "
                    f"{len(want)}; first difference: {_shown(first)})")
-    if co.max_flat_workgroup_size < block:
-        out.append(f"max flat workgroup size {co.max_flat_workgroup_size} < block {block}")
+    if co.max_threads < block:
+        out.append(f"{co.THREADS_WORD} {co.max_threads} < block {block}")
     return out
 
 
@@ -201,16 +204,16 @@ def _common_problems(co, target: str) -> list[str]:
     out = []
     if co.mach != t.e_mach:
         out.append(f"mach 0x{co.mach:x}, expected 0x{t.e_mach:x}")
-    if co.wavefront_size != t.wave_size:
-        out.append(f"wavefront size {co.wavefront_size}, the target's is {t.wave_size}")
-    if not co.has_symbol or not co.has_descriptor:
+    if co.wave_size != t.wave_size:
+        out.append(f"wavefront size {co.wave_size}, the target's is {t.wave_size}")
+    if not co.loads_as_kernel:
         out.append("kernel symbol or descriptor missing")
-    if co.group_segment_fixed_size > t.lds_bytes:
-        out.append(f"LDS {co.group_segment_fixed_size} B exceeds the target's")
-    if co.vgpr_spill_count or co.sgpr_spill_count:
-        out.append(f"spills: {co.vgpr_spill_count} VGPR, {co.sgpr_spill_count} SGPR")
-    if co.private_segment_fixed_size:
-        out.append(f"scratch {co.private_segment_fixed_size} B")
+    if co.static_lds_bytes > t.lds_bytes:
+        out.append(f"{co.SHARED_WORD} {co.static_lds_bytes} B exceeds the target's")
+    if co.spills:
+        out.append(f"spills: {co.spills}")
+    if co.stack_bytes:
+        out.append(f"{co.STACK_WORD} {co.stack_bytes} B")
     return out
 
 
@@ -239,7 +242,7 @@ def entry_problems(spec: KernelSpec, entry, data: bytes,
                    walked_symbol: Callable[[str], KernelSpec | None]) -> list[str]:
     """Every structure finding of one entry and its stored bytes (empty: it passed).
     ``walked_symbol``: the walked spec whose kernel has a name, or None."""
-    from wgradcache.wgrad.abi import WGRAD_ARGS
+    from wgradcache.wgrad.abi import WGRAD_ARGS, record_facts
 
     try:
         co, stats = binary_facts(data, spec.target)
@@ -248,21 +251,22 @@ def entry_problems(spec: KernelSpec, entry, data: bytes,
     problems = _common_problems(co, spec.target)
     problems += _symbol_problems(spec, co.symbol, walked_symbol)
     problems += _abi_problems(co, WGRAD_ARGS, spec.block_size, spec.target)
-    if co.max_flat_workgroup_size > spec.block_size:  # the build sets it to the block
-        problems.append(f"max flat workgroup size {co.max_flat_workgroup_size} > block "
+    if co.max_threads > spec.block_size:  # the build sets it to the block
+        problems.append(f"{co.THREADS_WORD} {co.max_threads} > block "
                         f"{spec.block_size}: another kernel's")
     dynamic = dynamic_lds_bytes(spec)  # an extern array: no static bytes in the binary
-    if co.group_segment_fixed_size != lds_bytes(spec) - dynamic:
-        problems.append(f"LDS {co.group_segment_fixed_size} B static, generator allocates "
-                        f"{lds_bytes(spec)} B" + (f" (dynamic: {dynamic} B at launch)"
-                                                  if dynamic else ""))
-    problems += record_differences(entry.symbol, entry.code_object, entry.isa, co, stats)
+    if co.static_lds_bytes != lds_bytes(spec) - dynamic:
+        problems.append(f"{co.SHARED_WORD} {co.static_lds_bytes} B static, generator "
+                        f"allocates {lds_bytes(spec)} B" + (
+                            f" (dynamic: {dynamic} B at launch)" if dynamic else ""))
+    problems += record_differences(entry.symbol, entry.code_object, entry.isa, co, stats,
+                                   record_facts(spec))
     return problems + isa_problems(spec, stats)
 
 
 def stage2_problems(entry, data: bytes, target: str) -> list[str]:
     """``entry_problems`` of a stage-2 companion: its own kernel name and ABI."""
-    from wgradcache.wgrad.abi import STAGE2_ARGS, STAGE2_BLOCK
+    from wgradcache.wgrad.abi import STAGE2_ARGS, STAGE2_BLOCK, record_facts
     from wgradcache.wgrad.stage2 import stage2_symbol
 
     try:
@@ -274,4 +278,5 @@ def stage2_problems(entry, data: bytes, target: str) -> list[str]:
     if co.symbol != want:
         problems.append(f"kernel symbol {_shown(co.symbol)} is not this kernel's ({want})")
     problems += _abi_problems(co, STAGE2_ARGS, STAGE2_BLOCK, target)
-    return problems + record_differences(entry.symbol, entry.code_object, entry.isa, co, stats)
+    return problems + record_differences(entry.symbol, entry.code_object, entry.isa, co, stats,
+                                         record_facts(None))

@@ -143,11 +143,14 @@ def _emit(job: CompileJob) -> tuple[JobResult, str]:
             k.ir_text)
 
 
-def metadata(obj) -> BlobMeta:
-    """The sidecar of a compiled object (code-object metadata, ISA statistics, listing)."""
-    from wgradcache.compile.isa import isa_stats
+def metadata(obj, target: str, spec: KernelSpec | None) -> BlobMeta:
+    """The sidecar of an object compiled for ``target`` (the code object's record, ISA
+    statistics, listing): of ``spec``'s wgrad kernel, or of the stage-2 kernel (None)."""
+    from wgradcache.model.backends import backend_of
+    from wgradcache.wgrad.abi import record_facts
 
-    return BlobMeta(code_object=obj.info.to_dict(), isa=isa_stats(obj.asm),
+    return BlobMeta(code_object=obj.info.record(record_facts(spec)),
+                    isa=backend_of(target).isa_stats(obj.asm, obj.listing),
                     listing=obj.listing, blob_size=len(obj.hsaco),
                     blob_sha256=sha256_bytes(obj.hsaco))
 
@@ -192,7 +195,7 @@ def job_task(job: CompileJob) -> JobResult:
     try:
         obj = compile_ir(ir, job.spec.target, CodegenOptions())
         t0 = time.perf_counter()
-        meta = metadata(obj)
+        meta = metadata(obj, job.spec.target, job.spec)
         t = {**res.t, **{k: v for k, v in obj.timings.items() if k != "total"},
              "isa_stats": time.perf_counter() - t0}
         return replace(res, t=t, blob=obj.hsaco, meta=meta)
@@ -213,7 +216,7 @@ def job_alone(job: CompileJob, timeout: float) -> JobResult:
     if not out.ok:
         return replace(res, error=out.error, transient=out.error.startswith(_TIMED_OUT))
     try:
-        return replace(res, blob=out.obj.hsaco, meta=metadata(out.obj))
+        return replace(res, blob=out.obj.hsaco, meta=metadata(out.obj, job.spec.target, job.spec))
     except Exception as e:
         return replace(res, error=f"{type(e).__name__}: {e}")
 

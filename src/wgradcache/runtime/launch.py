@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from wgradcache.model.backends import backend_of
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import KernelSpec, dynamic_lds_bytes
 from wgradcache.numerics.error_model import peak_normalised_error
@@ -106,25 +107,23 @@ def stage2_code(cache, dw_dtype: str, replicas: int) -> CodeObject:
     return CodeObject(data, entry.symbol)
 
 
-def check_code_object(code: CodeObject, args: tuple[AbiArg, ...], block: int) -> None:
-    """ValueError unless the code object holds ``code.symbol``, lays its explicit arguments
-    out as ``kernarg_layout(args)`` and admits ``block`` threads."""
-    from wgradcache.compile.codeobject import read_code_object
-
-    co = read_code_object(code.hsaco)
+def check_code_object(code: CodeObject, target: str, args: tuple[AbiArg, ...],
+                      block: int) -> None:
+    """ValueError unless the code object (one of ``target``'s backend's) holds
+    ``code.symbol``, lays its explicit arguments out as ``kernarg_layout(args)`` (named as
+    the backend's binaries name them, ``abi.binary_layout``) and admits ``block`` threads."""
+    co = backend_of(target).read_code_object(code.hsaco)
     if co.symbol != code.symbol:
         raise ValueError(f"code object's kernel is {co.symbol}, not {code.symbol}")
     have = tuple((a.name, a.offset, a.size) for a in co.explicit_args)
-    # a cubin names no parameter (ordinal i is ABI argument i): abi.binary_layout
-    want = (binary_layout(args, co.target.split("--")[-1]) if co.target.startswith("nvptx")
-            else kernarg_layout(args))
+    want = binary_layout(args, target)
     if have != want:
         diff = [f"{w} vs {h}" for w, h in zip(want, have, strict=False) if w != h]
         raise ValueError(f"{code.symbol}: explicit kernel arguments differ from the ABI "
                          f"({len(have)} vs {len(want)}; first: {diff[:1] or 'count'})")
-    if co.max_flat_workgroup_size and block > co.max_flat_workgroup_size:
-        raise ValueError(f"{code.symbol}: block {block} > max flat workgroup size "
-                         f"{co.max_flat_workgroup_size}")
+    if co.max_threads and block > co.max_threads:
+        raise ValueError(f"{code.symbol}: block {block} > {co.THREADS_WORD} "
+                         f"{co.max_threads}")
 
 
 def _offsets(args: tuple[AbiArg, ...]) -> tuple[int, ...]:
@@ -186,9 +185,9 @@ def prepare_launch(session, launch: WgradLaunch, ptr: dict[str, int], sizes: dic
     two_stage = plan.reduction == "two_stage"
     if two_stage and stage2 is None:
         raise ValueError(f"{spec.label()}: a two-stage launch needs the stage-2 kernel")
-    check_code_object(code, WGRAD_ARGS, spec.block_size)
+    check_code_object(code, spec.target, WGRAD_ARGS, spec.block_size)
     if two_stage:
-        check_code_object(stage2, STAGE2_ARGS, STAGE2_BLOCK)
+        check_code_object(stage2, spec.target, STAGE2_ARGS, STAGE2_BLOCK)
     vals = wgrad_values(problem, spec, degree=plan.degree, slice_k=plan.slice_k, pointers=ptr)
     if vals["ws_bytes"] != sizes["ws"]:  # R of the spec and of the plan must agree
         raise ValueError(f"workspace {vals['ws_bytes']} B in the arguments, {sizes['ws']} B "

@@ -26,7 +26,7 @@ __all__ = [
     "AbiArg", "WGRAD_ARGS", "STAGE2_ARGS", "STAGE2_BLOCK", "MAX_BUFFER_BYTES",
     "arg_names", "kernarg_layout", "binary_layout", "kernarg_size", "pack", "check_values",
     "buffer_bytes", "magic_u31", "wgrad_values", "stage2_values", "pointer_dtypes", "ir_args",
-    "declare",
+    "declare", "RecordFacts", "record_facts",
 ]
 
 MAX_BUFFER_BYTES = 2 ** 31 - 1
@@ -115,6 +115,25 @@ STAGE2_ARGS: tuple[AbiArg, ...] = (
 
 def arg_names(args: tuple[AbiArg, ...]) -> tuple[str, ...]:
     return tuple(a.name for a in args)
+
+
+@dataclass(frozen=True)
+class RecordFacts:
+    """What a kernel's code-object record says that a binary need not hold (a cubin holds
+    neither): its arguments' ABI names, in order, and the dynamic shared bytes its launch
+    passes. ``arg_names`` () leaves a binary's own names."""
+
+    arg_names: tuple[str, ...] = ()
+    dynamic_shared_bytes: int = 0
+
+
+def record_facts(spec: KernelSpec | None) -> RecordFacts:
+    """The ``RecordFacts`` of ``spec``'s wgrad kernel, or of the stage-2 kernel (None)."""
+    from wgradcache.model.spec import dynamic_lds_bytes
+
+    if spec is None:
+        return RecordFacts(arg_names(STAGE2_ARGS), 0)
+    return RecordFacts(arg_names(WGRAD_ARGS), dynamic_lds_bytes(spec))
 
 
 def kernarg_layout(args: tuple[AbiArg, ...]) -> tuple[tuple[str, int, int], ...]:
