@@ -66,7 +66,7 @@ class Toy(Backend):
 
         return isa_stats(listing)
 
-    def resource_rows(self, co: dict, dynamic_lds: int) -> list[tuple[str, object]]:
+    def resource_rows(self, co: dict) -> list[tuple[str, object]]:
         return [("IR bytes", co.get("text_bytes", 0))]
 
 
