@@ -50,11 +50,17 @@ def _tap_bases(kb: KernelBuilder, a: dict[str, Value], taps: int, extent: str) -
 
 def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Value,
             chan_ok: Value, row: Value, k_begin: Value, k_end: Value) -> list[Value]:
-    """The thread's accumulators over its positions of the slice (one per tap)."""
+    """The thread's accumulators over its positions of the slice (one per tap). A tap's
+    X offset is the position's pixel (ho·s, wo·s) plus a uniform per-tap delta ((y·d − p)·W
+    + x·d − p)·C, so per tap the loop adds, selects and loads; its bound is the row's and
+    the column's, T compares each per position."""
     taps, vec, eb = spec.tile_m, spec.vec_b, elem_bytes(spec.dtype)
     acc_t = f32.vec(vec) if vec > 1 else f32
     past = kb.const(INVALID_OFFSET, i32)
     hb, wb = _tap_bases(kb, a, taps, "Y"), _tap_bases(kb, a, taps, "X")
+    wc = kb.mul(a["W"], a["C"])
+    delta = [[kb.mul(kb.add(kb.mul(hb[y], wc), kb.mul(wb[x], a["C"])), eb)
+              for x in range(taps)] for y in range(taps)]
     zero = kb.const(0.0, acc_t)
     with kb.for_(kb.add(k_begin, row), k_end, spec.tile_k,
                  carried=[zero] * (taps * taps)) as lp:
@@ -64,18 +70,16 @@ def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Valu
         dy_off = kb.select(chan_ok, kb.mul(kb.add(kb.mul(k, a["K"]), chan), eb), past)
         dy = kb.convert(kb.bounded_load(a["dy_ptr"], dy_off, a["dy_bytes"], vec,
                                         align=vec * eb), acc_t)
-        img_h = kb.mul(img, a["H"])
+        px = kb.add(kb.mul(kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hs), a["W"]), ws),
+                           a["C"]), chan)
+        base = kb.mul(px, eb)
+        rows = [kb.and_(chan_ok, kb.icmp("ult", kb.add(hs, hb[y]), a["H"])) for y in range(taps)]
+        cols = [kb.icmp("ult", kb.add(ws, wb[x]), a["W"]) for x in range(taps)]
         nxt = []
         for y in range(taps):
-            h = kb.add(hs, hb[y])
-            row_ok = kb.and_(chan_ok, kb.icmp("ult", h, a["H"]))
-            row_px = kb.mul(kb.add(img_h, h), a["W"])
             for x in range(taps):
-                w = kb.add(ws, wb[x])
-                ok = kb.and_(row_ok, kb.icmp("ult", w, a["W"]))
-                off = kb.mul(kb.add(kb.mul(kb.add(row_px, w), a["C"]), chan), eb)
-                xv = kb.bounded_load(a["x_ptr"], kb.select(ok, off, past), a["x_bytes"], vec,
-                                     align=vec * eb)
+                off = kb.select(kb.and_(rows[y], cols[x]), kb.add(base, delta[y][x]), past)
+                xv = kb.bounded_load(a["x_ptr"], off, a["x_bytes"], vec, align=vec * eb)
                 nxt.append(kb.fma(dy, kb.convert(xv, acc_t), lp.carried[y * taps + x]))
         lp.yield_(*nxt)
     return list(lp.results)
