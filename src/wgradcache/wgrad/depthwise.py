@@ -9,7 +9,8 @@ kernel is the same IR on every target (no MMA, no async copy: both vendors have 
 
 * Threads: ``tile_n / vec`` lanes along the channels (loads of ``vec`` channels, coalesced
   along NHWC's contiguous C) by ``tile_k`` rows along the reduction; row r of a CTA takes
-  positions k_begin + r, k_begin + r + tile_k, ... of its slice. Each thread keeps T·T
+  positions k_begin + r, k_begin + r + tile_k, ... of its slice, in a loop over the CTA's
+  steps (uniform: no exec-mask loop), a row past the slice's end invalid. Each thread keeps T·T
   f32 accumulators of ``vec`` channels (T = ``tile_m``, the compiled filter side); a tap
   outside the problem's Y x X gets the row ``OUTSIDE_ROW``, so its pixel's bound rejects
   it and its accumulator stays zero. Every load is bounded (``bounded_load``): an invalid
@@ -50,7 +51,8 @@ def _tap_bases(kb: KernelBuilder, a: dict[str, Value], taps: int, extent: str) -
 
 def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Value,
             chan_ok: Value, row: Value, k_begin: Value, k_end: Value) -> list[Value]:
-    """The thread's accumulators over its positions of the slice (one per tap). A tap's
+    """The thread's accumulators over its positions of the slice (one per tap): step i of
+    the CTA gives row r position k_begin + i·tile_k + r. A tap's
     X offset is the position's pixel (ho·s, wo·s) plus a uniform per-tap delta ((y·d − p)·W
     + x·d − p)·C, so per tap the loop adds, selects and loads; its bound is the row's and
     the column's, T compares each per position."""
@@ -62,18 +64,20 @@ def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Valu
     delta = [[kb.mul(kb.add(kb.mul(hb[y], wc), kb.mul(wb[x], a["C"])), eb)
               for x in range(taps)] for y in range(taps)]
     zero = kb.const(0.0, acc_t)
-    with kb.for_(kb.add(k_begin, row), k_end, spec.tile_k,
-                 carried=[zero] * (taps * taps)) as lp:
-        k = lp.index
+    # the steps are the CTA's (a uniform loop: a scalar branch, no exec-mask loop); the
+    # last one's rows past the slice are invalid positions
+    with kb.for_(k_begin, k_end, spec.tile_k, carried=[zero] * (taps * taps)) as lp:
+        k = kb.add(lp.index, row)
+        valid = kb.and_(chan_ok, kb.icmp("slt", k, k_end))
         img, _, _, hs, ws = pixel(kb, a, k)
         # dY is NHWK over (Ho, Wo): position k's channel c is element k·K + c
-        dy_off = kb.select(chan_ok, kb.mul(kb.add(kb.mul(k, a["K"]), chan), eb), past)
+        dy_off = kb.select(valid, kb.mul(kb.add(kb.mul(k, a["K"]), chan), eb), past)
         dy = kb.convert(kb.bounded_load(a["dy_ptr"], dy_off, a["dy_bytes"], vec,
                                         align=vec * eb), acc_t)
         px = kb.add(kb.mul(kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hs), a["W"]), ws),
                            a["C"]), chan)
         base = kb.mul(px, eb)
-        rows = [kb.and_(chan_ok, kb.icmp("ult", kb.add(hs, hb[y]), a["H"])) for y in range(taps)]
+        rows = [kb.and_(valid, kb.icmp("ult", kb.add(hs, hb[y]), a["H"])) for y in range(taps)]
         cols = [kb.icmp("ult", kb.add(ws, wb[x]), a["W"]) for x in range(taps)]
         nxt = []
         for y in range(taps):
