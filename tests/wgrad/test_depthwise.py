@@ -101,17 +101,19 @@ def test_split_probe_splits_with_a_tail():
 
 
 def test_a_planted_tap_offset_is_caught(monkeypatch):
-    """Taps shifted by one pixel (t·d − p + 1): the comparison fails far outside its bound."""
-    real = dwk._tap_bases
+    """Every tap one pixel row down (ho·s + 1 − p + y·d): the comparison fails far outside
+    its bound."""
+    real = dwk.pixel
 
-    def shifted(kb, a, taps, extent):
-        return [kb.add(b, 1) for b in real(kb, a, taps, extent)]
+    def shifted(kb, a, k, *rest):
+        img, ho, wo, hi, wi = real(kb, a, k, *rest)
+        return img, ho, wo, kb.add(hi, 1), wi
 
     spec = _spec("sm_90", 3, 64, 4, 2, "none")
     problem = EDGES_T3["chan_tail"][0]
     check(run_emulated(spec, problem), "fp16")
     cached_kernel.cache_clear()
-    monkeypatch.setattr(dwk, "_tap_bases", shifted)
+    monkeypatch.setattr(dwk, "pixel", shifted)
     try:
         r = run_emulated(spec, problem)
         assert not r.hazards and r.error > 10 * r.bound.bound, r.summary()

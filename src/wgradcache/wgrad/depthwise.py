@@ -12,9 +12,9 @@ kernel is the same IR on every target (no MMA, no async copy: both vendors have 
   positions k_begin + r, k_begin + r + tile_k, ... of its slice, in a loop over the CTA's
   steps (uniform: no exec-mask loop), a row past the slice's end invalid. Each thread keeps T·T
   f32 accumulators of ``vec`` channels (T = ``tile_m``, the compiled filter side); a tap
-  outside the problem's Y x X gets the row ``OUTSIDE_ROW``, so its pixel's bound rejects
-  it and its accumulator stays zero. Every load is bounded (``bounded_load``): an invalid
-  one reads at ``INVALID_OFFSET`` and returns zero, no branch.
+  outside the problem's Y x X is accumulated and never stored. Every load is bounded
+  (``bounded_load``): an invalid one reads at ``INVALID_OFFSET`` and returns zero, no
+  branch.
 * CTA reduction: every thread row writes its partials to LDS ([T·T, tile_k, tile_n] f32),
   one barrier, then each thread sums the rows of dW elements of the block; the flat index
   e = c·Y·X + y·X + x of dW [K, Y, X, 1] is decomposed per element (a division by the
@@ -33,36 +33,26 @@ from wgradcache.kernel.ir import KernelDef, Value, f32, i32
 from wgradcache.model.spec import KernelSpec, elem_bytes, lds_bytes
 from wgradcache.wgrad.abi import WGRAD_ARGS, declare
 from wgradcache.wgrad.context import divmod_magic, ir_dtype, udiv_const, urem_const
-from wgradcache.wgrad.gather import OUTSIDE_ROW, pixel
+from wgradcache.wgrad.gather import pixel
 from wgradcache.wgrad.operand import INVALID_OFFSET
 
 __all__ = ["build_depthwise"]
 
 
-def _tap_bases(kb: KernelBuilder, a: dict[str, Value], taps: int, extent: str) -> list[Value]:
-    """Per compiled tap t: t·d − p, or ``OUTSIDE_ROW`` where t is past the problem's filter
-    (``extent`` Y or X): uniform, once per kernel."""
-    out = []
-    for t in range(taps):
-        base = kb.sub(kb.mul(a["dilation"], t), a["pad"])
-        out.append(kb.select(kb.icmp("slt", t, a[extent]), base, OUTSIDE_ROW))
-    return out
-
-
 def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Value,
             chan_ok: Value, row: Value, k_begin: Value, k_end: Value) -> list[Value]:
-    """The thread's accumulators over its positions of the slice (one per tap): step i of
-    the CTA gives row r position k_begin + i·tile_k + r. A tap's
-    X offset is the position's pixel (ho·s, wo·s) plus a uniform per-tap delta ((y·d − p)·W
-    + x·d − p)·C, so per tap the loop adds, selects and loads; its bound is the row's and
-    the column's, T compares each per position."""
+    """The thread's accumulators over its positions of the slice (one per compiled tap):
+    step i of the CTA gives row r position k_begin + i·tile_k + r. Tap (y, x) reads pixel
+    (ho·s − p + y·d, wo·s − p + x·d): its row and column are stepped by d, its byte offset
+    by d·W·C·eb per row and d·C·eb per column (adds on the position's own offset, a few
+    uniform values: the MFMA targets spilled SGPRs holding one per tap). A tap past the
+    problem's Y x X is computed all the same and never stored (its dW element does not
+    exist: ``_reduce_and_write`` stores Y·X taps per channel)."""
     taps, vec, eb = spec.tile_m, spec.vec_b, elem_bytes(spec.dtype)
     acc_t = f32.vec(vec) if vec > 1 else f32
     past = kb.const(INVALID_OFFSET, i32)
-    hb, wb = _tap_bases(kb, a, taps, "Y"), _tap_bases(kb, a, taps, "X")
-    wc = kb.mul(a["W"], a["C"])
-    delta = [[kb.mul(kb.add(kb.mul(hb[y], wc), kb.mul(wb[x], a["C"])), eb)
-              for x in range(taps)] for y in range(taps)]
+    col_step = kb.mul(kb.mul(a["dilation"], a["C"]), eb)
+    row_step = kb.mul(col_step, a["W"])
     zero = kb.const(0.0, acc_t)
     # the steps are the CTA's (a uniform loop: a scalar branch, no exec-mask loop); the
     # last one's rows past the slice are invalid positions
@@ -74,17 +64,25 @@ def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Valu
         dy_off = kb.select(valid, kb.mul(kb.add(kb.mul(k, a["K"]), chan), eb), past)
         dy = kb.convert(kb.bounded_load(a["dy_ptr"], dy_off, a["dy_bytes"], vec,
                                         align=vec * eb), acc_t)
-        px = kb.add(kb.mul(kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), hs), a["W"]), ws),
+        h0, w0 = kb.sub(hs, a["pad"]), kb.sub(ws, a["pad"])
+        px = kb.add(kb.mul(kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), h0), a["W"]), w0),
                            a["C"]), chan)
-        base = kb.mul(px, eb)
-        rows = [kb.and_(valid, kb.icmp("ult", kb.add(hs, hb[y]), a["H"])) for y in range(taps)]
-        cols = [kb.icmp("ult", kb.add(ws, wb[x]), a["W"]) for x in range(taps)]
+        hy, wx = [h0], [w0]
+        for _ in range(1, taps):
+            hy.append(kb.add(hy[-1], a["dilation"]))
+            wx.append(kb.add(wx[-1], a["dilation"]))
+        rows = [kb.and_(valid, kb.icmp("ult", h, a["H"])) for h in hy]
+        cols = [kb.icmp("ult", w, a["W"]) for w in wx]
         nxt = []
+        row_off = kb.mul(px, eb)
         for y in range(taps):
+            off = row_off
             for x in range(taps):
-                off = kb.select(kb.and_(rows[y], cols[x]), kb.add(base, delta[y][x]), past)
-                xv = kb.bounded_load(a["x_ptr"], off, a["x_bytes"], vec, align=vec * eb)
+                xv = kb.bounded_load(a["x_ptr"], kb.select(kb.and_(rows[y], cols[x]), off, past),
+                                     a["x_bytes"], vec, align=vec * eb)
                 nxt.append(kb.fma(dy, kb.convert(xv, acc_t), lp.carried[y * taps + x]))
+                off = kb.add(off, col_step)
+            row_off = kb.add(row_off, row_step)
         lp.yield_(*nxt)
     return list(lp.results)
 
