@@ -314,12 +314,12 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
 # The direct depthwise kernel (``wgrad/depthwise.py``), per thread and reduction position:
 # the position's decode and its dY load, then per tap its pixel's bound and offset, the
 # bounded load and, per channel, a convert and an FMA. Set to the sm_90 code objects' main
-# loops (12-07, compile --json: 146, 175, 409 and 606 instructions for 3x3 v1, 3x3 v2, 5x5
-# v2 and 7x7 v1; the formula gives 148, 175, 415 and 628; gfx1250's buffer loads check
-# the range themselves: 92, 125, 283, 404); its code object names no MMA, so the formula
-# ranks it (``CodeFacts.from_isa``).
-DEPTHWISE_POSITION_SLOTS = 40
-DEPTHWISE_TAP_SLOTS = 9
+# loops (12-07, compile --json: 163, 192, 369, 446 and 671 instructions for 3x3 v1, 3x3 v2,
+# 5x5 v1, 5x5 v2 and 7x7 v1; the formula gives 162, 189, 370, 445 and 682; gfx1250's
+# buffer loads check the range themselves: 116, 145, 223, 337, 408); its code object names
+# no MMA, so the formula ranks it (``CodeFacts.from_isa``).
+DEPTHWISE_POSITION_SLOTS = 45
+DEPTHWISE_TAP_SLOTS = 10
 DEPTHWISE_CHANNEL_SLOTS = 3
 # Per dW element a thread reduces in the epilogue (besides one LDS read per thread row):
 # the flat index's division by Y·X and the magic one by X, the LDS address, the store.

@@ -71,15 +71,19 @@ def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Valu
         for _ in range(1, taps):
             hy.append(kb.add(hy[-1], a["dilation"]))
             wx.append(kb.add(wx[-1], a["dilation"]))
-        rows = [kb.and_(valid, kb.icmp("ult", h, a["H"])) for h in hy]
-        cols = [kb.icmp("ult", w, a["W"]) for w in wx]
+        # a tap's bound as an integer mask (INVALID_OFFSET or 0) of its row and column, not
+        # a predicate: ptxas spilled a 5x5 kernel's T + T predicates live across the taps
+        bad_rows = [kb.select(kb.and_(valid, kb.icmp("ult", h, a["H"])), 0, past) for h in hy]
+        bad_cols = [kb.select(kb.icmp("ult", w, a["W"]), 0, past) for w in wx]
         nxt = []
         row_off = kb.mul(px, eb)
         for y in range(taps):
             off = row_off
             for x in range(taps):
-                xv = kb.bounded_load(a["x_ptr"], kb.select(kb.and_(rows[y], cols[x]), off, past),
-                                     a["x_bytes"], vec, align=vec * eb)
+                # valid: the offset (< 2^31); else INVALID_OFFSET exactly (umin of a value
+                # with bit 31 set), never an offset near 2^32 that an access could wrap past
+                at = kb.umin(kb.or_(off, kb.or_(bad_rows[y], bad_cols[x])), past)
+                xv = kb.bounded_load(a["x_ptr"], at, a["x_bytes"], vec, align=vec * eb)
                 nxt.append(kb.fma(dy, kb.convert(xv, acc_t), lp.carried[y * taps + x]))
                 off = kb.add(off, col_step)
             row_off = kb.add(row_off, row_step)
