@@ -44,7 +44,8 @@ BASE = {
 VARIANTS = ("sync.default.none, sync.default.atomic, sync.default.two_stage, "
             "sync.cshuffle.none, sync.cshuffle.atomic, sync.cshuffle.two_stage, "
             "async.default.none, async.default.atomic, async.default.two_stage, "
-            "async.cshuffle.none, async.cshuffle.atomic, async.cshuffle.two_stage")
+            "async.cshuffle.none, async.cshuffle.atomic, async.cshuffle.two_stage, "
+            "depthwise.default.none, depthwise.default.atomic")
 EMPTY = "an empty path (give one; '' is not the current directory)"
 
 

@@ -195,6 +195,41 @@ def test_cta_order_errors_name_file_line_and_field(tmp_path, new, field, problem
     assert problem in str(e.value)
 
 
+_DW = "  - [3, 64, 4, 2]   # the 3x3 of MobileNetV2 / EfficientNet (and every smaller filter)"
+
+
+@pytest.mark.parametrize("new, field, problem", [
+    ("  - [3, 64, 4]", "depthwise[0]", "expected 4 integers [T, tile_n, tile_k, vec], got 3"),
+    ("  - [10, 64, 4, 2]", "depthwise[0][0]", "must be in [1, 9], got 10"),
+    ("  - [3, 8, 4, 2]", "depthwise[0][1]", "must be in [16, 1024], got 8"),
+    ("  - [3, 64, 65, 2]", "depthwise[0][2]", "must be in [1, 64], got 65"),
+    ("  - [3, 64, 4, 3]", "depthwise[0][3]", "vec 3 not one of (1, 2, 4, 8)"),
+    ("  - [3, 64, 4, -2]", "depthwise[0][3]", "must be in [1, 8], got -2"),
+    ("  - [3, 32, 4, 1]", "depthwise[1]", "repeated entry [3, 32, 4, 1]"),
+    ("  - {T: 3}", "depthwise[0]", "expected a list, got a mapping"),
+])
+def test_depthwise_entry_errors_name_file_line_and_field(tmp_path, new, field, problem):
+    assert _DW in SHIPPED
+    text = SHIPPED.replace(_DW, new, 1)
+    lines = text.splitlines()
+    line = max(i for i, ln in enumerate(lines, 1) if ln.startswith(new))  # the later repeat
+    p = _write(tmp_path, text)
+    with pytest.raises(GeometryFileError) as e:
+        load(p)
+    assert str(e.value) == f"{p}:{line}: {field}: {problem}"
+
+
+def test_depthwise_entries_are_the_shipped_five_and_optional(tmp_path):
+    assert load().depthwise == ((3, 64, 4, 2), (3, 32, 4, 1), (5, 64, 4, 2), (5, 64, 2, 1),
+                                (7, 64, 2, 1))
+    head = SHIPPED.index("\ndepthwise:")
+    assert load(_write(tmp_path, SHIPPED[:head] + "\n")).depthwise == ()
+    many = SHIPPED[:head] + "\ndepthwise:\n" + "".join(
+        f"  - [3, {16 + i}, 4, 1]\n" for i in range(17))
+    with pytest.raises(GeometryFileError, match=r": depthwise: at most 16 items, got 17"):
+        load(_write(tmp_path, many))
+
+
 def test_cta_orders_fold_into_the_target_budgets_and_leave_the_others_alone():
     d = load(default_path())
     lim = d.limits_for("sm_90")

@@ -11,8 +11,20 @@ from hypothesis import strategies as st
 
 from wgradcache.jobs import count, default_jobdata, walk
 from wgradcache.jobs.geometries import CoverEntry
-from wgradcache.model.spec import DTYPE_KEYS, VARIANT_KEYS, Limits, from_label, validate
+from wgradcache.model.spec import (
+    DEPTHWISE_VARIANTS,
+    DTYPE_KEYS,
+    VARIANT_KEYS,
+    Limits,
+    from_label,
+    validate,
+)
 from wgradcache.model.targets import TARGETS, kernel_target_names
+
+
+def _gemm(specs):
+    """The GEMM kernels of a walk (the depthwise ones have budgets of their own)."""
+    return (s for s in specs if s.k_loop != "depthwise")
 
 
 def _walk_counts(target, dtypes, variants, data=None):
@@ -58,8 +70,9 @@ def test_async_and_two_stage_only_where_admitted():
 def test_mfma_variants_are_what_the_catalog_admits():
     """gfx942 / gfx950: sync loop only (no per-lane async copy), both epilogues, packed
     16-bit and f32 atomic split-K, two-stage (float atomics validated); wave64 geometries."""
-    sync_variants = {f"sync.{e}.{r}" for e in ("default", "cshuffle")
-                     for r in ("none", "atomic", "two_stage")} - {"sync.cshuffle.two_stage"}
+    sync_variants = ({f"sync.{e}.{r}" for e in ("default", "cshuffle")
+                      for r in ("none", "atomic", "two_stage")} - {"sync.cshuffle.two_stage"}
+                     | set(DEPTHWISE_VARIANTS))
     for t in ("gfx942", "gfx950"):
         for d in DTYPE_KEYS:
             assert set(count(t, [d])[d]) == sync_variants, (t, d)
@@ -67,8 +80,8 @@ def test_mfma_variants_are_what_the_catalog_admits():
             assert s.block_size == 64 * s.warp_m * s.warp_n <= 256
     # gfx942's 16x16x16 atom makes tile_k 64 four k-steps (over the budget); gfx950's
     # 16x16x32 keeps it
-    assert {s.tile_k for s in walk("gfx942", ["fp16"])} == {32}
-    assert {s.tile_k for s in walk("gfx950", ["fp16"])} == {32, 64}
+    assert {s.tile_k for s in _gemm(walk("gfx942", ["fp16"]))} == {32}
+    assert {s.tile_k for s in _gemm(walk("gfx950", ["fp16"]))} == {32, 64}
     assert any(s.tile_m == 256 for s in walk("gfx942", ["bf16"]))
 
 
@@ -83,7 +96,7 @@ def test_mfma_counts_are_pinned():
     assert c950["sync.default.two_stage"] == c950["sync.cshuffle.none"] == 42
     assert c950["sync.cshuffle.atomic"] == 36
     assert sum(sum(count(t)[d].values()) for t in ("gfx942", "gfx950") for d in ("fp16", "bf16")
-               ) == 784 + 1172
+               ) == 784 + 1172 + 2 * 20  # and 20 depthwise kernels each
 
 
 def test_mfma_load_bounds_are_the_measured_ones():
@@ -93,7 +106,8 @@ def test_mfma_load_bounds_are_the_measured_ones():
     assert d.limits_for("gfx942").max_loads_per_thread == 17
     assert d.limits_for("gfx950").max_loads_per_thread == 16
     for t, bound in (("gfx942", 17), ("gfx950", 16)):
-        assert max(loads_per_thread(s.tile, s.load_widths) for s in walk(t, ["bf16"])) <= bound
+        assert max(loads_per_thread(s.tile, s.load_widths)
+                   for s in _gemm(walk(t, ["bf16"]))) <= bound
 
 
 def test_sm90_measured_stack_frame_exclusions():
@@ -119,9 +133,9 @@ def test_sm90_measured_stack_frame_exclusions():
     assert set(d.limits_for("sm_90").exclude) == ex | new
     ex |= new
     assert all(d.limits_for(t).exclude == () for t in ("gfx1250", "gfx942", "gfx950"))
-    specs = list(walk("sm_90"))
+    specs = list(_gemm(walk("sm_90")))
     # 2026-12-06: sm_90's own ladder (256-wide tiles, 128 accumulators, dynamic shared)
-    assert len(specs) == sum(sum(v.values()) for v in count("sm_90").values()) == 2746
+    assert len(specs) + 20 == sum(sum(v.values()) for v in count("sm_90").values()) == 2766
     row_major = [s for s in specs if s.cta_group == 1]  # + 360 grouped (cta_orders)
     assert len(row_major) == 2386 and sum(s.k_loop == "sync" for s in row_major) == 2034
     got = {(*s.geometry, s.vec_a, s.vec_b) for s in specs}
@@ -149,7 +163,9 @@ def test_shipped_counts_are_pinned():
     assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 20 * 4
     assert c["sync.cshuffle.atomic"] == 20 * 2  # pairs with an even vec_b
     assert c["async.default.none"] == 20 * 2  # two chunk pairs
-    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4 + 4 * 2)
+    # the five depthwise entries x {none, atomic}
+    assert c["depthwise.default.none"] == c["depthwise.default.atomic"] == 5
+    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4 + 4 * 2) + 10
 
 
 def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
@@ -163,8 +179,9 @@ def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
                 if s.cta_group == 1 and min(s.tile_m, s.tile_n) >= 128}
         assert grouped == (wide if t == "sm_90" else set()), t
         totals[t] = (len(specs), len(grouped))
-    assert totals == {"gfx1250": (2464, 0), "gfx1201": (740, 0), "gfx1151": (264, 0),
-                      "gfx950": (1172, 0), "gfx942": (784, 0), "sm_90": (2746, 360)}
+    # 20 depthwise kernels on each target (6 on gfx1151: no 16-bit atomic, 32 accumulators)
+    assert totals == {"gfx1250": (2484, 0), "gfx1201": (760, 0), "gfx1151": (270, 0),
+                      "gfx950": (1192, 0), "gfx942": (804, 0), "sm_90": (2766, 360)}
 
 
 def test_cshuffle_atomic_never_has_odd_store_vector():
@@ -232,10 +249,13 @@ def test_per_target_budgets_apply_to_walk_and_validator():
     assert d.limits_for("gfx1151").max_acc_per_lane == 32
     assert d.limits_for("gfx1250").max_loads_per_thread == 192
     assert d.limits_for("gfx1201") == d.limits
-    for s in walk("gfx1151", ["fp16"]):
+    for s in _gemm(walk("gfx1151", ["fp16"])):
         assert accumulators_per_lane(s.tile_m, s.tile_n, s.warp_m, s.warp_n, 32) <= 32
+    for s in walk("gfx1151", ["fp16"]):  # a depthwise kernel's: T·T·vec
+        assert s.k_loop != "depthwise" or s.tile_m ** 2 * s.vec_b <= 32
     for t in ("gfx1201", "gfx1151"):
-        assert max(loads_per_thread(s.tile, s.load_widths) for s in walk(t, ["fp16"])) <= 40
+        assert max(loads_per_thread(s.tile, s.load_widths)
+                   for s in _gemm(walk(t, ["fp16"]))) <= 40
     # the validator reads the same budgets
     s = next(s for s in walk("gfx1201", ["fp16"]) if (s.tile_m, s.tile_n) == (128, 64))
     narrow = dataclasses.replace(s, vec_a=1, vec_b=1, warp_m=2, warp_n=2)

@@ -394,3 +394,22 @@ def test_select_ranks_cached_kernels_by_their_code_objects():
                     costs=CostSources({b.identity_key(): CodeFacts(200, 16)}))
     assert {c.spec.label(): c.cost_from for c in only_b} == {a.label(): "formula",
                                                             b.label(): "code object"}
+
+
+@pytest.mark.parametrize("target", ["gfx1250", "gfx942", "gfx1151", "sm_90"])
+def test_depthwise_layers_are_offered_a_depthwise_kernel_and_no_other_layer_is(target):
+    """Every depthwise reference layer (MobileNetV2 3x3, EfficientNet 5x5) is offered a
+    direct depthwise kernel beside the GEMM kernels that serve it; a layer with groups != C
+    never is. On sm_90 the model ranks it first on every MobileNetV2 layer."""
+    specs = candidates_from_walk(target, "fp16")
+    firsts = set()
+    for layer in LAYERS:
+        p = layer.problem
+        kinds = [c.spec.k_loop == "depthwise" for c in select(target, p, specs)]
+        assert (any(kinds), all(kinds)) == (p.groups == p.C == p.K, False), layer.name
+        if kinds[0]:
+            firsts.add(layer.name)
+    if target == "sm_90":
+        assert {n for n in firsts if n.startswith("mobilenetv2/")} == {
+            "mobilenetv2/dw112", "mobilenetv2/dw112.s2", "mobilenetv2/dw56",
+            "mobilenetv2/dw28", "mobilenetv2/dw14", "mobilenetv2/dw7"}

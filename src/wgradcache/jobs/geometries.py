@@ -19,6 +19,7 @@ from wgradcache.jobs.yamlsafe import NodeReader
 from wgradcache.model.spec import (
     ASYNC_CHUNK_BYTES,
     CTA_GROUP_RANGE,
+    DEPTHWISE_TAPS,
     DTYPE_KEYS,
     VEC_WIDTHS,
     Geometry,
@@ -64,6 +65,8 @@ class JobData:
     wave_ladders: tuple[tuple[int, dict[str, tuple[int, ...]]], ...] = ()
     # per target, a ladder of its own (``ladder_targets``), before its wave size's
     target_ladders: tuple[tuple[str, dict[str, tuple[int, ...]]], ...] = ()
+    # the direct depthwise kernels (``depthwise``): [T, tile_n, tile_k, vec] each
+    depthwise: tuple[tuple[int, int, int, int], ...] = ()
 
     def limits_for(self, target: str) -> Limits:
         return dict(self.target_limits).get(target, self.limits)
@@ -130,7 +133,12 @@ _VEC_RANGE = (1, max(VEC_WIDTHS))  # the exact set is load_widths_ok's rule
 _CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 
 _TOP = ("schema", "ladder", "ladder_wave64", "ladder_targets", "filters", "cta_orders",
-        "vec_pairs", "async_chunk_pairs", "ws_replicas", "dtypes", "cover")
+        "vec_pairs", "async_chunk_pairs", "ws_replicas", "dtypes", "cover", "depthwise")
+# A depthwise entry's [T, tile_n, tile_k, vec] ranges (the exact rules are spec.py's, per
+# target: the walk keeps what validate admits); at most MAX_DEPTHWISE entries.
+_DEPTHWISE_FIELDS = ("T", "tile_n", "tile_k", "vec")
+_DEPTHWISE_RANGES = (DEPTHWISE_TAPS, TILE_RANGE, (1, 64), _VEC_RANGE)
+MAX_DEPTHWISE = 16
 # Optional ladders per wave size: the key and the wave size its targets have.
 _WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
@@ -178,7 +186,8 @@ def load(path: str | os.PathLike | None = None) -> JobData:
                    async_chunk_pairs=chunk_pairs, ws_replicas=ws,
                    default_dtypes=default_dtypes, optional_dtypes=optional_dtypes,
                    cover=(), target_limits=target_limits, wave_ladders=wave_ladders,
-                   target_ladders=target_ladders)
+                   target_ladders=target_ladders,
+                   depthwise=_depthwise(r, top["depthwise"]) if "depthwise" in top else ())
     return replace(data, cover=_cover(r, section("cover"), data))
 
 
@@ -301,6 +310,25 @@ def _pairs(r: NodeReader, node: yaml.Node, key: str, k_loop: str,
         out.append((a, b))
     if not out:
         raise r.fail(node, key, "must not be empty")
+    return tuple(out)
+
+
+def _depthwise(r: NodeReader, node: yaml.Node) -> tuple[tuple[int, int, int, int], ...]:
+    """[T, tile_n, tile_k, vec] entries, each field in its range, none repeated."""
+    out: list[tuple[int, int, int, int]] = []
+    for i, item in enumerate(r.seq(node, "depthwise", max_len=MAX_DEPTHWISE)):
+        field = f"depthwise[{i}]"
+        vals = r.seq(item, field)
+        if len(vals) != len(_DEPTHWISE_FIELDS):
+            raise r.fail(item, field, f"expected 4 integers [{', '.join(_DEPTHWISE_FIELDS)}], "
+                                      f"got {len(vals)}")
+        e = tuple(r.int_(v, f"{field}[{j}]", *rg)
+                  for j, (v, rg) in enumerate(zip(vals, _DEPTHWISE_RANGES, strict=True)))
+        if e[3] not in VEC_WIDTHS:
+            raise r.fail(item, f"{field}[3]", f"vec {e[3]} not one of {VEC_WIDTHS}")
+        if e in out:
+            raise r.fail(item, field, f"repeated entry {list(e)}")
+        out.append(e)  # type: ignore[arg-type]
     return tuple(out)
 
 

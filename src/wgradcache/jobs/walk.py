@@ -6,6 +6,9 @@ sync x default x {none, atomic}; every cover geometry also gets sync x cshuffle 
 configuration where the target has async copies. Each configuration ("slot") is crossed
 with the width pairs its loop takes, and each job with the CTA orders its geometry gets
 (``spec.cta_groups_for``: row-major, and the job data's grouped orders on its wide tiles).
+Then each ``depthwise`` entry of the job data gets depthwise x default x {none, atomic}
+where ``validate`` admits it on the target under its budgets (``depthwise_jobs``: the few
+specs walk yields and count counts, the same function).
 
 ``walk`` and ``count`` share the slot list and the predicates of ``spec.py`` and nothing
 else: ``count`` multiplies, ``walk`` builds specs. No hidden pruning, so the two agree by
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 
 from wgradcache.jobs.geometries import JobData, default_jobdata
 from wgradcache.model.spec import (
+    DEPTHWISE,
+    DEPTHWISE_VARIANTS,
     DTYPE_KEYS,
     VARIANT_KEYS,
     KernelSpec,
@@ -33,11 +38,12 @@ from wgradcache.model.spec import (
     parse_dtype_key,
     reduction_admitted,
     store_vector_ok,
+    validate,
 )
 from wgradcache.model.targets import Target, get_target, kernel_target_names
 
-__all__ = ["walk", "count", "count_table", "resolve_selection", "Selection", "SelectionError",
-           "LADDER_VARIANTS"]
+__all__ = ["walk", "count", "depthwise_jobs", "count_table", "resolve_selection", "Selection",
+           "SelectionError", "LADDER_VARIANTS"]
 
 _LADDER_SLOTS = (("sync", "default", "none"), ("sync", "default", "atomic"))
 _COVER_SLOTS = (("sync", "cshuffle", "none"), ("sync", "cshuffle", "atomic"),
@@ -110,6 +116,27 @@ def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Til
             yield tile, g in cover
 
 
+def depthwise_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
+                   variants: tuple[str, ...]) -> Iterator[KernelSpec]:
+    """The depthwise kernels of one target and dtype: every ``data.depthwise`` entry
+    [T, tile_n, tile_k, vec] x {none, atomic} that ``validate`` admits under the target's
+    budgets (a block that is no whole number of waves, too many accumulators, an atomic
+    the target lacks: left out, as every ladder filter leaves a geometry out)."""
+    limits = data.limits_for(target.name)
+    for taps, tile_n, tile_k, vec in data.depthwise:
+        block = tile_n // vec * tile_k
+        for v in DEPTHWISE_VARIANTS:
+            reduction = v.rsplit(".", 1)[1]
+            if v not in variants or block % target.wave_size:
+                continue
+            spec = KernelSpec(target=target.name, dtype=dtype, dw_dtype=dw_dtype,
+                              tile_m=taps, tile_n=tile_n, tile_k=tile_k,
+                              warp_m=block // target.wave_size, warp_n=1, vec_a=vec,
+                              vec_b=vec, k_loop=DEPTHWISE, reduction=reduction)
+            if validate(spec, limits=limits, target=target)[0]:
+                yield spec
+
+
 def walk(target: str, dtypes: Iterable[str] | None = None,
          variants: Iterable[str] | None = None, data: JobData | None = None
          ) -> Iterator[KernelSpec]:
@@ -133,6 +160,7 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
                             reduction=red,
                             ws_replicas=data.ws_replicas if red == "two_stage" else 0,
                             cta_group=order, **widths.spec_fields())
+        yield from depthwise_jobs(data, t, dtype, dw, variants)
 
 
 def count(target: str, dtypes: Iterable[str] | None = None,
@@ -154,6 +182,8 @@ def count(target: str, dtypes: Iterable[str] | None = None,
                     if n:
                         v = f"{k_loop}.{epi}.{red}"
                         per_variant[v] = per_variant.get(v, 0) + n
+            for s in depthwise_jobs(data, t, dtype, dw, variants):
+                per_variant[s.variant] = per_variant.get(s.variant, 0) + 1
         out[key] = {v: per_variant[v] for v in VARIANT_KEYS if v in per_variant}
     return out
 

@@ -31,6 +31,8 @@ __all__ = [
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label", "geometry_tag", "SPEC_SCHEMA", "identity_key_of",
     "CTA_GROUP_RANGE", "IDENTITY_DEFAULTS", "cta_order_fits", "cta_groups_for",
+    "DEPTHWISE", "DEPTHWISE_VARIANTS", "DEPTHWISE_TAPS", "is_depthwise",
+    "depthwise_lds_bytes", "depthwise_accumulators",
 ]
 
 AB_DTYPES = ("fp16", "bf16")
@@ -40,7 +42,13 @@ DTYPE_KEYS = ("fp16", "bf16", "fp16_f32", "bf16_f32")
 K_LOOPS = ("sync", "async")
 EPILOGUES = ("default", "cshuffle")
 REDUCTIONS = ("none", "atomic", "two_stage")
-VARIANT_KEYS = tuple(f"{k}.{e}.{r}" for k in K_LOOPS for e in EPILOGUES for r in REDUCTIONS)
+# The direct depthwise kernel (groups = C = K): its ``k_loop`` names its loop, which streams
+# X and dY per channel block instead of feeding an MMA tile (``wgrad/depthwise.py``).
+DEPTHWISE = "depthwise"
+DEPTHWISE_VARIANTS = (f"{DEPTHWISE}.default.none", f"{DEPTHWISE}.default.atomic")
+VARIANT_KEYS = tuple(f"{k}.{e}.{r}" for k in K_LOOPS for e in EPILOGUES
+                     for r in REDUCTIONS) + DEPTHWISE_VARIANTS
+DEPTHWISE_TAPS = (1, 9)  # the compiled filter side T of a depthwise kernel (taps T x T)
 ASYNC_CHUNK_BYTES = (4, 8, 16)
 VEC_WIDTHS = (1, 2, 4, 8)
 LDS_ROW_PAD = 8  # elements added to each K-outer LDS row (bank spread; upstream's pad)
@@ -120,7 +128,13 @@ class KernelSpec:
     ``cta_group`` is the CTA order: 1, row-major (block x walks the N tiles of one M
     tile-row, the order of every kernel before the field); G > 1, grouped (consecutive
     blocks walk G tile-rows before moving along N, Triton's GROUP_M: the CTAs that run
-    together share A and B panels in L2; ``context.tile_origin``)."""
+    together share A and B panels in L2; ``context.tile_origin``).
+
+    ``k_loop`` "depthwise" is the direct depthwise kernel (``wgrad/depthwise.py``), whose
+    fields mean: tile_m = T, the filter side it holds accumulators for (it serves every
+    Y, X <= T); tile_n = channels per CTA; tile_k = reduction positions (n, ho, wo) per
+    CTA step, one thread row each; vec_a = vec_b = channels per thread (its loads of dY
+    and X); warp_m = waves (block = tile_n / vec_b x tile_k threads), warp_n = 1."""
 
     target: str
     dtype: str  # A and B
@@ -196,7 +210,7 @@ class KernelSpec:
 
     def label(self) -> str:
         dw = "" if self.dw_dtype == self.dtype else f"-dw{self.dw_dtype}"
-        vec = (f"v{self.vec_a}x{self.vec_b}" if self.k_loop == "sync"
+        vec = (f"v{self.vec_a}x{self.vec_b}" if self.k_loop != "async"
                else f"c{self.chunk_a}x{self.chunk_b}")
         if self.k_loop == "sync" and (self.chunk_a or self.chunk_b):
             vec += f"c{self.chunk_a}x{self.chunk_b}"
@@ -370,6 +384,8 @@ def lds_bytes_for(tile: Tile, k_loop: str, epilogue: str,
 
 
 def lds_bytes(spec: KernelSpec) -> int:
+    if is_depthwise(spec):
+        return depthwise_lds_bytes(spec.tile_m, spec.tile_n, spec.tile_k)
     return lds_bytes_for(spec.tile, spec.k_loop, spec.epilogue, (spec.vec_a, spec.vec_b))
 
 
@@ -533,7 +549,7 @@ def _names_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[
         return False, f"dtype {spec.dtype!r} not one of {AB_DTYPES}"
     if spec.dw_dtype not in (spec.dtype, "fp32"):
         return False, f"dW dtype {spec.dw_dtype!r} must be {spec.dtype} or fp32"
-    for name, value, allowed in (("k_loop", spec.k_loop, K_LOOPS),
+    for name, value, allowed in (("k_loop", spec.k_loop, (*K_LOOPS, DEPTHWISE)),
                                  ("epilogue", spec.epilogue, EPILOGUES),
                                  ("reduction", spec.reduction, REDUCTIONS)):
         if value not in allowed:
@@ -573,6 +589,75 @@ _RULES = (
 )
 
 
+# ---- the direct depthwise kernel ------------------------------------------------------
+
+def is_depthwise(spec: KernelSpec) -> bool:
+    return spec.k_loop == DEPTHWISE
+
+
+def depthwise_accumulators(taps: int, vec: int) -> int:
+    """f32 accumulators per thread of a depthwise kernel: one per tap and channel."""
+    return taps * taps * vec
+
+
+def depthwise_lds_bytes(taps: int, tile_n: int, tile_k: int) -> int:
+    """The CTA reduction's LDS: every thread row's f32 partial of every tap and channel
+    ([taps², tile_k, tile_n]), summed over the rows after one barrier."""
+    return taps * taps * tile_k * tile_n * 4
+
+
+def _depthwise_shape(spec: KernelSpec, target: Target, limits: Limits | None
+                     ) -> tuple[bool, str]:
+    """The fields a depthwise kernel has and how its block follows from them."""
+    lo_t, hi_t = DEPTHWISE_TAPS
+    if not lo_t <= spec.tile_m <= hi_t:
+        return False, f"depthwise filter side {spec.tile_m} outside [{lo_t}, {hi_t}]"
+    if spec.epilogue != "default" or spec.cta_group != 1 or spec.chunk_a or spec.chunk_b:
+        return False, ("the depthwise kernel has the default epilogue, the row-major CTA "
+                       "order and no async chunks")
+    if spec.vec_a != spec.vec_b or spec.vec_b not in VEC_WIDTHS:
+        return False, (f"depthwise vec pair ({spec.vec_a}, {spec.vec_b}): one channel width "
+                       f"of {VEC_WIDTHS} for dY and X")
+    if min(spec.tile_n, spec.tile_k) < 1 or spec.tile_n % spec.vec_b:
+        return False, f"vec_b {spec.vec_b} does not divide the channel block {spec.tile_n}"
+    block = spec.tile_n // spec.vec_b * spec.tile_k
+    if spec.warp_n != 1 or spec.warp_m * target.wave_size != block:
+        return False, (f"a depthwise block is tile_n / vec_b x tile_k = {block} threads: "
+                       f"warp_m x warp_n must be {block / target.wave_size:g} x 1")
+    hi = min(limits.max_block_size, target.max_block_size) if limits is not None \
+        else target.max_block_size
+    if block > hi:
+        return False, f"block size {block} over {hi}"
+    acc = depthwise_accumulators(spec.tile_m, spec.vec_b)
+    if limits is not None and acc > limits.max_acc_per_lane:
+        return False, (f"{acc} accumulator registers per lane exceed the budget "
+                       f"{limits.max_acc_per_lane}")
+    return True, ""
+
+
+def _depthwise_reduction(spec: KernelSpec, target: Target, limits: Limits | None
+                         ) -> tuple[bool, str]:
+    if spec.reduction == "two_stage" or spec.ws_replicas:
+        return False, "the depthwise kernel reduces by atomics (no two-stage workspace)"
+    ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction)
+    if ok and spec.reduction == "atomic" and spec.dw_dtype != "fp32" and spec.tile_n % 2:
+        return False, (f"packed {spec.dw_dtype} atomics write dword pairs of dW: the channel "
+                       f"block {spec.tile_n} is odd")
+    return ok, why
+
+
+def _depthwise_lds(spec: KernelSpec, target: Target, limits: Limits | None
+                   ) -> tuple[bool, str]:
+    need = lds_bytes(spec)
+    if need > target.lds_bytes:
+        return False, (f"LDS {need} B (depthwise reduction) exceeds {target.name}'s "
+                       f"{target.lds_bytes} B")
+    return True, ""
+
+
+_DEPTHWISE_RULES = (_names_ok, _depthwise_shape, _depthwise_reduction, _depthwise_lds)
+
+
 def validate(spec: KernelSpec, *, limits: Limits | None,
              target: Target | None = None) -> tuple[bool, str]:
     """Every rule a spec must obey on its target, in a fixed order; first failure wins.
@@ -586,7 +671,7 @@ def validate(spec: KernelSpec, *, limits: Limits | None,
         target = target or get_target(spec.target)
     except KeyError as e:
         return False, str(e.args[0])
-    for rule in _RULES:
+    for rule in _DEPTHWISE_RULES if is_depthwise(spec) else _RULES:
         ok, why = rule(spec, target, limits)
         if not ok:
             return ok, why

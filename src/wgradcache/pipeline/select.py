@@ -37,7 +37,10 @@ a kernel computes a problem; this module only chooses among the kernels that do:
 * the formula and the fit ignore the CTA order (``spec.cta_group``): a grouped kernel and
   its row-major twin have the same grid and the same terms, so they tie and the label
   breaks the tie, the row-major one first (its label is the grouped one's prefix), until
-  the device class's timings of the two rank them. Each order is its own pruning kind.
+  the device class's timings of the two rank them. Each order is its own pruning kind;
+* a depthwise problem (groups = C = K) is served by the direct depthwise kernels too
+  (``serves`` admits them for nothing else), ranked by their own issue slots in the same
+  clocks (``depthwise_issue_per_step``), so they rank beside the GEMM kernels that serve it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from wgradcache.model.spec import (
     KernelSpec,
     dynamic_lds_bytes,
     elem_bytes,
+    is_depthwise,
     lds_bytes,
     loads_per_thread,
 )
@@ -292,6 +296,8 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
     ctas = grid[0] * grid[1] * grid[2]
     rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
     k_tiles = -(-slice_k // spec.tile_k)
+    if is_depthwise(spec):
+        return _depthwise_terms(spec, rounds, k_tiles)
     per_tile, epilogue = issue_slots(spec, facts)
     resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
     rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
@@ -302,6 +308,42 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
             / LDS_BYTES_PER_CLOCK,
             "epilogue": rounds * resident_waves * epilogue / rate,
             "stage2": float(problem.groups * replicas * problem.wg_M * problem.wg_N)}
+
+
+# The direct depthwise kernel (``wgrad/depthwise.py``), per thread and reduction position:
+# the position's decode and its dY load, then per tap its pixel's bound and offset, the
+# bounded load and, per channel, a convert and an FMA. Set to the sm_90 code objects' main
+# loops (12-07, compile --json: 163, 192, 369, 446 and 671 instructions for 3x3 v1, 3x3 v2,
+# 5x5 v1, 5x5 v2 and 7x7 v1; the formula gives 162, 189, 370, 445 and 682; gfx1250's
+# buffer loads check the range themselves: 116, 145, 223, 337, 408); its code object names
+# no MMA, so the formula ranks it (``CodeFacts.from_isa``).
+DEPTHWISE_POSITION_SLOTS = 45
+DEPTHWISE_TAP_SLOTS = 10
+DEPTHWISE_CHANNEL_SLOTS = 3
+# Per dW element a thread reduces in the epilogue (besides one LDS read per thread row):
+# the flat index's division by Y·X and the magic one by X, the LDS address, the store.
+DEPTHWISE_ELEMENT_SLOTS = 40
+
+
+def depthwise_issue_per_step(spec: KernelSpec) -> int:
+    """Warp instructions of one CTA step (one reduction position per thread) of a
+    depthwise kernel."""
+    taps = spec.tile_m * spec.tile_m
+    return (DEPTHWISE_POSITION_SLOTS
+            + taps * (DEPTHWISE_TAP_SLOTS + DEPTHWISE_CHANNEL_SLOTS * spec.vec_b))
+
+
+def _depthwise_terms(spec: KernelSpec, rounds: int, k_steps: int) -> dict[str, float]:
+    """``cost_terms`` of a depthwise launch: its loop's issue slots (no MMA, no LDS in the
+    loop) and an epilogue of its LDS row reduction, at the rates of ``cost_terms``."""
+    resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
+    rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
+    taps = spec.tile_m * spec.tile_m
+    per_thread = -(-taps * spec.tile_n // spec.block_size)
+    epilogue = taps + per_thread * (DEPTHWISE_ELEMENT_SLOTS + spec.tile_k)
+    return {"launch": 1.0,
+            "issue": rounds * resident_waves * k_steps * depthwise_issue_per_step(spec) / rate,
+            "lds": 0.0, "epilogue": rounds * resident_waves * epilogue / rate, "stage2": 0.0}
 
 
 def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | None:

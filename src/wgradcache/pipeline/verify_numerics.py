@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wgradcache.model.spec import KernelSpec, elem_bytes
+from wgradcache.model.spec import KernelSpec, elem_bytes, is_depthwise
 
 __all__ = ["EXPLICIT_DEGREES", "NumericsRun", "NumericsResult", "probe_problem",
            "split_probe", "split_degrees", "launcher", "run_entry"]
@@ -73,6 +73,8 @@ def probe_problem(spec: KernelSpec):
     (kpg 24 < tile_m), padding, a 3x3 filter and a reduction tail (N·Ho·Wo = 98)."""
     from wgradcache.model.problem import ConvProblem
 
+    if is_depthwise(spec):
+        return _depthwise_probe(spec, 1)
     cpg = 16
     return ConvProblem(N=2, C=cpg, H=7, W=7, K=24, Y=3, X=3, stride=1, pad=1, dilation=1,
                        groups=1)
@@ -87,15 +89,33 @@ def split_probe(spec: KernelSpec):
     from wgradcache.model.problem import ConvProblem
     from wgradcache.wgrad.split_k import MIN_SLICE_K
 
+    if is_depthwise(spec):
+        return _depthwise_probe(spec, 2 * MIN_SLICE_K)
+    hw = 1
+    while 2 * hw * hw < 2 * MIN_SLICE_K or (2 * hw * hw) % spec.tile_k == 0:
+        hw += 1  # Ho = Wo = hw (3x3, pad 1)
     eb = elem_bytes(spec.dtype)
     a, b = ((spec.chunk_a // eb, spec.chunk_b // eb) if spec.k_loop == "async"
             else (spec.vec_a, spec.vec_b))
     kpg = (spec.tile_m - 1) // a * a or a  # the largest multiple of a below tile_m
-    hw = 1
-    while 2 * hw * hw < 2 * MIN_SLICE_K or (2 * hw * hw) % spec.tile_k == 0:
-        hw += 1  # Ho = Wo = hw (3x3, pad 1)
     return ConvProblem(N=2, C=2 * b, H=hw, W=hw, K=kpg, Y=3, X=3, stride=1, pad=1,
                        dilation=1, groups=1)
+
+
+def _depthwise_probe(spec: KernelSpec, min_k: int):
+    """A depthwise problem (groups = C = K) that a depthwise spec serves: a partial last
+    channel block (C = tile_n + 2·vec, even: dword pairs of dW), padding, the spec's filter
+    up to 3x3, batch 1, and N·Ho·Wo = hw² at least 49 and ``min_k``, with a tail of its CTA
+    step (tile_k) where the step has one (Ho = Wo = hw)."""
+    from wgradcache.model.problem import ConvProblem
+
+    hw = 7
+    while hw * hw < min_k or (spec.tile_k > 1 and hw * hw % spec.tile_k == 0):
+        hw += 1
+    c = spec.tile_n + 2 * spec.vec_b
+    side = min(3, spec.tile_m)
+    return ConvProblem(N=1, C=c, H=hw, W=hw, K=c, Y=side, X=side, stride=1, pad=side // 2,
+                       dilation=1, groups=c)
 
 
 def split_degrees(spec: KernelSpec, problem) -> list[tuple[int, bool]]:

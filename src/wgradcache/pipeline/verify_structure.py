@@ -41,6 +41,7 @@ from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import (
     KernelSpec,
     dynamic_lds_bytes,
+    is_depthwise,
     lds_bytes,
     loads_per_thread,
     spec_sync_k_outer,
@@ -71,6 +72,36 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     f32 = isa.get("global_atomic_add_f32", 0)
     pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
           "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
+    (_depthwise_loop if is_depthwise(spec) else _gemm_loop)(spec, isa, need)
+    # both loops predicate without branches: bounded loads (sync), selected copy and
+    # zero-fill slots (async)
+    need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
+         == 0, f"{spec.k_loop} loop branches on the exec mask (predicated loads, copies or "
+               "stores)")
+    if spec.reduction == "atomic":
+        if spec.dw_dtype == "fp32":
+            need(f32 > 0, "fp32 split-K without global_atomic_add_f32")
+        else:
+            need(pk[spec.dw_dtype] > 0,
+                 f"16-bit split-K without global_atomic_pk_add_{spec.dw_dtype.replace('fp', 'f')}")
+    elif spec.reduction == "two_stage":
+        need(f32 > 0, "two-stage stage 1 without f32 workspace atomics")
+    else:
+        need(isa.get("global_atomics", 0) == 0, "an unsplit kernel issues atomics")
+    if spec.reduction != "none":
+        # Device-scope cache maintenance marks a fenced (seq_cst) atomic; the workgroup
+        # fences of LDS barriers (gfx12 global_inv SCOPE_SE, gfx11 buffer_gl0_inv) do not.
+        fences = (isa["device_cache_ops"] if "device_cache_ops" in isa
+                  else sum(isa.get(k, 0) for k in ATOMIC_FENCES))  # entries before the key
+        need(fences == 0, f"split-K atomics with {fences} device-scope fence/cache "
+                          "instruction(s)")
+        need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
+    return out
+
+
+def _gemm_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -> None:
+    """The GEMM kernels' main loop: the target's MMA, whole K tiles of atoms, the barriers
+    and the loads of the spec's widths per K step."""
     target = get_target(spec.target)
     need(isa.get("mma", 0) > 0, "no MMA instruction")
     # the target family's matrix instruction and no other (v_mfma on gfx942 / gfx950)
@@ -109,30 +140,20 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
         need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
     else:
         need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
-    # both loops predicate without branches: bounded loads (sync), selected copy and
-    # zero-fill slots (async)
-    need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
-         == 0, f"{spec.k_loop} loop branches on the exec mask (predicated loads, copies or "
-               "stores)")
-    if spec.reduction == "atomic":
-        if spec.dw_dtype == "fp32":
-            need(f32 > 0, "fp32 split-K without global_atomic_add_f32")
-        else:
-            need(pk[spec.dw_dtype] > 0,
-                 f"16-bit split-K without global_atomic_pk_add_{spec.dw_dtype.replace('fp', 'f')}")
-    elif spec.reduction == "two_stage":
-        need(f32 > 0, "two-stage stage 1 without f32 workspace atomics")
-    else:
-        need(isa.get("global_atomics", 0) == 0, "an unsplit kernel issues atomics")
-    if spec.reduction != "none":
-        # Device-scope cache maintenance marks a fenced (seq_cst) atomic; the workgroup
-        # fences of LDS barriers (gfx12 global_inv SCOPE_SE, gfx11 buffer_gl0_inv) do not.
-        fences = (isa["device_cache_ops"] if "device_cache_ops" in isa
-                  else sum(isa.get(k, 0) for k in ATOMIC_FENCES))  # entries before the key
-        need(fences == 0, f"split-K atomics with {fences} device-scope fence/cache "
-                          "instruction(s)")
-        need(isa.get("cas_loops", 0) == 0, "split-K atomics lowered to a compare-and-swap loop")
-    return out
+
+
+def _depthwise_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -> None:
+    """The depthwise kernel's main loop (``wgrad/depthwise.py``): no MMA, no async copy,
+    no barrier (its one barrier follows the loop), and per step each thread's loads: its
+    dY vector and one X vector per compiled tap."""
+    need(isa.get("mma", 0) == 0, f"{isa.get('mma', 0)} MMA instructions in a depthwise kernel")
+    need(isa.get("async_copies", 0) == 0, "the depthwise loop issues async copies")
+    got = isa.get("main_loop_barriers", 0)
+    need(got == 0, f"depthwise loop takes {got} barriers per step, not 0")
+    loads = 1 + spec.tile_m * spec.tile_m
+    have = isa.get("main_loop_global_loads", 0)
+    need(have == loads, f"{have} global loads per depthwise step, its {spec.tile_m}x"
+                        f"{spec.tile_m} taps make {loads}")
 
 
 def disassembler_missing(target: str) -> str:

@@ -11,7 +11,7 @@ launcher alike, so no caller can hand a kernel a problem it then computes wrong.
 from __future__ import annotations
 
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec, elem_bytes, validate
+from wgradcache.model.spec import KernelSpec, elem_bytes, is_depthwise, validate
 from wgradcache.wgrad.abi import MAX_BUFFER_BYTES, buffer_bytes
 
 __all__ = ["serves", "MAX_GRID_Y", "MAX_GRID_Z"]
@@ -30,6 +30,20 @@ def serves(spec: KernelSpec, problem: ConvProblem, degree: int | None = None
     if not ok:
         return False, f"invalid kernel spec: {why}"
     p = problem
+    ok, why = (_depthwise_serves if is_depthwise(spec) else _gemm_serves)(spec, p, degree)
+    if not ok:
+        return ok, why
+    if degree is not None and degree > 1 and spec.reduction == "none":
+        return False, f"split degree {degree} needs a split-K kernel (reduction is none)"
+    replicas = spec.ws_replicas if spec.reduction == "two_stage" else 0
+    for buf, nbytes in buffer_bytes(p, spec.dtype, spec.dw_dtype, replicas).items():
+        if nbytes > MAX_BUFFER_BYTES:
+            return False, (f"{buf} is {nbytes} B: offsets are 31-bit (at most "
+                           f"{MAX_BUFFER_BYTES} B per buffer)")
+    return True, ""
+
+
+def _gemm_serves(spec: KernelSpec, p: ConvProblem, degree: int | None) -> tuple[bool, str]:
     ok, why = _widths_divide(spec, p)
     if not ok:
         return ok, why
@@ -43,13 +57,27 @@ def serves(spec: KernelSpec, problem: ConvProblem, degree: int | None = None
     if z > MAX_GRID_Z:
         return False, (f"gridDim.z = groups {p.groups} x split {degree or 1} = {z} exceeds "
                        f"{MAX_GRID_Z}")
-    if degree is not None and degree > 1 and spec.reduction == "none":
-        return False, f"split degree {degree} needs a split-K kernel (reduction is none)"
-    replicas = spec.ws_replicas if spec.reduction == "two_stage" else 0
-    for buf, nbytes in buffer_bytes(p, spec.dtype, spec.dw_dtype, replicas).items():
-        if nbytes > MAX_BUFFER_BYTES:
-            return False, (f"{buf} is {nbytes} B: offsets are 31-bit (at most "
-                           f"{MAX_BUFFER_BYTES} B per buffer)")
+    return True, ""
+
+
+def _depthwise_serves(spec: KernelSpec, p: ConvProblem, degree: int | None
+                      ) -> tuple[bool, str]:
+    """The direct depthwise kernel (``wgrad/depthwise.py``): one channel per group, a
+    filter within its compiled taps, whole channel vectors, dword pairs of dW for a packed
+    atomic, and grid z = the split degree alone."""
+    if not p.groups == p.C == p.K:
+        return False, (f"the depthwise kernel needs groups = C = K (got groups={p.groups}, "
+                       f"C={p.C}, K={p.K})")
+    if max(p.Y, p.X) > spec.tile_m:
+        return False, (f"filter {p.Y}x{p.X} exceeds the kernel's {spec.tile_m}x{spec.tile_m} "
+                       "taps")
+    if p.C % spec.vec_b:
+        return False, f"vec_b {spec.vec_b} does not divide C={p.C}"
+    if spec.reduction == "atomic" and spec.dw_dtype != "fp32" and p.C * p.Y * p.X % 2:
+        return False, (f"packed {spec.dw_dtype} atomics write dword pairs: C*Y*X="
+                       f"{p.C * p.Y * p.X} is odd")
+    if (degree or 1) > MAX_GRID_Z:
+        return False, f"gridDim.z = split {degree} exceeds {MAX_GRID_Z}"
     return True, ""
 
 

@@ -7,8 +7,9 @@ are arguments (``runtime/abi.py``), so one binary serves every problem ``serves`
 from __future__ import annotations
 
 from wgradcache.kernel.ir import KernelDef
-from wgradcache.model.spec import KernelSpec, validate
+from wgradcache.model.spec import KernelSpec, is_depthwise, validate
 from wgradcache.wgrad.context import open_wgrad_kernel
+from wgradcache.wgrad.depthwise import build_depthwise
 from wgradcache.wgrad.epilogue import cshuffle_epilogue, default_epilogue
 from wgradcache.wgrad.kloop import async_k_loop, sync_k_loop
 
@@ -29,6 +30,8 @@ def build_kernel(spec: KernelSpec, check: bool = True) -> KernelDef:
     ok, why = validate(spec, limits=None) if check else (True, "")
     if not ok:
         raise ValueError(f"cannot build {spec.label()}: {why}")
+    if is_depthwise(spec):
+        return build_depthwise(spec, kernel_symbol(spec))
     ctx = open_wgrad_kernel(spec, kernel_symbol(spec))
     accs = async_k_loop(ctx) if spec.k_loop == "async" else sync_k_loop(ctx)
     if spec.epilogue == "cshuffle":

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import DEFAULT_WS_REPLICAS, KernelSpec
+from wgradcache.model.spec import DEFAULT_WS_REPLICAS, KernelSpec, is_depthwise
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.capability import MAX_GRID_Z
 
@@ -105,11 +105,11 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
         return _plan(spec, p, 1, "none", "fixed")
     k_tiles = -(-p.wg_K // spec.tile_k)
     if split_k is not None:
-        if p.groups * split_k > MAX_GRID_Z:
-            raise ValueError(f"gridDim.z = groups {p.groups} x split {split_k} exceeds "
-                             f"{MAX_GRID_Z}")
+        if _z_groups(spec, p) * split_k > MAX_GRID_Z:
+            raise ValueError(f"gridDim.z = groups {_z_groups(spec, p)} x split {split_k} "
+                             f"exceeds {MAX_GRID_Z}")
         return _plan(spec, p, split_k, red, "explicit")
-    z_cap = max(1, MAX_GRID_Z // p.groups)
+    z_cap = max(1, MAX_GRID_Z // _z_groups(spec, p))
     if override is not None:
         degree = override
         packed = red == "atomic" and spec.dw_dtype != "fp32"
@@ -119,8 +119,8 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
             else:
                 degree = MAX_DEGREE
         return _plan(spec, p, min(degree, z_cap), red, "override")
-    base = _tiles(spec, p)[0] * _tiles(spec, p)[1] * p.groups
-    fill = FILL_CTAS_GROUPED if p.groups > 1 else FILL_CTAS
+    base = _tiles(spec, p)[0] * _tiles(spec, p)[1] * _z_groups(spec, p)
+    fill = FILL_CTAS_GROUPED if _z_groups(spec, p) > 1 else FILL_CTAS
     cap = min(max(1, p.wg_K // MIN_SLICE_K), degree_cap(spec.dw_dtype, red), k_tiles, z_cap)
     degree = xcd_snap(min(max(1, fill // base), cap), base, get_target(spec.target).xcd_count,
                       cap)
@@ -141,7 +141,16 @@ def xcd_snap(degree: int, base: int, xcds: int, cap: int) -> int:
 
 
 def _tiles(spec: KernelSpec, p: ConvProblem) -> tuple[int, int]:
+    """Grid x and y: (N tiles, M tiles); a depthwise kernel's (channel blocks, 1)."""
+    if is_depthwise(spec):
+        return -(-p.C // spec.tile_n), 1
     return -(-p.wg_N // spec.tile_n), -(-p.wg_M // spec.tile_m)
+
+
+def _z_groups(spec: KernelSpec, p: ConvProblem) -> int:
+    """The groups grid z holds beside the split: a depthwise kernel's channel blocks hold
+    its groups, so its z is the split alone."""
+    return 1 if is_depthwise(spec) else p.groups
 
 
 def _plan(spec: KernelSpec, p: ConvProblem, degree: int, reduction: str,
@@ -153,5 +162,6 @@ def _plan(spec: KernelSpec, p: ConvProblem, degree: int, reduction: str,
         replicas = spec.ws_replicas or DEFAULT_WS_REPLICAS
         ws = p.groups * replicas * p.wg_M * p.wg_N * 4
     return SplitPlan(degree=degree, slice_k=slice_width(p.wg_K, spec.tile_k, degree),
-                     reduction=reduction, grid=(n_tiles, m_tiles, p.groups * degree),
+                     reduction=reduction,
+                     grid=(n_tiles, m_tiles, _z_groups(spec, p) * degree),
                      workspace_bytes=ws, ws_replicas=replicas, source=source)

@@ -1,0 +1,57 @@
+"""The direct depthwise kernel through LLVM (and ptxas) on each vendor's targets: code
+objects with no spill and no scratch, its LDS, its block, and the ISA its rule asks for (no
+MMA, no barrier in its loop, one dY and T*T X loads per step, no exec-mask branch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wgradcache.cache.entry import record_json
+from wgradcache.cache.store import TargetCache
+from wgradcache.model.spec import from_label, lds_bytes
+from wgradcache.model.targets import get_target
+from wgradcache.pipeline.build import BuildRequest, build
+from wgradcache.pipeline.verify import isa_problems
+
+LABELS = ("gfx1250-fp16-t3x64x4-w4x1-v2x2-depthwise-default-atomic",
+          "gfx942-bf16-dwfp32-t5x64x2-w2x1-v1x1-depthwise-default-atomic",
+          "gfx1151-fp16-t3x32x4-w4x1-v1x1-depthwise-default-none",
+          "sm_90-fp16-t7x64x2-w4x1-v1x1-depthwise-default-atomic")
+
+
+@pytest.fixture(scope="module")
+def entries(tmp_path_factory):
+    root = tmp_path_factory.mktemp("depthwise_objects")
+    out = []
+    for label in LABELS:
+        spec = from_label(label)
+        summary = build(BuildRequest(target=spec.target, cache_dir=str(root), jobs=1),
+                        specs=[spec])
+        assert summary.failed == 0, summary.failures
+        (_, e), = TargetCache(root, spec.target).iter_entries()
+        out.append((spec, record_json(e)))
+    return out
+
+
+def test_code_objects_hold_no_spill_and_the_isa_its_rule_asks_for(entries):
+    for spec, e in entries:
+        co, isa, where = e["code_object"], e["isa"], spec.label()
+        assert co["group_segment_fixed_size"] == lds_bytes(spec), where
+        assert (co["private_segment_fixed_size"], co["vgpr_spill_count"],
+                co["sgpr_spill_count"]) == (0, 0, 0), where
+        assert co["max_flat_workgroup_size"] == spec.block_size, where
+        assert co["wavefront_size"] == get_target(spec.target).wave_size, where
+        assert isa["main_loop_global_loads"] == 1 + spec.tile_m ** 2, where
+        assert isa_problems(spec, isa) == [], where
+
+
+def test_structure_refuses_what_a_depthwise_loop_must_not_hold(entries):
+    spec, e = entries[0]
+    isa = e["isa"]
+    planted = {"mma": 4, "main_loop_barriers": 1, "main_loop_global_loads": 9,
+               "main_loop_exec_branches": 1}
+    assert isa_problems(spec, {**isa, **planted}) == [
+        "4 MMA instructions in a depthwise kernel",
+        "depthwise loop takes 1 barriers per step, not 0",
+        "9 global loads per depthwise step, its 3x3 taps make 10",
+        "depthwise loop branches on the exec mask (predicated loads, copies or stores)"]

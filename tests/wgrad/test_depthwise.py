@@ -1,0 +1,185 @@
+"""The direct depthwise kernel (groups = C = K) in the emulator against float64 on its edges:
+a partial last channel block, reduction tails and split slices (an empty last one), stride
+2, padding, dilation, a filter smaller than the compiled taps (1x1, 1x3), 3x3, 5x5, 7x7,
+batch 1, an odd C; every walked depthwise kernel on every target that walks one; and the
+rules that say which kernel, problem and degree it takes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from wgrad_cases import check, shipped_limits
+
+import wgradcache.wgrad.depthwise as dwk
+from wgradcache.jobs import default_jobdata
+from wgradcache.jobs.walk import depthwise_jobs
+from wgradcache.model.problem import ConvProblem
+from wgradcache.model.spec import VARIANT_KEYS, KernelSpec, from_label, validate
+from wgradcache.model.targets import get_target, kernel_target_names
+from wgradcache.pipeline.emulate import cached_kernel, run_emulated
+from wgradcache.pipeline.verify_numerics import probe_problem, split_probe
+from wgradcache.wgrad.capability import serves
+from wgradcache.wgrad.split_k import plan_split_k
+
+P = ConvProblem.parse
+# (problem, split degree or None for the policy's); C 70 = a 64 block + 6, wg_K 162 = 40
+# steps of 4 + 2: degree 3 ends on a partial step, 8 leaves the last slice empty
+EDGES_T3 = {
+    "chan_tail": (P("2,70,9,9,70,3,3,1,1,1,70"), None),
+    "split3": (P("2,70,9,9,70,3,3,1,1,1,70"), 3),
+    "empty_slice": (P("2,70,9,9,70,3,3,1,1,1,70"), 8),
+    "stride2_batch1": (P("1,66,11,10,66,3,3,2,1,1,66"), None),
+    "dilation2": (P("2,68,9,9,68,3,3,1,2,2,68"), 2),
+    "rs1": (P("1,66,7,8,66,1,1,1,0,1,66"), None),
+    "1x3": (P("2,66,8,9,66,1,3,1,1,1,66"), None),
+}
+
+
+def _spec(target: str, taps: int, tile_n: int, tile_k: int, vec: int, reduction: str,
+          dtype: str = "fp16", dw: str | None = None) -> KernelSpec:
+    label = (f"{target}-{dtype}{'-dw' + dw if dw else ''}-t{taps}x{tile_n}x{tile_k}"
+             f"-w{{}}x1-v{vec}x{vec}-depthwise-default-{reduction}")
+    spec = from_label(label.format(tile_n // vec * tile_k // get_target(target).wave_size))
+    ok, why = validate(spec, limits=shipped_limits(target))
+    assert ok, f"{spec.label()}: {why}"
+    return spec
+
+
+@pytest.mark.parametrize("target", ("sm_90", "gfx1250", "gfx942"))
+@pytest.mark.parametrize("edge", sorted(EDGES_T3))
+def test_3x3_kernel_on_its_edges(target, edge):
+    problem, degree = EDGES_T3[edge]
+    spec = _spec(target, 3, 64, 4, 2, "atomic")
+    r = run_emulated(spec, problem, split_k=degree, seed=len(edge))
+    check(r, "fp16")
+    if degree is not None:
+        assert r.plan.degree == degree and r.plan.grid == (-(-problem.C // 64), 1, degree)
+
+
+def test_empty_last_slice_is_empty():
+    """Degree 8 over 41 steps of 4: slices of 6 steps, the eighth starts past wg_K."""
+    problem, degree = EDGES_T3["empty_slice"]
+    plan = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "atomic"), problem, split_k=degree)
+    assert (plan.slice_k, plan.slice_k * (degree - 1) >= problem.wg_K) == (24, True)
+
+
+@pytest.mark.parametrize("case", [
+    ("sm_90", 5, 64, 4, 2, "atomic", "fp16", None, "2,70,11,10,70,5,5,2,2,1,70", 7),
+    ("gfx1250", 5, 64, 2, 1, "none", "bf16", None, "1,66,13,13,66,3,3,1,2,2,66", None),
+    ("gfx950", 7, 64, 2, 1, "atomic", "bf16", "fp32", "1,66,10,10,66,7,7,1,3,1,66", 2),
+    ("gfx1201", 7, 64, 2, 1, "atomic", "fp16", None, "1,66,9,9,66,7,7,1,2,1,66", None),
+    ("gfx1151", 3, 32, 4, 1, "none", "fp16", None, "2,37,6,7,37,3,3,1,1,1,37", None),
+    ("sm_90", 3, 32, 4, 1, "atomic", "fp16", "fp32", "2,37,6,7,37,3,3,2,1,1,37", 3),
+], ids=lambda c: f"{c[0]}-t{c[1]}-v{c[4]}-{c[5]}-{c[6]}{c[7] or ''}-{c[8]}@{c[9]}")
+def test_other_filters_dtypes_and_reductions(case):
+    *shape, dtype, dw, problem, degree = case
+    spec = _spec(*shape, dtype=dtype, dw=dw)
+    check(run_emulated(spec, P(problem), split_k=degree, seed=1), dw or dtype)
+
+
+def _walked(dtype: str) -> list[KernelSpec]:
+    data = default_jobdata()
+    return [s for t in kernel_target_names()
+            for s in depthwise_jobs(data, get_target(t), dtype, dtype, VARIANT_KEYS)]
+
+
+@pytest.mark.parametrize("spec", _walked("fp16"), ids=KernelSpec.label)
+def test_every_walked_depthwise_kernel_on_its_probe(spec):
+    """Every depthwise kernel the default walk yields (fp16, every target) on the problem
+    verify gives an unsplit entry (batch 1, its step tail, its partial channel block),
+    split 2 where it can."""
+    r = run_emulated(spec, probe_problem(spec), split_k=2 if spec.reduction == "atomic" else None)
+    check(r, "fp16")
+
+
+def test_split_probe_splits_with_a_tail():
+    spec = _spec("sm_90", 7, 64, 2, 1, "atomic")
+    p = split_probe(spec)
+    assert (p.short(), p.wg_K % spec.tile_k, plan_split_k(spec, p).degree) == (
+        "1,66,33,33,66,3,3,1,1,1,66", 1, 2)
+
+
+def test_a_planted_tap_offset_is_caught(monkeypatch):
+    """Every tap one pixel row down (ho·s + 1 − p + y·d): the comparison fails far outside
+    its bound."""
+    real = dwk.pixel
+
+    def shifted(kb, a, k, *rest):
+        img, ho, wo, hi, wi = real(kb, a, k, *rest)
+        return img, ho, wo, kb.add(hi, 1), wi
+
+    spec = _spec("sm_90", 3, 64, 4, 2, "none")
+    problem = EDGES_T3["chan_tail"][0]
+    check(run_emulated(spec, problem), "fp16")
+    cached_kernel.cache_clear()
+    monkeypatch.setattr(dwk, "pixel", shifted)
+    try:
+        r = run_emulated(spec, problem)
+        assert not r.hazards and r.error > 10 * r.bound.bound, r.summary()
+    finally:
+        cached_kernel.cache_clear()
+
+
+def test_label_round_trips_and_names_the_shape():
+    spec = _spec("gfx942", 3, 64, 4, 2, "atomic")
+    assert spec.label() == "gfx942-fp16-t3x64x4-w2x1-v2x2-depthwise-default-atomic"
+    assert (from_label(spec.label()), spec.block_size, spec.variant) == (
+        spec, 128, "depthwise.default.atomic")
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(tile_m=10), "depthwise filter side 10 outside [1, 9]"),
+    (dict(vec_a=1), "depthwise vec pair (1, 2): one channel width of (1, 2, 4, 8) for dY and X"),
+    (dict(warp_m=2), "a depthwise block is tile_n / vec_b x tile_k = 128 threads: warp_m x "
+                     "warp_n must be 4 x 1"),
+    (dict(epilogue="cshuffle"), "the depthwise kernel has the default epilogue, the row-major "
+                                "CTA order and no async chunks"),
+    (dict(reduction="two_stage", ws_replicas=8),
+     "the depthwise kernel reduces by atomics (no two-stage workspace)"),
+    (dict(tile_n=128, warp_m=16, vec_a=1, vec_b=1), "block size 512 over 256"),
+    (dict(tile_m=7), "98 accumulator registers per lane exceed the budget 64"),
+])
+def test_validate_names_what_a_depthwise_spec_breaks(change, why):
+    spec = dataclasses.replace(_spec("gfx1201", 3, 64, 4, 2, "atomic"), **change)
+    assert validate(spec, limits=shipped_limits("gfx1201")) == (False, why)
+
+
+def test_packed_atomic_needs_an_even_channel_block_and_gfx1151_none():
+    odd = from_label("gfx1250-fp16-t3x1x32-w1x1-v1x1-depthwise-default-atomic")
+    assert validate(odd, limits=None) == (False, "packed fp16 atomics write dword pairs of "
+                                                 "dW: the channel block 1 is odd")
+    pk = from_label("gfx1151-fp16-t3x64x4-w4x1-v2x2-depthwise-default-atomic")
+    assert validate(pk, limits=None) == (False, "gfx1151 lowers <2 x fp16> atomics to a "
+                                                "compare-and-swap loop: no 16-bit atomic "
+                                                "split-K")
+
+
+@pytest.mark.parametrize("problem,why", [
+    ("2,64,9,9,64,3,3", "the depthwise kernel needs groups = C = K (got groups=1, C=64, "
+                        "K=64)"),
+    ("2,64,9,9,128,3,3,1,1,1,64", "the depthwise kernel needs groups = C = K (got "
+                                  "groups=64, C=64, K=128)"),
+    ("2,64,9,9,64,5,3,1,1,1,64", "filter 5x3 exceeds the kernel's 3x3 taps"),
+    ("2,63,9,9,63,3,3,1,1,1,63", "vec_b 2 does not divide C=63"),
+])
+def test_serves_refuses_what_the_kernel_cannot_compute(problem, why):
+    assert serves(_spec("sm_90", 3, 64, 4, 2, "atomic"), P(problem)) == (False, why)
+
+
+def test_serves_packed_atomic_needs_even_dw_and_none_no_split():
+    v1 = _spec("sm_90", 3, 32, 4, 1, "atomic")
+    assert serves(v1, P("2,37,9,9,37,3,3,1,1,1,37")) == (
+        False, "packed fp16 atomics write dword pairs: C*Y*X=333 is odd")
+    assert serves(_spec("sm_90", 3, 32, 4, 1, "none"), P("2,37,9,9,37,3,3,1,1,1,37"), 2) == (
+        False, "split degree 2 needs a split-K kernel (reduction is none)")
+
+
+def test_policy_grid_is_channel_blocks_by_the_split():
+    """MobileNetV2's dw56 (C 144, wg_K 200704): 3 channel blocks, the fp16 packed atomic's
+    rounding cap (97) as the degree; the unsplit kernel runs one slice."""
+    p = P("64,144,56,56,144,3,3,1,1,1,144")
+    plan = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "atomic"), p)
+    assert (plan.degree, plan.grid, plan.slice_k) == (97, (3, 1, 97), 2072)
+    one = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "none"), p)
+    assert (one.degree, one.grid, one.slice_k) == (1, (3, 1, 1), 200704)
