@@ -5,7 +5,9 @@ sync x default x {none, atomic}; every cover geometry also gets sync x cshuffle 
 {none, atomic}, two-stage where admitted, and the async loop next to every non-two-stage
 configuration where the target has async copies. Each configuration ("slot") is crossed
 with the width pairs its loop takes, and each job with the CTA orders its geometry gets
-(``spec.cta_groups_for``: row-major, and the job data's grouped orders on its wide tiles).
+(``spec.cta_groups_for``: row-major, and the job data's grouped orders on its wide tiles)
+and the LDS stage counts its configuration gets (``spec.stages_for``: 2, and on the async
+loop of the wide tiles the job data's deeper rings that fit).
 
 ``walk`` and ``count`` share the slot list and the predicates of ``spec.py`` and nothing
 else: ``count`` multiplies, ``walk`` builds specs. No hidden pruning, so the two agree by
@@ -31,6 +33,7 @@ from wgradcache.model.spec import (
     loads_fit,
     parse_dtype_key,
     reduction_admitted,
+    stages_for,
     store_vector_ok,
 )
 from wgradcache.model.targets import Target, get_target, kernel_target_names
@@ -110,7 +113,8 @@ def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Geo
 def walk(target: str, dtypes: Iterable[str] | None = None,
          variants: Iterable[str] | None = None, data: JobData | None = None
          ) -> Iterator[KernelSpec]:
-    """Every job of one target, in a fixed order (geometry, slot, widths, CTA order)."""
+    """Every job of one target, in a fixed order (geometry, slot, widths, CTA order,
+    stages)."""
     data = data or default_jobdata()
     t = get_target(target)
     if not t.has_kernels:
@@ -122,16 +126,18 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
             tm, tn, tk, wm, wn = g
             orders = cta_groups_for(g, data.limits_for(target))
             for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
+                rings = stages_for(t, dtype, k_loop, epi, g, data.limits_for(target))
                 for a, b in _pairs(data, t, dtype, g, k_loop, epi, red):
                     widths = (dict(vec_a=a, vec_b=b) if k_loop == "sync"
                               else dict(chunk_a=a, chunk_b=b))
                     for order in orders:
-                        yield KernelSpec(
-                            target=target, dtype=dtype, dw_dtype=dw, tile_m=tm, tile_n=tn,
-                            tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop, epilogue=epi,
-                            reduction=red,
-                            ws_replicas=data.ws_replicas if red == "two_stage" else 0,
-                            cta_group=order, **widths)
+                        for ring in rings:
+                            yield KernelSpec(
+                                target=target, dtype=dtype, dw_dtype=dw, tile_m=tm,
+                                tile_n=tn, tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop,
+                                epilogue=epi, reduction=red,
+                                ws_replicas=data.ws_replicas if red == "two_stage" else 0,
+                                cta_group=order, stages=ring, **widths)
 
 
 def count(target: str, dtypes: Iterable[str] | None = None,
@@ -149,7 +155,8 @@ def count(target: str, dtypes: Iterable[str] | None = None,
             for g, in_cover in _geometries(data, t, dtype):
                 orders = len(cta_groups_for(g, data.limits_for(target)))
                 for k_loop, epi, red in _slots(t, dtype, dw, g, in_cover, variants):
-                    n = len(_pairs(data, t, dtype, g, k_loop, epi, red)) * orders
+                    rings = len(stages_for(t, dtype, k_loop, epi, g, data.limits_for(target)))
+                    n = len(_pairs(data, t, dtype, g, k_loop, epi, red)) * orders * rings
                     if n:
                         v = f"{k_loop}.{epi}.{red}"
                         per_variant[v] = per_variant.get(v, 0) + n

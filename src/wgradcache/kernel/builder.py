@@ -56,6 +56,8 @@ Memory (``pred``: an i1 per lane; False => no access at all, a load yields 0)::
     async_copy(src, dst, nbytes, *, pred=None)        # gfx1250: global -> LDS, 4|8|16 bytes
     async_copy_zfill(src, dst, nbytes, keep)  # NVIDIA cp.async: zeros where not keep
     async_wait(n=0)                       # until <= n async copies of this wave in flight
+    async_commit()                        # NVIDIA: close this lane's cp.async group
+    async_wait_group(n)                   # NVIDIA: until <= n committed groups pending
     barrier()                             # workgroup barrier (LDS release/acquire)
 
 ``align`` defaults to the element size; pass the real alignment of wide LDS accesses.
@@ -681,6 +683,19 @@ class KernelBuilder:
         if not 0 <= n < 64:
             raise BuildError(f"async_wait({n})")
         self._emit(Ops.ASYNC_WAIT, void, (), int(n))
+
+    def async_commit(self) -> None:
+        """NVIDIA: close this lane's open group of ``async_copy_zfill`` copies
+        (cp.async.commit_group); a commit with no copy makes an empty group."""
+        self._emit(Ops.ASYNC_COMMIT, void)
+
+    def async_wait_group(self, n: int) -> None:
+        """NVIDIA: wait until at most ``n`` of this lane's committed groups are pending
+        (cp.async.wait_group n): every older group has landed; open copies are not waited
+        for."""
+        if not 0 <= n < 64:
+            raise BuildError(f"async_wait_group({n})")
+        self._emit(Ops.ASYNC_WAIT_GROUP, void, (), int(n))
 
     def barrier(self) -> None:
         """Workgroup barrier; LDS writes before it are visible to every lane after it."""
