@@ -805,12 +805,13 @@ class KernelBuilder:
                           IfRegion(self._id(), tuple(then), tuple(else_), then_y, else_y))
         return tuple(self._emit(Ops.IF_RESULT, v.dtype, (node,), s) for s, v in enumerate(then_y))
 
-    def finish(self) -> KernelDef:
-        """The finished kernel, verified (``verify.verify``)."""
+    def finish(self, min_blocks: int = 0) -> KernelDef:
+        """The finished kernel, verified (``verify.verify``); ``min_blocks``:
+        ``KernelDef.min_blocks``."""
         if len(self._blocks) != 1:
             raise BuildError("finish() inside an open region")
         kd = KernelDef(self.name, tuple(self._args), self.block_size, tuple(self._lds),
-                       tuple(self._blocks[0]), tuple(self._arg_values))
+                       tuple(self._blocks[0]), tuple(self._arg_values), min_blocks)
         from wgradcache.kernel.verify import verify
         verify(kd)
         return kd

@@ -390,6 +390,10 @@ class KernelDef:
     lds: tuple[LdsAlloc, ...]
     body: tuple[Value, ...]
     arg_values: tuple[Value, ...] = field(default=())  # the ARG Value of each arg, in order
+    # the fewest blocks of this kernel one SM must hold at once (0: not said, the
+    # compiler's own choice): NVIDIA's .minnctapersm, which bounds ptxas's register budget
+    # by 65536 / (block x min_blocks) instead of its occupancy heuristic; AMD ignores it
+    min_blocks: int = 0
 
     @property
     def lds_bytes(self) -> int:

@@ -7,7 +7,8 @@ target's own pieces differ, each defined here:
 * module: triple ``nvptx64-nvidia-cuda``, NVPTX's data layout, no module flags;
 * kernel: ``ptx_kernel`` calling convention and ``"nvvm.maxntid"="B"`` (B = block size: the
   PTX ``.maxntid`` directive, which caps ptxas's register allocation at 65536 / B per
-  thread); pointer parameters stay ``ptr addrspace(1)`` (CUDA's generic and global
+  thread), and ``"nvvm.minctasm"="n"`` where the kernel names ``KernelDef.min_blocks``
+  (``.minnctapersm``); pointer parameters stay ``ptr addrspace(1)`` (CUDA's generic and global
   addresses coincide, so the launcher passes the device address unchanged);
 * shared memory: the IR's LDS is address space 3, NVPTX's ``.shared``; one
   ``addrspace(3)`` global per allocation, as on AMDGPU, while the kernel's LDS fits static
@@ -80,7 +81,9 @@ class NvptxLowering(Lowering):
     module_tail: list[str] = []  # no AMDGPU module flags
 
     def kernel_prototype(self, ref: str, params: str) -> str:
-        return f'define ptx_kernel void {ref}({params}) "nvvm.maxntid"="{self.kd.block_size}"'
+        least = f' "nvvm.minctasm"="{self.kd.min_blocks}"' if self.kd.min_blocks else ""
+        return (f'define ptx_kernel void {ref}({params}) "nvvm.maxntid"="{self.kd.block_size}"'
+                + least)
 
     def declare_lds(self):
         """Static shared memory while it fits (the shared rule); past the static limit

@@ -30,7 +30,8 @@ __all__ = [
     "geometry_fits", "reduction_admitted", "store_vector_ok", "k_loop_admitted",
     "validate", "from_label", "geometry_tag", "SPEC_SCHEMA", "identity_key_of",
     "CTA_GROUP_RANGE", "IDENTITY_DEFAULTS", "cta_order_fits", "cta_groups_for",
-    "STAGE_RANGE", "async_ring_stages", "stages_fit", "stages_for",
+    "STAGE_RANGE", "async_ring_stages", "stages_fit", "stages_for", "ASYNC_COUNT_MAX",
+    "async_copies_per_tile", "ring_wait_depth",
 ]
 
 AB_DTYPES = ("fp16", "bf16")
@@ -54,6 +55,10 @@ IDENTITY_DEFAULTS: dict[str, int] = {"cta_group": 1, "stages": 2}
 # LDS stages of the async K loop's ring (``stages``): 2 is the ping-pong of every kernel
 # before the field; up to 4 (three tiles of copies in flight) where the LDS holds them.
 STAGE_RANGE = (2, 4)
+# The largest count an async wait names (gfx1250's s_wait_asynccnt; the IR's verify holds
+# every wait count below 64, the 6 bits of gfx12's counters). A ring whose tiles in flight
+# issue more copies waits for this many: more than it needs, never less.
+ASYNC_COUNT_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -439,6 +444,28 @@ def loads_per_thread(dtype: str, k_loop: str, geometry: tuple[int, int, int, int
     tm, tn, tk, wm, wn = geometry
     per = 1 if k_loop == "sync" else elem_bytes(dtype)
     return (tm * tk // (a // per) + tn * tk // (b // per)) / (wm * wn * wave)
+
+
+def async_copies_per_tile(spec: KernelSpec) -> int:
+    """The async copies every thread issues in every K tile of ``spec``: each operand's
+    chunks over the block, rounded down (a thread past a ragged tile's last chunk skips its
+    last slot: ``slots.tile_slots``)."""
+    eb, block = elem_bytes(spec.dtype), spec.block_size
+    return sum(spec.tile_k * tile // (chunk // eb) // block
+               for tile, chunk in ((spec.tile_m, spec.chunk_a), (spec.tile_n, spec.chunk_b)))
+
+
+def ring_wait_depth(spec: KernelSpec, behind: int | None = None) -> int:
+    """What the async loop's steady wait leaves in flight: the copies of the ``behind``
+    newest tiles (``stages`` - 2: every tile issued after the one the phase reads). NVIDIA
+    counts cp.async groups, one a tile: ``behind``. gfx1250's ``s_wait_asynccnt`` counts
+    the wave's copy instructions, the oldest retiring first (Triton's AMD backend counts
+    its own waits so): ``behind`` tiles of ``async_copies_per_tile``, at most
+    ``ASYNC_COUNT_MAX``. The one rule of the generator and of verify's structure check."""
+    behind = spec.stages - 2 if behind is None else behind
+    if get_target(spec.target).async_zero_fill:
+        return behind
+    return min(behind * async_copies_per_tile(spec), ASYNC_COUNT_MAX)
 
 
 def loads_fit(target: Target, dtype: str, k_loop: str,

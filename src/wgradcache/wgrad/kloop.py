@@ -54,7 +54,11 @@ from contextlib import nullcontext
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.ir import Value, f32, i32
-from wgradcache.model.spec import loads_per_thread, sync_stages
+from wgradcache.model.spec import (
+    loads_per_thread,
+    ring_wait_depth,
+    sync_stages,
+)
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.copies import issue_async, load_sync, store_sync
@@ -62,8 +66,7 @@ from wgradcache.wgrad.operand_a import a_operand, whole_tiles_inside
 from wgradcache.wgrad.operand_b import b_operand
 
 __all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop",
-           "PREFETCH_MAX_LOADS", "GATHER_STATE_MAX_SLOTS", "ASYNC_COUNT_MAX", "ring_wait_count",
-           "RING_PLANTS"]
+           "PREFETCH_MAX_LOADS", "GATHER_STATE_MAX_SLOTS", "RING_PLANTS"]
 
 # Global loads per thread per K tile up to which the sync loop prefetches the next tile into
 # registers (sync_k_loop). Measured with LLVM 22 (no spill at or below; see sync_k_loop):
@@ -71,10 +74,6 @@ PREFETCH_MAX_LOADS = 32
 # B slots per thread up to which the sync loop carries each slot's gather coordinates
 # (three registers a slot) instead of dividing per K tile (sync_k_loop)
 GATHER_STATE_MAX_SLOTS = 16
-# The largest count an async wait names (gfx1250's s_wait_asynccnt; the IR's verify holds
-# every wait count below 64, the 6 bits of gfx12's counters). A ring whose tiles in flight
-# issue more copies waits for this many: more than it needs, never less.
-ASYNC_COUNT_MAX = 63
 # The hazards ``async_k_loop`` plants for the tests of its ring (never in a cached kernel):
 # "wait", wait for one tile of copies fewer; "ring", issue tile t+S-1 into tile t's stage.
 RING_PLANTS = ("wait", "ring")
@@ -354,22 +353,14 @@ def async_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
     return list(loop.results[:n_acc])
 
 
-def ring_wait_count(stages: int, copies: int) -> int:
-    """gfx1250's wait at the head of a steady ring phase: the copies of the S - 2 tiles issued
-    after tile t may stay in flight, each tile ``copies`` per wave (its unguarded chunks;
-    ``s_wait_asynccnt`` counts the wave's copy instructions, retiring the oldest first, as
-    Triton's AMD backend counts them for its own waits), capped at ``ASYNC_COUNT_MAX``."""
-    return min((stages - 2) * copies, ASYNC_COUNT_MAX)
-
-
 def _ring_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
     """The async loop over a ring of S = ``spec.stages`` LDS stages, S - 1 K tiles of copies
     in flight, one barrier per K tile.
 
     Before the loop the thread issues tiles 0 .. S-2 into stages 0 .. S-2. Phase t: wait
     until this thread's (cp.async) or wave's (gfx1250) copies of tile t have landed, the
-    S - 2 newer tiles' left in flight; one barrier; issue tile t+S-1 into stage
-    (t-1) mod S; tile t's MMAs from stage t mod S.
+    S - 2 newer tiles' left in flight (``spec.ring_wait_depth``); one barrier; issue tile
+    t+S-1 into stage (t-1) mod S; tile t's MMAs from stage t mod S.
 
     Why one barrier per tile is still enough: the stage tile t+S-1 overwrites is the one
     tile t-1 was read from, and every wave is past its MMAs of tile t-1 once it has passed
@@ -381,7 +372,7 @@ def _ring_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
     The wait: on NVIDIA every phase (and every prologue tile) commits one cp.async group,
     empty where no tile is left to issue, so tile t is group t and ``cp.async.wait_group
     S-2`` retires it in every phase (CUTLASS's multistage mainloop commits the same way).
-    gfx1250 counts copy instructions (``ring_wait_count``): exact in the steady phases,
+    gfx1250 counts copy instructions (``ring_wait_depth``): exact in the steady phases,
     where the S - 2 newer tiles were all issued; a checked phase with fewer than S - 2
     tiles after it first waits for all (one scalar branch).
 
@@ -399,7 +390,6 @@ def _ring_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
     a_lane, b_lane = lane_bases(ctx)
     idx = a_lane.dtype
     spare0 = S * stage  # the scratch stages (gfx1250): S - 1 after the ring
-    copies = sum(s.ok is None for s in (*a_op.slots, *b_op.slots))
     uniform = ctx.lay.wave_size
 
     def const(v: int) -> Value:
@@ -422,7 +412,7 @@ def _ring_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
             kb.async_commit()
     accs0 = zero_accumulators(ctx)
     n_acc, n_state = len(accs0), sum(len(st) for st in state)
-    behind = S - 1 if plant == "wait" else S - 2  # tiles left in flight by the wait
+    depth = ring_wait_depth(sp, S - 1 if plant == "wait" else S - 2)  # planted: one tile more
 
     def phase(kt: Value, c: list[Value], whole: bool) -> list[Value]:
         accs, flat = c[:n_acc], c[n_acc:n_acc + n_state]
@@ -430,13 +420,13 @@ def _ring_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
         last = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
         nxt_state = b_op.advance(last) if flat else None
         if zero_fill:
-            kb.async_wait_group(behind)
+            kb.async_wait_group(depth)
         else:
             if not whole:  # fewer than S - 2 tiles after this one: wait for all
                 with kb.if_(kb.icmp("sge", kb.add(kt, (S - 2) * tk), ctx.k_end),
                             uniform=uniform):
                     kb.async_wait(0)
-            kb.async_wait(ring_wait_count(behind + 2, copies))
+            kb.async_wait(depth)
         kb.barrier()
         # tile t+S-1 goes where tile t-1 was read: (t-1) mod S (planted: tile t's own)
         prev = kb.select(kb.icmp("eq", cur, const(0)), const((S - 1) * stage),
