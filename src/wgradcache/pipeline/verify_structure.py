@@ -85,8 +85,9 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
         need(per_tile > 0 and isa.get("mma", 0) % per_tile == 0,
              f"{isa.get('mma', 0)} MMAs is not a whole number of K tiles of {per_tile}")
     # One barrier per K step in both loops (the sync loop over two LDS stages; two barriers
-    # where only one stage fits, spec.sync_stages; the async loop at every ring depth); LLVM drops s_barrier when the block is
-    # one wave (flat-work-group-size <= wave); ptxas keeps a one-warp block's bar.sync.
+    # where only one stage fits, spec.sync_stages; the async loop at every ring depth);
+    # LLVM drops s_barrier when the block is one wave (flat-work-group-size <= wave);
+    # ptxas keeps a one-warp block's bar.sync.
     per_step = 1 if spec.k_loop == "async" or sync_stages(
         target, spec.dtype, spec.tile_m, spec.tile_n, spec.tile_k,
         spec_sync_k_outer(spec)) == 2 else 2
