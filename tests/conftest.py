@@ -14,9 +14,10 @@ from wgradcache.jobs.geometries import default_path
 
 
 def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=(),
-                     cta_orders: bool = False) -> Path:
+                     cta_orders: bool = False, stages: bool = False) -> Path:
     """The shipped file cut down to a one-geometry ladder (plus extras), one vec pair and one
-    chunk pair, row-major CTA order only unless ``cta_orders``: every variant, few jobs."""
+    chunk pair, row-major CTA order only unless ``cta_orders``, the two-stage async loop
+    only unless ``stages``: every variant, few jobs."""
     doc = yaml.safe_load(default_path().read_text())
     geoms = list(cover) + list(extra_ladder)
     doc["ladder"] = {name: sorted({g[i] for g in geoms}) for i, name in
@@ -24,6 +25,8 @@ def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=(),
     doc.pop("ladder_targets", None)  # every target walks the one small ladder
     if not cta_orders:
         doc.pop("cta_orders", None)
+    if not stages:
+        doc.pop("stages", None)
     doc["vec_pairs"] = [[8, 8]]
     doc["async_chunk_pairs"] = [[16, 16]]
     doc["cover"] = [{"geometry": list(g), "reason": "test cover entry"} for g in cover]
