@@ -1,6 +1,6 @@
 """The K loops: MMA atoms read from LDS, the pipelined sync loop (two LDS stages wherever
-they fit, ``spec.sync_stages``) and the async ping-pong (gfx1250, sm_90); one barrier per K
-tile.
+they fit, ``spec.sync_stages``) and the async ping-pong (gfx1250, sm_90) or its deeper ring
+(``spec.stages`` 3 and 4, ``_ring_k_loop``); one barrier per K tile.
 
 Each wave owns a (tile_m/warp_m) × (tile_n/warp_n) sub-tile of 16×16 atoms and keeps one
 ``<c_elems x f32>`` accumulator per atom, carried through the loop. Fragments are gathered
