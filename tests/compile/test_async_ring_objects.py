@@ -51,3 +51,11 @@ def test_structure_refuses_a_binary_of_another_ring(objects):
     assert isa_problems(from_label(g), {**isa_stats(objects[g].asm),
                                         "main_loop_async_wait_depth": 0}) == [
         "the async loop's wait leaves 0 in flight, its ring of 3 stages 8"]
+
+
+def test_the_ptx_listing_names_the_same_depth():
+    """PTX (``cp.async.wait_group N``) and SASS (``DEPBAR.LE SB0, N``) readers agree."""
+    label = "sm_90-fp16-t128x128x64-w4x2-c16x16-async-default-none-s4"
+    ptx = compile_ir(emit_ir(from_label(label)).ir_text, "sm_90", listing="assembly").asm
+    assert "cp.async.wait_group \t2;" in ptx
+    assert isa_stats(ptx)["main_loop_async_wait_depth"] == 2
