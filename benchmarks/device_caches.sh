@@ -6,6 +6,7 @@
 #   asyncgeo    fp16 async.default.none: the cp.async loop at every geometry it is walked at;
 #   asyncvar    every async variant x dtype key at three cover geometries (edge problems);
 #   variants    every sync variant x dtype key at five cover geometries (edge problems);
+#   ring        every async variant at the wide tiles, rings of 2, 3 and 4 stages;
 #   planted     benchmarks/device_plant.py's off-by-one cache (a folder, not packed).
 # $JOBS workers (default 2). Run from the repo root: `make devcache`.
 set -eu
@@ -35,4 +36,12 @@ $B $DT --variant sync.default.none --variant sync.default.atomic \
   --geometry t64x64x32-w2x2 --geometry t128x128x32-w2x4 --geometry t128x64x64-w4x2 \
   --geometry t32x32x32-w1x1 --geometry t64x128x64-w2x4 --cache-dir devcache/variants/cache
 pack variants devcache/variants
+# the deeper async rings (-s3, -s4) and their two-stage twins: every async variant of the
+# default dtypes at the wide tiles geometries.yaml's stages deepens
+rm -rf devcache/ring
+$B --variant async.default.none --variant async.default.atomic \
+  --variant async.cshuffle.none --variant async.cshuffle.atomic \
+  --geometry t128x128x32-w2x2 --geometry t128x128x32-w2x4 --geometry t128x128x64-w4x2 \
+  --geometry t128x256x32-w2x4 --geometry t256x128x32-w4x2 --cache-dir devcache/ring/cache
+pack ring devcache/ring
 PYTHONPATH=src python3 benchmarks/device_plant.py --out devcache/planted

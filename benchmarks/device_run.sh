@@ -104,6 +104,11 @@ step asyncvar && verify_tar asyncvar "${ASYNC_TIMEOUT:-150}" $(edge_args)
 # shellcheck disable=SC2046
 step variants && verify_tar variants "${VARIANTS_TIMEOUT:-400}" \
   --sample "${VARIANTS_SAMPLE:-0.6}" $(edge_args)
+#    the deeper async rings (-s3, -s4 of devcache/ring.tar.xz) with the default problems
+#    (split degrees 1, 2, 3, 7 and the policy's), or with $RING_EDGE set on the edge problems
+# shellcheck disable=SC2046
+step ring && verify_tar ring "${RING_TIMEOUT:-300}" --label '-s[34]$' \
+  $([ -n "${RING_EDGE:-}" ] && edge_args)
 #    the same proofs on the full cache itself, no tarball of their own (verify --label:
 #    structure and numerics on the entries a regex finds): geo = every geometry's fp16
 #    sync.default.none kernel (pergeo's set), asyncl = every fp16 async.default.none

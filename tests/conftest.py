@@ -14,10 +14,12 @@ from wgradcache.jobs.geometries import default_path
 
 
 def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=(),
-                     cta_orders: bool = False, depthwise=None) -> Path:
+                     cta_orders: bool = False, depthwise=None, stages: bool = False
+                     ) -> Path:
     """The shipped file cut down to a one-geometry ladder (plus extras), one vec pair and one
     chunk pair, row-major CTA order only unless ``cta_orders``, no depthwise kernels unless
-    ``depthwise`` (its entries): every GEMM variant, few jobs."""
+    ``depthwise`` (its entries), the two-stage async loop only unless ``stages``: every GEMM
+    variant, few jobs."""
     doc = yaml.safe_load(default_path().read_text())
     geoms = list(cover) + list(extra_ladder)
     doc["ladder"] = {name: sorted({g[i] for g in geoms}) for i, name in
@@ -28,6 +30,8 @@ def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=(),
     doc.pop("depthwise", None)
     if depthwise:
         doc["depthwise"] = [list(e) for e in depthwise]
+    if not stages:
+        doc.pop("stages", None)
     doc["vec_pairs"] = [[8, 8]]
     doc["async_chunk_pairs"] = [[16, 16]]
     doc["cover"] = [{"geometry": list(g), "reason": "test cover entry"} for g in cover]

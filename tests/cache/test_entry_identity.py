@@ -31,3 +31,16 @@ def test_an_identity_that_spells_out_the_default_order_or_mistypes_it_is_corrupt
     with pytest.raises(CorruptEntry) as e:
         read_record(Entry, json.dumps(doc), "e.json")
     assert str(e.value) == f"e.json: corrupt: {why}"
+
+
+def test_a_deeper_ring_identity_reads_back_and_two_stages_spelled_out_is_corrupt():
+    ring = dataclasses.replace(SPEC, k_loop="async", vec_a=0, vec_b=0, chunk_a=16,
+                               chunk_b=16, stages=3)
+    e = read_record(Entry, record_bytes(entry(identity=ring.canonical())), "e.json")
+    assert KernelSpec.from_dict(e.identity) == ring
+    doc = json.loads(record_bytes(entry()))
+    doc["identity"]["stages"] = 2
+    with pytest.raises(CorruptEntry) as err:
+        read_record(Entry, json.dumps(doc), "e.json")
+    assert str(err.value) == ("e.json: corrupt: identity: stages: 2 is its default, which a "
+                              "canonical identity leaves out")

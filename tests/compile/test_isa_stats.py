@@ -250,5 +250,5 @@ def test_main_loop_figures_of_a_compiled_wgrad_kernel(compiled):
         "ds_loads": 8, "ds_load_bytes": 128, "ds_loads_b128": 8, "ds_loads_narrow": 0,
         "ds_loads_b16": 0, "ds_loads_tr": 0, "ds_stores": 8, "ds_store_bytes": 96,
         "global_loads": 6, "valu": 71, "salu": 14, "exec_branches": 0, "saveexec": 0,
-        "waits": 16, "v_perm": 24}
+        "waits": 16, "v_perm": 24, "async_wait_depth": 0}
     assert s["buffer_loads"] == 2 * 6  # the prologue's tile and the loop's prefetch

@@ -146,7 +146,7 @@ def test_async_main_loop_has_no_exec_mask_branch(tmp_path):
     want = {((32, 32, 32, 1, 1), 4), ((128, 128, 32, 2, 4), 4), ((64, 64, 32, 2, 2), 16)}
     specs = [s for s in walk("gfx1250", ["fp16"]) if s.k_loop == "async"
              and s.variant == "async.default.none" and (s.geometry, s.chunk_a) in want
-             and s.chunk_a == s.chunk_b and s.cta_group == 1]
+             and s.chunk_a == s.chunk_b and s.cta_group == 1 and s.stages == 2]
     assert len(specs) == 3
     summary = build(BuildRequest(target="gfx1250", cache_dir=str(tmp_path), jobs=2), specs=specs)
     assert summary.failed == 0, summary.failures

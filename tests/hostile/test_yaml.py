@@ -296,7 +296,7 @@ def test_a_key_with_a_newline_stays_on_one_line(tmp_path):
     p = tmp_path / "g.yaml"
     p.write_text('"a\\nb": 1\n')
     assert _count(p) == f"error: {p}:1: 'a\\nb': unknown key; valid: schema, ladder, " \
-                        "ladder_wave64, ladder_targets, filters, cta_orders, vec_pairs, " \
+                        "ladder_wave64, ladder_targets, filters, cta_orders, stages, vec_pairs, " \
                         "async_chunk_pairs, " \
                         "ws_replicas, dtypes, cover, depthwise\n"
 

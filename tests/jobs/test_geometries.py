@@ -284,3 +284,40 @@ def test_the_widest_ladder_the_bounds_allow_still_loads(tmp_path):
     d = load(_write(tmp_path, text))
     assert len(d.ladder_geometries()) == 8 ** 5
     assert d.limits_for("gfx1151").max_acc_per_lane == LIMIT_RANGES["max_acc_per_lane"][1]
+
+
+@pytest.mark.parametrize("new, field, problem", [
+    ("  sm_90: {counts: [2, 3], min_tile: 128}", "stages.sm_90.counts[0]",
+     "must be in [3, 4], got 2"),
+    ("  sm_90: {counts: [5], min_tile: 128}", "stages.sm_90.counts[0]",
+     "must be in [3, 4], got 5"),
+    ("  sm_90: {counts: [3, 3], min_tile: 128}", "stages.sm_90.counts", "repeated value"),
+    ("  sm_90: {counts: [3]}", "stages.sm_90", "missing key 'min_tile'"),
+    ("  sm_90: {counts: [3], min_tile: 8}", "stages.sm_90.min_tile",
+     "must be in [16, 1024], got 8"),
+    ("  sm_90: {counts: [3], min_tile: 128, depth: 2}", "stages.sm_90.depth",
+     "unknown key; valid: counts, min_tile"),
+    ("  gfx942: {counts: [3], min_tile: 128}", "stages.gfx942",
+     "unknown target with an async loop"),
+])
+def test_stages_errors_name_file_line_and_field(tmp_path, new, field, problem):
+    old = "  sm_90: {counts: [3, 4], min_tile: 128}"
+    assert old in SHIPPED
+    text = SHIPPED.replace(old, new, 1)
+    line = text.splitlines().index(new) + 1
+    p = _write(tmp_path, text)
+    with pytest.raises(GeometryFileError) as e:
+        load(p)
+    assert str(e.value).startswith(f"{p}:{line}: {field}: "), str(e.value)
+    assert problem in str(e.value)
+
+
+def test_stages_fold_into_the_target_budgets_and_leave_the_others_alone():
+    d = load(default_path())
+    assert (d.limits_for("gfx1250").stages, d.limits_for("gfx1250").stages_min_tile) == (
+        (3,), 128)
+    assert (d.limits_for("sm_90").stages, d.limits_for("sm_90").stages_min_tile) == (
+        (3, 4), 128)
+    assert d.limits_for("sm_90").cta_groups == (8,)  # its CTA orders kept
+    assert d.limits_for("gfx1250").max_acc_per_lane == 128  # its filters kept
+    assert d.limits_for("gfx1201") == d.limits and d.limits.stages == ()

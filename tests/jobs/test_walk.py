@@ -16,7 +16,9 @@ from wgradcache.model.spec import (
     DTYPE_KEYS,
     VARIANT_KEYS,
     Limits,
+    dynamic_lds_bytes,
     from_label,
+    lds_bytes,
     validate,
 )
 from wgradcache.model.targets import TARGETS, kernel_target_names
@@ -135,8 +137,9 @@ def test_sm90_measured_stack_frame_exclusions():
     assert all(d.limits_for(t).exclude == () for t in ("gfx1250", "gfx942", "gfx950"))
     specs = list(_gemm(walk("sm_90")))
     # 2026-12-06: sm_90's own ladder (256-wide tiles, 128 accumulators, dynamic shared)
-    assert len(specs) + 20 == sum(sum(v.values()) for v in count("sm_90").values()) == 2766
-    row_major = [s for s in specs if s.cta_group == 1]  # + 360 grouped (cta_orders)
+    assert len(specs) + 20 == sum(sum(v.values()) for v in count("sm_90").values()) == 3086
+    # + 360 grouped (cta_orders), + 320 deeper async rings (stages)
+    row_major = [s for s in specs if s.cta_group == 1 and s.stages == 2]
     assert len(row_major) == 2386 and sum(s.k_loop == "sync" for s in row_major) == 2034
     got = {(*s.geometry, s.vec_a, s.vec_b) for s in specs}
     assert not got & ex
@@ -157,15 +160,16 @@ def test_sm90_measured_stack_frame_exclusions():
 def test_shipped_counts_are_pinned():
     # 109 ladder geometries (90 at 64 accumulators, 19 more at 128 since 2026-12-06) x 4 vec
     # pairs x {none, atomic} plus the cover's variants (19 shared + 128x128x32 w2x2); no
-    # grouped CTA order on gfx1250 (cta_orders names sm_90 only).
+    # grouped CTA order on gfx1250 (cta_orders names sm_90 only); each async job of the 3
+    # cover geometries of 128x128 tiles twice, with the 3-stage ring beside the ping-pong.
     c = count("gfx1250", ["fp16"])["fp16"]
     assert c["sync.default.none"] == c["sync.default.atomic"] == 109 * 4
     assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 20 * 4
     assert c["sync.cshuffle.atomic"] == 20 * 2  # pairs with an even vec_b
-    assert c["async.default.none"] == 20 * 2  # two chunk pairs
+    assert c["async.default.none"] == (20 + 3) * 2  # two chunk pairs
     # the five depthwise entries x {none, atomic}
     assert c["depthwise.default.none"] == c["depthwise.default.atomic"] == 5
-    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4 + 4 * 2) + 10
+    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4) + (20 + 3) * 4 * 2 + 10
 
 
 def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
@@ -180,8 +184,32 @@ def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
         assert grouped == (wide if t == "sm_90" else set()), t
         totals[t] = (len(specs), len(grouped))
     # 20 depthwise kernels on each target (6 on gfx1151: no 16-bit atomic, 32 accumulators)
-    assert totals == {"gfx1250": (2484, 0), "gfx1201": (760, 0), "gfx1151": (270, 0),
-                      "gfx950": (1192, 0), "gfx942": (804, 0), "sm_90": (2766, 360)}
+    assert totals == {"gfx1250": (2532, 0), "gfx1201": (760, 0), "gfx1151": (270, 0),
+                      "gfx950": (1192, 0), "gfx942": (804, 0), "sm_90": (3086, 520)}
+
+
+def test_deeper_rings_are_the_wide_async_jobs_of_the_targets_named():
+    """The jobs past two stages are exactly the async jobs of tiles at least 128 on both
+    sides, once more per count the stages section names (gfx1250: 3; sm_90: 3 and 4, its
+    grouped orders included), nothing else changed: the totals of the section's comment."""
+    named = {"gfx1250": (3,), "sm_90": (3, 4)}
+    totals = {}
+    for t in kernel_target_names():
+        specs = list(walk(t))
+        deep = {s for s in specs if s.stages != 2}
+        want = {dataclasses.replace(s, stages=n) for s in specs for n in named.get(t, ())
+                if s.stages == 2 and s.k_loop == "async" and min(s.tile_m, s.tile_n) >= 128}
+        assert deep == want, t
+        totals[t] = len(deep)
+    assert totals == {"gfx1250": 48, "gfx1201": 0, "gfx1151": 0, "gfx950": 0, "gfx942": 0,
+                      "sm_90": 320}
+    # each fits: gfx1250's 5 stages (3 and 2 scratch) of 128x128x64 in its 320 KB LDS,
+    # sm_90's 4 of 128x256x32 as dynamic shared memory
+    assert {lds_bytes(s) for s in walk("gfx1250") if s.stages == 3
+            and s.tile_k == 64 and s.epilogue == "default"} == {5 * 64 * 272 * 2}
+    assert {dynamic_lds_bytes(s) for s in walk("sm_90", ["fp16"]) if s.stages == 4
+            and s.geometry[:3] == (128, 256, 32) and s.epilogue == "default"} == {
+                4 * 32 * 400 * 2}
 
 
 def test_cshuffle_atomic_never_has_odd_store_vector():
@@ -208,9 +236,11 @@ warps = st.lists(st.sampled_from([1, 2, 3, 4, 8]), min_size=1, max_size=3, uniqu
                           min_size=1, max_size=4, unique=True),
        cover_pick=st.lists(st.integers(0, 10_000), max_size=5),
        groups=st.lists(st.sampled_from([2, 3, 4, 8]), max_size=2, unique=True),
-       min_tile=st.sampled_from([16, 64, 128, 256]), data=st.data())
-def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs, cover_pick,
-                                              groups, min_tile, data):
+       min_tile=st.sampled_from([16, 64, 128, 256]),
+       rings=st.lists(st.sampled_from([3, 4]), max_size=2, unique=True),
+       ring_tile=st.sampled_from([16, 64, 128]), data=st.data())
+def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs, cover_pick,  # noqa: PLR0913 - hypothesis draws each axis
+                                              groups, min_tile, rings, ring_tile, data):
     base = default_jobdata()
     ladder = {"tile_m": tuple(tm), "tile_n": tuple(tn), "tile_k": tuple(tk),
               "warp_m": tuple(wm), "warp_n": tuple(wn)}
@@ -224,14 +254,16 @@ def test_count_equals_walk_on_random_ladders(tm, tn, tk, wm, wn, acc, vec_pairs,
     exclude = tuple(dict.fromkeys((*geoms[i % len(geoms)], *vec_pairs[i % len(vec_pairs)])
                                   for i in cover_pick[:3]))
     # random grouped CTA orders on every target, its own budgets kept
-    orders = dict(cta_groups=tuple(groups), cta_group_min_tile=min_tile)
+    orders = dict(cta_groups=tuple(groups), cta_group_min_tile=min_tile,
+                  stages=tuple(rings), stages_min_tile=ring_tile)
     # the random ladder is every wave size's (the wave64 targets walk it too)
     jd = dataclasses.replace(base, ladder=ladder, wave_ladders=(), cover=cover,
                              vec_pairs=tuple(vec_pairs),
                              limits=Limits(max_acc_per_lane=acc, max_block_size=256,
                                            min_block_size=32, exclude=exclude,
                                            cta_groups=orders["cta_groups"],
-                                           cta_group_min_tile=min_tile),
+                                           cta_group_min_tile=min_tile, stages=tuple(rings),
+                                           stages_min_tile=ring_tile),
                              target_limits=tuple((t, dataclasses.replace(lim, **orders))
                                                  for t, lim in base.target_limits))
     target = data.draw(st.sampled_from(kernel_target_names()))

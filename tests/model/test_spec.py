@@ -222,3 +222,69 @@ def test_model_imports_no_job_data():
     # no job data, no numerics (numpy would also cost count its 0.5 s budget)
     assert not [m for m in out if m.startswith(("wgradcache.jobs", "wgradcache.numerics",
                                                 "numpy"))]
+
+
+# ---- the async loop's LDS ring (stages) ------------------------------------------------
+
+ASYNC = dataclasses.replace(BASE, target="sm_90", tile_m=128, tile_n=128, warp_m=2, warp_n=4,
+                            vec_a=0, vec_b=0, chunk_a=16, chunk_b=16, k_loop="async")
+
+
+def test_a_deeper_ring_round_trips_and_two_stages_keep_their_label_and_identity():
+    """The ring is a label part and an identity field only past the ping-pong: an async
+    kernel of two stages keeps its pinned label and key, a deeper twin differs in both, and
+    both suffixes compose (grouped order first)."""
+    assert "stages" not in ASYNC.canonical()
+    assert ASYNC.label() == "sm_90-fp16-t128x128x32-w2x4-c16x16-async-default-none"
+    assert ASYNC.identity_key() == (
+        "783e3cb8c16b13e6bd3e7b12b078cd5f0da491768d760563d60a6b008658359a")  # before stages
+    s3 = dataclasses.replace(ASYNC, stages=3, cta_group=8)
+    assert s3.label() == ASYNC.label() + "-g8-s3"
+    assert from_label(s3.label()) == s3 and from_label(ASYNC.label()).stages == 2
+    assert s3.canonical()["stages"] == 3
+    assert dataclasses.replace(ASYNC, stages=3).identity_key() != ASYNC.identity_key()
+
+
+@pytest.mark.parametrize("tail", ["-s2", "-s1", "-s03", "-s", "-s3-g8"])
+def test_two_stages_padded_or_reordered_ring_in_a_label_is_refused(tail):
+    """-s2 would name a kernel a second way (the label is the cache's dedup key)."""
+    with pytest.raises(ValueError, match="not a kernel label"):
+        from_label(ASYNC.label() + tail)
+
+
+def test_ring_rule_the_generator_and_the_job_data():
+    """Any count in [2, 4] whose stages fit is a correct async kernel (limits None); the
+    sync loop has only 2; the job data admits the counts it names on its wide tiles."""
+    data = Limits(stages=(3,), stages_min_tile=128)
+    s3 = dataclasses.replace(ASYNC, stages=3)
+    assert validate(s3, limits=None) == validate(s3, limits=data) == (True, "")
+    assert validate(dataclasses.replace(s3, stages=4), limits=data) == (
+        False, "4 async stages is not a count the job data gives this target (stages: 3)")
+    assert validate(s3, limits=DEFAULT_LIMITS)[1].endswith("(stages: none)")
+    narrow = dataclasses.replace(s3, tile_n=64, warp_n=2)
+    assert validate(narrow, limits=None) == (True, "")
+    assert validate(narrow, limits=data) == (
+        False, "3 async stages on a 128x64 tile: the job data deepens tiles of at least 128 "
+               "on both sides")
+    assert validate(dataclasses.replace(BASE, stages=3), limits=None) == (
+        False, "a ring of 3 LDS stages belongs to the async loop")
+    for bad in (1, 5):
+        assert validate(dataclasses.replace(ASYNC, stages=bad), limits=None) == (
+            False, f"stages {bad} outside [2, 4]")
+
+
+def test_ring_lds_scratch_stages_and_dynamic_shared_memory():
+    """gfx1250 allocates one scratch stage per tile in flight beside the ring (2S - 1
+    stages), sm_90 the ring alone, past 48 KB as dynamic shared memory; a ring whose
+    stages do not fit is refused by the LDS rule."""
+    stage = 32 * (128 + 128 + 16) * 2  # tile_k rows of tile_mn + 8, both operands, fp16
+    g = dataclasses.replace(ASYNC, target="gfx1250", warp_m=2, warp_n=2)
+    assert [lds_bytes(dataclasses.replace(g, stages=s)) for s in (2, 3, 4)] == [
+        3 * stage, 5 * stage, 7 * stage]
+    assert [lds_bytes(dataclasses.replace(ASYNC, stages=s)) for s in (2, 3, 4)] == [
+        2 * stage, 3 * stage, 4 * stage]
+    assert dynamic_lds_bytes(dataclasses.replace(ASYNC, stages=3)) == 3 * stage
+    big = dataclasses.replace(ASYNC, tile_m=256, tile_n=256, tile_k=64, stages=4)
+    assert validate(big, limits=None) == (
+        False, "LDS 270336 B (async loop, 4 stages, default epilogue) exceeds sm_90's "
+               "232448 B")

@@ -113,3 +113,27 @@ def test_without_the_opt_in_the_launch_is_refused(big_cache, monkeypatch):
     assert r.exit_code == 1
     assert len(doc["failures"]) == 2
     assert all("CUDA_ERROR_INVALID_VALUE" in f["reason"] for f in doc["failures"])
+
+
+def test_deeper_rings_record_and_launch_their_dynamic_bytes(tmp_path, monkeypatch):
+    """The async loop's 3- and 4-stage rings of BIG (geometries.yaml's stages): structure
+    holds each binary to no static shared bytes, and every launch opts in and passes the
+    ring's own size (the fake refuses any other: 2, 3 and 4 stages of 34816 B)."""
+    geo = small_geometries(tmp_path, cover=(BIG,), stages=True)
+    s = build(BuildRequest(target="sm_90", dtypes=("fp16",), geometries_file=str(geo),
+                           variants=("async.default.atomic",), cache_dir=str(tmp_path / "c"),
+                           jobs=1))
+    assert (s.jobs, s.failed) == (3, 0)
+    rings = {e.label.rsplit("-", 1)[-1]: dynamic_lds_bytes(from_label(e.label))
+             for _, e in TargetCache(tmp_path / "c", "sm_90").iter_entries()}
+    assert rings == {"atomic": 69632, "s3": 104448, "s4": 139264}
+    c = {"cache": tmp_path / "c", "geometries": geo}
+    r = _verify(c, "--level", "structure")
+    assert r.exit_code == 0, r.stdout
+    fake = FakeCuda()
+    monkeypatch.setattr(cuda_mod, "cuda_driver", lambda: fake)
+    r = _verify(c, "--level", "numerics", "--device", "cuda")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 0 and doc["failed"] == 0 and fake.faults == [], doc["failures"]
+    assert {launch.symbol.rsplit("_", 1)[-1] for launch in fake.launches} == {
+        "atomic", "s3", "s4"}

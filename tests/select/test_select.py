@@ -312,6 +312,20 @@ def test_a_grouped_twin_ties_and_ranks_after_its_row_major_kernel_in_any_input_o
     assert {c.spec for c in select("sm_90", p, [rm, narrow])} == {rm, narrow}
 
 
+def test_a_deeper_ring_ties_with_its_two_stage_twin_and_is_pruned_by_its_own_kind():
+    """The cost model ignores the ring depth; narrower chunks of a ring kernel are pruned
+    against ring kernels only (a c16 ping-pong does not prune a c4 ring)."""
+    p = ConvProblem.parse("32,256,28,28,512,3,3,1,1")
+    two = _spec("sm_90-fp16-t128x128x32-w2x4-c16x16-async-default-atomic")
+    s3 = _spec("sm_90-fp16-t128x128x32-w2x4-c16x16-async-default-atomic-s3")
+    narrow = _spec("sm_90-fp16-t128x128x32-w2x4-c4x4-async-default-atomic-s4")
+    for specs in ([two, s3], [s3, two]):
+        got = select("sm_90", p, specs)
+        assert [c.spec.label() for c in got] == [two.label(), s3.label()]
+        assert got[0].score == got[1].score and got[0].grid == got[1].grid
+    assert {c.spec for c in select("sm_90", p, [two, narrow])} == {two, narrow}
+
+
 def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
     """ResNet-50 conv1 (C=3, vec_b 1): tile area x K x waves ranked 32x32 first (4 waves of
     1020 CTAs against 3 of 640); its 36 narrow vectors per thread cost more slots than the

@@ -266,6 +266,29 @@ def _mnemonic(line: str) -> str:
     return m.group(1) if m else ""
 
 
+# the count an async wait leaves in flight: PTX's cp.async.wait_group N (wait_all: 0), and
+# SASS's DEPBAR.LE SB0, N (cp.async's scoreboard)
+_PTX_WAIT = re.compile(r"cp\.async\.wait_group\s+(\d+)")
+_SASS_WAIT = re.compile(r"DEPBAR\.LE\s+SB0\s*,\s*(0x[0-9a-f]+|\d+)")
+
+
+def _main_span(names: list[str], loops: list[tuple[int, int]], cas, is_mma
+               ) -> tuple[int, int] | None:
+    """The main loop of ``_cas_and_main_loop`` as its (first, last) instruction index."""
+    others = [lp for lp in loops if lp not in cas]
+    return max(others, key=lambda lp: main_loop_rank(
+        sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)), lp[0], lp[1]), default=None)
+
+
+def _wait_depth(code: list[str], main: tuple[int, int] | None, pattern: re.Pattern) -> int:
+    """The largest count an async wait of the main loop leaves in flight (0: none, or a
+    wait for all): ``isa_stats``' ``main_loop_async_wait_depth``."""
+    if main is None:
+        return 0
+    got = [pattern.search(code[j]) for j in range(main[0], main[1] + 1)]
+    return max((int(m.group(1), 0) for m in got if m), default=0)
+
+
 def _cas_and_main_loop(names: list[str], loops: list[tuple[int, int]], is_cas, is_mma
                        ) -> tuple[list[tuple[int, int]], Counter]:
     """The loops (first, last instruction index) holding a compare-and-swap, and the
@@ -273,9 +296,7 @@ def _cas_and_main_loop(names: list[str], loops: list[tuple[int, int]], is_cas, i
     order the AMD listing's reader takes too (the async loop's steady state before its
     checked tail)."""
     cas = [lp for lp in loops if any(is_cas(names[j]) for j in range(lp[0], lp[1] + 1))]
-    others = [lp for lp in loops if lp not in cas]
-    main = max(others, key=lambda lp: main_loop_rank(
-        sum(is_mma(names[j]) for j in range(lp[0], lp[1] + 1)), lp[0], lp[1]), default=None)
+    main = _main_span(names, loops, cas, is_mma)
     return cas, Counter(names[main[0]:main[1] + 1]) if main else Counter()
 
 
@@ -304,6 +325,7 @@ def ptx_stats(ptx: str) -> dict[str, int]:
         return m.startswith("atom.") and ".cas" in m
 
     cas, body = _cas_and_main_loop(names, loops, is_cas, is_mma)
+    main = _main_span(names, loops, cas, is_mma)
 
     def is_atomic(m: str) -> bool:
         return m.startswith(("red.", "atom.")) and ".global" in m
@@ -340,6 +362,7 @@ def ptx_stats(ptx: str) -> dict[str, int]:
                                        body),
         "main_loop_ds_stores": tally(lambda m: m.startswith("st.shared"), body),
         "main_loop_global_loads": tally(lambda m: m.startswith("ld.global"), body),
+        "main_loop_async_wait_depth": _wait_depth(code, main, _PTX_WAIT),
     })
     return s
 
@@ -412,6 +435,7 @@ def sass_stats(sass: str) -> dict[str, int]:
     the main loop's (the backward branch with the most HMMAs)."""
     names: list[str] = []
     ops: list[str] = []
+    lines: list[str] = []
     labels: dict[str, int] = {}
     for line in sass.splitlines():
         lab = _SASS_LABEL.match(line)
@@ -422,6 +446,7 @@ def sass_stats(sass: str) -> dict[str, int]:
         if m:
             names.append(m.group(1))
             ops.append(m.group(2))
+            lines.append(line)
     loops = []
     for i, (nm, op) in enumerate(zip(names, ops, strict=True)):
         b = _SASS_BRA.search(op) if nm.startswith("BRA") else None
@@ -451,6 +476,7 @@ def sass_stats(sass: str) -> dict[str, int]:
         return m.startswith("LDG") and not is_async(m) and not m.startswith("LDGDEPBAR")
 
     cas, body = _cas_and_main_loop(names, loops, is_cas, is_mma)
+    main = _main_span(names, loops, cas, is_mma)
     s = {
         "instructions": len(names),
         "mma": tally(is_mma),
@@ -483,5 +509,6 @@ def sass_stats(sass: str) -> dict[str, int]:
         "main_loop_ds_stores": tally(lambda m: m.startswith("STS"), body),
         "main_loop_global_loads": tally(is_global_load, body),
         "main_loop_scratch_ops": tally(lambda m: m.startswith(("LDL", "STL")), body),
+        "main_loop_async_wait_depth": _wait_depth(lines, main, _SASS_WAIT),
     })
     return s

@@ -242,7 +242,10 @@ def isa_stats(asm: str) -> dict[str, int]:
     ``cubin.sass_stats``).
 
     ``main_loop_*`` describe ``main_loop``'s loop (the most MMAs, not a CAS loop: a backward
-    ``s_cbranch_execnz`` over a ``*_atomic_cmpswap``).
+    ``s_cbranch_execnz`` over a ``*_atomic_cmpswap``); ``main_loop_async_wait_depth`` is the
+    largest count its async waits leave in flight (``s_wait_asynccnt N``; NVIDIA's
+    ``cp.async.wait_group N``, ``DEPBAR.LE SB0, N``; 0: a wait for all), the depth of the
+    async loop's ring (``kloop.ring_wait_count``).
     """
     code, labels = parse_listing(asm)
     loops = find_loops(code, labels)
@@ -285,6 +288,9 @@ def isa_stats(asm: str) -> dict[str, int]:
     main = main_loop(code, labels)
     body = _by_mnemonic(main.body(code)) if main else Counter()
     s.update(_main_loop_stats(body))
+    s["main_loop_async_wait_depth"] = max(
+        (int(i.operands.split()[0], 0) for i in (main.body(code) if main else ())
+         if i.mnemonic == "s_wait_asynccnt"), default=0)
     return s
 
 

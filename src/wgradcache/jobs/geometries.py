@@ -21,6 +21,7 @@ from wgradcache.model.spec import (
     CTA_GROUP_RANGE,
     DEPTHWISE_TAPS,
     DTYPE_KEYS,
+    STAGE_RANGE,
     VEC_WIDTHS,
     Geometry,
     Limits,
@@ -133,7 +134,8 @@ _VEC_RANGE = (1, max(VEC_WIDTHS))  # the exact set is load_widths_ok's rule
 _CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 
 _TOP = ("schema", "ladder", "ladder_wave64", "ladder_targets", "filters", "cta_orders",
-        "vec_pairs", "async_chunk_pairs", "ws_replicas", "dtypes", "cover", "depthwise")
+        "stages", "vec_pairs", "async_chunk_pairs", "ws_replicas", "dtypes", "cover",
+        "depthwise")
 # A depthwise entry's [T, tile_n, tile_k, vec] ranges (the exact rules are spec.py's, per
 # target: the walk keeps what validate admits); at most MAX_DEPTHWISE entries.
 _DEPTHWISE_FIELDS = ("T", "tile_n", "tile_k", "vec")
@@ -149,6 +151,9 @@ MAX_EXCLUDE = 64
 # has), at most MAX_CTA_GROUPS of them, each adding one job per job of the tiles it covers.
 CTA_GROUPS_RANGE = (2, CTA_GROUP_RANGE[1])
 MAX_CTA_GROUPS = 4
+# Async-loop stage counts per target past the ping-pong (2, every async job's), each adding
+# one job per async job of the tiles it covers.
+STAGES_RANGE = (3, STAGE_RANGE[1])
 
 
 def load(path: str | os.PathLike | None = None) -> JobData:
@@ -177,6 +182,8 @@ def load(path: str | os.PathLike | None = None) -> JobData:
     limits, target_limits = _filters(r, section("filters"))
     if "cta_orders" in top:
         target_limits = _cta_orders(r, top["cta_orders"], limits, target_limits)
+    if "stages" in top:
+        target_limits = _stages(r, top["stages"], limits, target_limits)
     vec_pairs = _pairs(r, section("vec_pairs"), "vec_pairs", "sync", ladder)
     chunk_pairs = _pairs(r, section("async_chunk_pairs"), "async_chunk_pairs", "async", ladder)
     ws = r.int_(section("ws_replicas"), "ws_replicas", *WS_REPLICAS_RANGE)
@@ -291,6 +298,24 @@ def _cta_orders(r: NodeReader, node: yaml.Node, base: Limits,
         min_tile = r.int_(r.require(m, t_node, field, "min_tile"), f"{field}.min_tile",
                           *TILE_RANGE)
         per[t] = replace(per.get(t, base), cta_groups=groups, cta_group_min_tile=min_tile)
+    return tuple(per.items())
+
+
+def _stages(r: NodeReader, node: yaml.Node, base: Limits,
+            target_limits: tuple[tuple[str, Limits], ...]) -> tuple[tuple[str, Limits], ...]:
+    """Per target with an async loop, ``{counts: [S, ...], min_tile: T}``, folded into the
+    target's budgets (``Limits.stages``): the walk, count and validate read them there."""
+    per = dict(target_limits)
+    asynchronous = tuple(t for t in kernel_target_names() if get_target(t).async_lds_copy)
+    for t, t_node in r.mapping(node, "stages", allowed=asynchronous,
+                               what="target with an async loop").items():
+        field = f"stages.{t}"
+        m = r.mapping(t_node, field, allowed=("counts", "min_tile"))
+        counts = _ints(r, r.require(m, t_node, field, "counts"), f"{field}.counts",
+                       STAGES_RANGE, max_len=STAGES_RANGE[1] - STAGES_RANGE[0] + 1)
+        min_tile = r.int_(r.require(m, t_node, field, "min_tile"), f"{field}.min_tile",
+                          *TILE_RANGE)
+        per[t] = replace(per.get(t, base), stages=counts, stages_min_tile=min_tile)
     return tuple(per.items())
 
 

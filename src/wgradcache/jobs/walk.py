@@ -5,7 +5,9 @@ sync x default x {none, atomic}; every cover geometry also gets sync x cshuffle 
 {none, atomic}, two-stage where admitted, and the async loop next to every non-two-stage
 configuration where the target has async copies. Each configuration ("slot") is crossed
 with the width pairs its loop takes, and each job with the CTA orders its geometry gets
-(``spec.cta_groups_for``: row-major, and the job data's grouped orders on its wide tiles).
+(``spec.cta_groups_for``: row-major, and the job data's grouped orders on its wide tiles)
+and the LDS stage counts its configuration gets (``spec.stages_for``: 2, and on the async
+loop of the wide tiles the job data's deeper rings that fit).
 Then each ``depthwise`` entry of the job data gets depthwise x default x {none, atomic}
 where ``validate`` admits it on the target under its budgets (``depthwise_jobs``: the few
 specs walk yields and count counts, the same function).
@@ -37,6 +39,7 @@ from wgradcache.model.spec import (
     loads_fit,
     parse_dtype_key,
     reduction_admitted,
+    stages_for,
     store_vector_ok,
     validate,
 )
@@ -140,7 +143,8 @@ def depthwise_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
 def walk(target: str, dtypes: Iterable[str] | None = None,
          variants: Iterable[str] | None = None, data: JobData | None = None
          ) -> Iterator[KernelSpec]:
-    """Every job of one target, in a fixed order (geometry, slot, widths, CTA order)."""
+    """Every job of one target, in a fixed order (geometry, slot, widths, CTA order,
+    stages)."""
     data = data or default_jobdata()
     t = get_target(target)
     if not t.has_kernels:
@@ -150,16 +154,19 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
         dtype, dw = parse_dtype_key(key)
         for tile, in_cover in _geometries(data, t, dtype):
             tm, tn, tk, wm, wn = tile.geometry
-            orders = cta_groups_for(tile.geometry, data.limits_for(target))
+            limits = data.limits_for(target)
+            orders = cta_groups_for(tile.geometry, limits)
             for k_loop, epi, red in _slots(tile, dw, in_cover, variants):
+                rings = stages_for(tile, k_loop, epi, limits)
                 for widths in _pairs(data, tile, k_loop, epi, red):
                     for order in orders:
-                        yield KernelSpec(
-                            target=target, dtype=dtype, dw_dtype=dw, tile_m=tm, tile_n=tn,
-                            tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop, epilogue=epi,
-                            reduction=red,
-                            ws_replicas=data.ws_replicas if red == "two_stage" else 0,
-                            cta_group=order, **widths.spec_fields())
+                        for ring in rings:
+                            yield KernelSpec(
+                                target=target, dtype=dtype, dw_dtype=dw, tile_m=tm,
+                                tile_n=tn, tile_k=tk, warp_m=wm, warp_n=wn, k_loop=k_loop,
+                                epilogue=epi, reduction=red,
+                                ws_replicas=data.ws_replicas if red == "two_stage" else 0,
+                                cta_group=order, stages=ring, **widths.spec_fields())
         yield from depthwise_jobs(data, t, dtype, dw, variants)
 
 
@@ -176,9 +183,11 @@ def count(target: str, dtypes: Iterable[str] | None = None,
         if t.has_kernels:
             dtype, dw = parse_dtype_key(key)
             for tile, in_cover in _geometries(data, t, dtype):
-                orders = len(cta_groups_for(tile.geometry, data.limits_for(target)))
+                limits = data.limits_for(target)
+                orders = len(cta_groups_for(tile.geometry, limits))
                 for k_loop, epi, red in _slots(tile, dw, in_cover, variants):
-                    n = len(_pairs(data, tile, k_loop, epi, red)) * orders
+                    rings = len(stages_for(tile, k_loop, epi, limits))
+                    n = len(_pairs(data, tile, k_loop, epi, red)) * orders * rings
                     if n:
                         v = f"{k_loop}.{epi}.{red}"
                         per_variant[v] = per_variant.get(v, 0) + n

@@ -56,6 +56,8 @@ Memory (``pred``: an i1 per lane; False => no access at all, a load yields 0)::
     async_copy(src, dst, nbytes, *, pred=None)        # gfx1250: global -> LDS, 4|8|16 bytes
     async_copy_zfill(src, dst, nbytes, keep)  # NVIDIA cp.async: zeros where not keep
     async_wait(n=0)                       # until <= n async copies of this wave in flight
+    async_commit()                        # NVIDIA: close this lane's cp.async group
+    async_wait_group(n)                   # NVIDIA: until <= n committed groups pending
     barrier()                             # workgroup barrier (LDS release/acquire)
 
 ``align`` defaults to the element size; pass the real alignment of wide LDS accesses.
@@ -682,6 +684,19 @@ class KernelBuilder:
             raise BuildError(f"async_wait({n})")
         self._emit(Ops.ASYNC_WAIT, void, (), int(n))
 
+    def async_commit(self) -> None:
+        """NVIDIA: close this lane's open group of ``async_copy_zfill`` copies
+        (cp.async.commit_group); a commit with no copy makes an empty group."""
+        self._emit(Ops.ASYNC_COMMIT, void)
+
+    def async_wait_group(self, n: int) -> None:
+        """NVIDIA: wait until at most ``n`` of this lane's committed groups are pending
+        (cp.async.wait_group n): every older group has landed; open copies are not waited
+        for."""
+        if not 0 <= n < 64:
+            raise BuildError(f"async_wait_group({n})")
+        self._emit(Ops.ASYNC_WAIT_GROUP, void, (), int(n))
+
     def barrier(self) -> None:
         """Workgroup barrier; LDS writes before it are visible to every lane after it."""
         self._emit(Ops.BARRIER, void)
@@ -790,12 +805,13 @@ class KernelBuilder:
                           IfRegion(self._id(), tuple(then), tuple(else_), then_y, else_y))
         return tuple(self._emit(Ops.IF_RESULT, v.dtype, (node,), s) for s, v in enumerate(then_y))
 
-    def finish(self) -> KernelDef:
-        """The finished kernel, verified (``verify.verify``)."""
+    def finish(self, min_blocks: int = 0) -> KernelDef:
+        """The finished kernel, verified (``verify.verify``); ``min_blocks``:
+        ``KernelDef.min_blocks``."""
         if len(self._blocks) != 1:
             raise BuildError("finish() inside an open region")
         kd = KernelDef(self.name, tuple(self._args), self.block_size, tuple(self._lds),
-                       tuple(self._blocks[0]), tuple(self._arg_values))
+                       tuple(self._blocks[0]), tuple(self._arg_values), min_blocks)
         from wgradcache.kernel.verify import verify
         verify(kd)
         return kd

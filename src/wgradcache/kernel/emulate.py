@@ -23,8 +23,8 @@ Checks (each raises ``EmulationError`` naming the op, the buffer, its size and t
   (``_lds_load_tr``) with part of a wave active or a misaligned address;
 * LDS races since the last barrier, in both directions: a read of a byte another lane of
   the workgroup wrote, a write to a byte another lane read or wrote;
-* async copies (gfx1250's counted per wave, NVIDIA's zero-filling cp.async per lane): the
-  data lands at the ``async_wait`` that retires it; any access
+* async copies (gfx1250's counted per wave, NVIDIA's zero-filling cp.async per lane, by
+  copies or by committed groups): the data lands at the wait that retires it; any access
   to the destination bytes before then (by any lane, the issuing one included), a copy
   into bytes another lane read or wrote since the last barrier, and a kernel that ends
   with copies in flight are errors;
@@ -194,6 +194,15 @@ class _AsyncRecord:
     lane: np.ndarray  # [A]
     lds_idx: np.ndarray  # [A, nbytes] index into the flattened [G, bytes] LDS
     data: np.ndarray  # [A, nbytes] uint8
+    # [A] the copying lane's cp.async group (its commits before the issue; ASYNC_COMMIT):
+    # what ASYNC_WAIT_GROUP counts (per lane, scope 1)
+    group: np.ndarray
+
+    def rest(self, landed: np.ndarray, issued: np.ndarray) -> _AsyncRecord:
+        """This record less its ``landed`` lanes [A], counted by ``issued`` now."""
+        keep = ~landed
+        return _AsyncRecord(self.op, self.scope, issued, self.wg[keep], self.lane[keep],
+                            self.lds_idx[keep], self.data[keep], self.group[keep])
 
 
 class _Machine:
@@ -252,6 +261,7 @@ class _Machine:
         self.writers = np.full((G, n), _NONE, np.int32)
         self.pend = np.full((G, n), -1, np.int32)
         self.records: list[_AsyncRecord] = []
+        self.commits = np.zeros((G, self.L), np.int32)  # cp.async groups each lane closed
         self.all_lanes = _Lanes(np.repeat(np.arange(G), self.L), np.tile(np.arange(self.L), G))
         mask = np.ones((G, self.L), bool)
         self.block(self.kd.body, mask)
@@ -864,7 +874,22 @@ def _async_issue(m: _Machine, v: Value, dst, at: _Lanes, data: np.ndarray) -> No
     m.pend.reshape(-1)[idx.ravel()] = np.repeat(lane, nbytes)
     issued = np.zeros((m.G, -(-m.L // scope)), bool)
     issued[w, lane // scope] = True
-    m.records.append(_AsyncRecord(f"{v.op.name} %{v.id}", scope, issued, w, lane, idx, data))
+    m.records.append(_AsyncRecord(f"{v.op.name} %{v.id}", scope, issued, w, lane, idx, data,
+                                  m.commits[w, lane]))
+
+
+def _land(m: _Machine, rec: _AsyncRecord, land_lane: np.ndarray) -> None:
+    """The bytes of ``rec``'s lanes ``land_lane`` [A] land in LDS."""
+    il = rec.lds_idx[land_lane]
+    m.lds.reshape(-1)[il] = rec.data[land_lane]
+    m.pend.reshape(-1)[il] = -1
+    if m.check_races:
+        # landed bytes are the issuing lane's writes, even when a barrier came between
+        # the issue and the wait: other lanes need a barrier after the wait to read them
+        st = m.writers.reshape(-1)
+        lanes = np.broadcast_to(rec.lane[land_lane][:, None], il.shape)
+        prior = st[il]
+        st[il] = np.where((prior == _NONE) | (prior == lanes), lanes, _MANY)
 
 
 def _async_wait(m: _Machine, v: Value, mask):
@@ -886,21 +911,41 @@ def _async_wait(m: _Machine, v: Value, mask):
         newer[s] += rec.issued
         land_lane = lands[rec.wg, rec.lane // s]
         if land_lane.any():
-            il = rec.lds_idx[land_lane]
-            m.lds.reshape(-1)[il] = rec.data[land_lane]
-            m.pend.reshape(-1)[il] = -1
-            if m.check_races:
-                # landed bytes are the issuing lane's writes, even when a barrier came between
-                # the issue and the wait: other lanes need a barrier after the wait to read them
-                st = m.writers.reshape(-1)
-                lanes = np.broadcast_to(rec.lane[land_lane][:, None], il.shape)
-                prior = st[il]
-                st[il] = np.where((prior == _NONE) | (prior == lanes), lanes, _MANY)
+            _land(m, rec, land_lane)
         if not land_lane.all():
-            rest = ~land_lane
-            keep.append(_AsyncRecord(rec.op, s, rec.issued & ~lands, rec.wg[rest],
-                                     rec.lane[rest], rec.lds_idx[rest], rec.data[rest]))
+            keep.append(rec.rest(land_lane, rec.issued & ~lands))
     m.records = keep[::-1]
+    # on cp.async the wait for all is commit_group + wait_group 0 (PTX ISA "cp.async.wait_all")
+    m.commits[w, lane] += 1
+
+
+def _async_commit(m: _Machine, v: Value, mask):
+    """cp.async.commit_group: each active lane closes its open group of copies (an empty
+    one where it issued none since its last commit; PTX ISA "cp.async.commit_group")."""
+    m.commits[mask] += 1
+
+
+def _async_wait_group(m: _Machine, v: Value, mask):
+    """cp.async.wait_group n: each active lane waits until at most ``n`` of its committed
+    groups are pending: its copies of every older group land; copies of its open group
+    (issued since its last commit) are not waited for (PTX ISA "cp.async.wait_group").
+    Per lane, as cp.async's groups are the executing thread's; gfx1250's copies (counted
+    per wave) are not groups, and stay in flight."""
+    n = v.arg
+    keep: list[_AsyncRecord] = []
+    for rec in m.records:
+        if rec.scope != 1:
+            keep.append(rec)
+            continue
+        land_lane = (mask[rec.wg, rec.lane]
+                     & (rec.group < m.commits[rec.wg, rec.lane] - n))
+        if land_lane.any():
+            _land(m, rec, land_lane)
+        if not land_lane.all():
+            issued = rec.issued.copy()
+            issued[rec.wg[land_lane], rec.lane[land_lane]] = False
+            keep.append(rec.rest(land_lane, issued))
+    m.records = keep
 
 
 def _barrier(m: _Machine, v: Value, mask):
@@ -1020,7 +1065,8 @@ _HANDLERS = {
     Ops.VSHUFFLE: _vshuffle,
     Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, Ops.ATOMIC_ADD: _atomic_add,
     Ops.ASYNC_COPY: _async_copy, Ops.ASYNC_COPY_ZFILL: _async_copy_zfill,
-    Ops.ASYNC_WAIT: _async_wait, Ops.BARRIER: _barrier,
+    Ops.ASYNC_WAIT: _async_wait, Ops.ASYNC_COMMIT: _async_commit,
+    Ops.ASYNC_WAIT_GROUP: _async_wait_group, Ops.BARRIER: _barrier,
     Ops.BOUNDED_LOAD: _bounded_load, Ops.LDS_LOAD_TR: _lds_load_tr,
     Ops.MMA: _matrix, Ops.FOR: _for, Ops.IF: _if,
     Ops.LOOP_RESULT: _result, Ops.IF_RESULT: _result,

@@ -215,6 +215,11 @@ class Ops(enum.Enum):
     # arg=n: wait until <= n async copies of this wave (ASYNC_COPY) or of this lane
     # (ASYNC_COPY_ZFILL) are in flight
     ASYNC_WAIT = enum.auto()
+    # close this lane's open group of ASYNC_COPY_ZFILL copies (cp.async.commit_group)
+    ASYNC_COMMIT = enum.auto()
+    # arg=n: wait until <= n of this lane's committed ASYNC_COPY_ZFILL groups are pending
+    # (cp.async.wait_group n); copies not yet committed are not waited for
+    ASYNC_WAIT_GROUP = enum.auto()
     BARRIER = enum.auto()  # workgroup barrier with LDS release/acquire
     # src=(gptr, byte_off, num_bytes), arg=align; gptr and num_bytes kernel arguments (ARG),
     # byte_off i32. Per lane, as a buffer resource reads (kernel/emulate.py cites the
@@ -255,7 +260,7 @@ class GroupOp:
     Vector = frozenset({Ops.VBUILD, Ops.VEXTRACT, Ops.VINSERT, Ops.VSHUFFLE})
     Memory = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY,
                         Ops.ASYNC_COPY_ZFILL})
-    Sync = frozenset({Ops.ASYNC_WAIT, Ops.BARRIER})
+    Sync = frozenset({Ops.ASYNC_WAIT, Ops.ASYNC_COMMIT, Ops.ASYNC_WAIT_GROUP, Ops.BARRIER})
     # ops that take an optional trailing i1 predicate (false: no access, a load yields 0)
     Predicated = frozenset({Ops.LOAD, Ops.STORE, Ops.ATOMIC_ADD, Ops.ASYNC_COPY})
 
@@ -385,6 +390,10 @@ class KernelDef:
     lds: tuple[LdsAlloc, ...]
     body: tuple[Value, ...]
     arg_values: tuple[Value, ...] = field(default=())  # the ARG Value of each arg, in order
+    # the fewest blocks of this kernel one SM must hold at once (0: not said, the
+    # compiler's own choice): NVIDIA's .minnctapersm, which bounds ptxas's register budget
+    # by 65536 / (block x min_blocks) instead of its occupancy heuristic; AMD ignores it
+    min_blocks: int = 0
 
     @property
     def lds_bytes(self) -> int:

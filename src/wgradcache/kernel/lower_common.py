@@ -539,7 +539,8 @@ class Lowering:
     def no_rule(self, v: Value, name: str):
         self.fail(v, "no lowering rule")
 
-    atomic_add = async_copy = async_wait = barrier = bounded_load = lds_load_tr = mma = no_rule
+    atomic_add = async_copy = async_wait = async_commit = async_wait_group = barrier = \
+        bounded_load = lds_load_tr = mma = no_rule
 
 
 # op -> the name of its rule (a method, so a subclass's own is the one called); an op
@@ -550,7 +551,8 @@ RULES: dict[Ops, str] = {
     **dict.fromkeys(GroupOp.Memory, "memory"),
     Ops.FPCAST: "convert", Ops.NOT: "not_", Ops.FNEG: "fneg", Ops.ICMP: "compare",
     Ops.FCMP: "compare", Ops.SELECT: "select", Ops.PTR_CAST: "ptr_cast", Ops.GEP: "gep",
-    Ops.ASYNC_WAIT: "async_wait", Ops.BARRIER: "barrier", Ops.MMA: "mma",
+    Ops.ASYNC_WAIT: "async_wait", Ops.ASYNC_COMMIT: "async_commit",
+    Ops.ASYNC_WAIT_GROUP: "async_wait_group", Ops.BARRIER: "barrier", Ops.MMA: "mma",
     Ops.FOR: "for_loop", Ops.IF: "if_region", Ops.BOUNDED_LOAD: "bounded_load",
     Ops.LDS_LOAD_TR: "lds_load_tr", Ops.LOOP_RESULT: "result", Ops.IF_RESULT: "result",
 }

@@ -189,6 +189,12 @@ class AmdgpuLowering(Lowering):
                         name + ".raw")
         return self.cast("bitcast", raw, ltype(v.dtype), name)
 
+    def async_commit(self, v: Value, name: str) -> None:
+        self.fail(v, "cp.async groups are NVIDIA's: gfx1250 waits for a count of its copies "
+                     "(ASYNC_WAIT)")
+
+    async_wait_group = async_commit
+
     def need_async(self, v: Value):
         if not self.target.async_lds_copy:
             self.fail(v, "no async global->LDS copies on this target (gfx1250 only)")

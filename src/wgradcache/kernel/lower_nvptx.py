@@ -7,7 +7,8 @@ target's own pieces differ, each defined here:
 * module: triple ``nvptx64-nvidia-cuda``, NVPTX's data layout, no module flags;
 * kernel: ``ptx_kernel`` calling convention and ``"nvvm.maxntid"="B"`` (B = block size: the
   PTX ``.maxntid`` directive, which caps ptxas's register allocation at 65536 / B per
-  thread); pointer parameters stay ``ptr addrspace(1)`` (CUDA's generic and global
+  thread), and ``"nvvm.minctasm"="n"`` where the kernel names ``KernelDef.min_blocks``
+  (``.minnctapersm``); pointer parameters stay ``ptr addrspace(1)`` (CUDA's generic and global
   addresses coincide, so the launcher passes the device address unchanged);
 * shared memory: the IR's LDS is address space 3, NVPTX's ``.shared``; one
   ``addrspace(3)`` global per allocation, as on AMDGPU, while the kernel's LDS fits static
@@ -27,7 +28,9 @@ target's own pieces differ, each defined here:
   ``.ca`` (4, 8: .cg takes 16 only), its src-size ``keep ? bytes : 0`` (PTX ISA "cp.async":
   the rest zero-filled); the wait ``cp.async.wait_all`` (commit_group + wait_group 0, the
   thread's own copies): only a wait for all, as the per-wave count of gfx1250's
-  ``ASYNC_COPY`` (which does not lower here) and cp.async's groups differ for n > 0;
+  ``ASYNC_COPY`` (which does not lower here) and cp.async's groups differ for n > 0; a
+  deeper ring counts groups: ``ASYNC_COMMIT`` is ``cp.async.commit_group`` and
+  ``ASYNC_WAIT_GROUP n`` ``cp.async.wait_group n``;
 * transposing LDS read: ``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`` (lane map
   ``mma.TRANSPOSED_READS``), its four registers bitcast to the IR's <8 x 16-bit>;
 * MMA: the ``m16n8k16`` atom is two calls of the NVVM mma intrinsic (``mma.INTRINSICS``) whose
@@ -61,6 +64,8 @@ _CP_ASYNC = {4: "llvm.nvvm.cp.async.ca.shared.global.4.s",
              8: "llvm.nvvm.cp.async.ca.shared.global.8.s",
              16: "llvm.nvvm.cp.async.cg.shared.global.16.s"}
 _CP_ASYNC_WAIT_ALL = "llvm.nvvm.cp.async.wait.all"
+_CP_ASYNC_COMMIT = "llvm.nvvm.cp.async.commit.group"
+_CP_ASYNC_WAIT_GROUP = "llvm.nvvm.cp.async.wait.group"  # its count an immarg i32
 # packed 16-bit reductions: PTX ISA 9.7.13.6 "red" (.noftz.f16x2 sm_60+, .bf16x2 sm_90)
 _RED_PACKED = {"f16": "red.relaxed.gpu.global.add.noftz.f16x2",
                "bf16": "red.relaxed.gpu.global.add.noftz.bf16x2"}
@@ -76,7 +81,9 @@ class NvptxLowering(Lowering):
     module_tail: list[str] = []  # no AMDGPU module flags
 
     def kernel_prototype(self, ref: str, params: str) -> str:
-        return f'define ptx_kernel void {ref}({params}) "nvvm.maxntid"="{self.kd.block_size}"'
+        least = f' "nvvm.minctasm"="{self.kd.min_blocks}"' if self.kd.min_blocks else ""
+        return (f'define ptx_kernel void {ref}({params}) "nvvm.maxntid"="{self.kd.block_size}"'
+                + least)
 
     def declare_lds(self):
         """Static shared memory while it fits (the shared rule); past the static limit
@@ -167,6 +174,12 @@ class NvptxLowering(Lowering):
         if v.arg != 0:
             self.fail(v, f"async_wait({v.arg}): only a wait for all (cp.async.wait_all)")
         self.call(self.intrinsic(_CP_ASYNC_WAIT_ALL, "void", []), [])
+
+    def async_commit(self, v: Value, name: str) -> None:
+        self.call(self.intrinsic(_CP_ASYNC_COMMIT, "void", []), [])
+
+    def async_wait_group(self, v: Value, name: str) -> None:
+        self.call(self.intrinsic(_CP_ASYNC_WAIT_GROUP, "void", ["i32"]), [("i32", str(v.arg))])
 
     def lds_load_tr(self, v: Value, name: str) -> LValue:
         """ldmatrix .x4 .trans: four 32-bit registers, register j holding slots 2j, 2j+1

@@ -150,7 +150,8 @@ class _Verifier:
     def check_sync(self, v: Value):
         if v.src or v.dtype != void:
             self.fail(v, "takes no operands")
-        if v.op is Ops.ASYNC_WAIT and not (isinstance(v.arg, int) and 0 <= v.arg < 64):
+        counted = v.op in (Ops.ASYNC_WAIT, Ops.ASYNC_WAIT_GROUP)
+        if counted and not (isinstance(v.arg, int) and 0 <= v.arg < 64):
             self.fail(v, f"count {v.arg!r}")
 
     def check_mma(self, v: Value):

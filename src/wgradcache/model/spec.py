@@ -33,6 +33,8 @@ __all__ = [
     "CTA_GROUP_RANGE", "IDENTITY_DEFAULTS", "cta_order_fits", "cta_groups_for",
     "DEPTHWISE", "DEPTHWISE_VARIANTS", "DEPTHWISE_TAPS", "is_depthwise",
     "depthwise_lds_bytes", "depthwise_accumulators",
+    "STAGE_RANGE", "async_ring_stages", "stages_fit", "stages_for", "ASYNC_COUNT_MAX",
+    "async_copies_per_tile", "ring_wait_depth",
 ]
 
 AB_DTYPES = ("fp16", "bf16")
@@ -58,9 +60,16 @@ SPEC_SCHEMA = 1  # bump when the meaning of a field changes: every identity key 
 CTA_GROUP_RANGE = (1, 64)
 # Fields added after identities were first written: ``canonical`` leaves each out at its
 # default, so every kernel that existed before the field keeps its identity key (and label).
-IDENTITY_DEFAULTS: dict[str, int] = {"cta_group": 1}
+IDENTITY_DEFAULTS: dict[str, int] = {"cta_group": 1, "stages": 2}
 # (tile_m, tile_n, tile_k, warp_m, warp_n): a label's t..-w.. part, a ladder's point
 Geometry = tuple[int, int, int, int, int]
+# LDS stages of the async K loop's ring (``stages``): 2 is the ping-pong of every kernel
+# before the field; up to 4 (three tiles of copies in flight) where the LDS holds them.
+STAGE_RANGE = (2, 4)
+# The largest count an async wait names (gfx1250's s_wait_asynccnt; the IR's verify holds
+# every wait count below 64, the 6 bits of gfx12's counters). A ring whose tiles in flight
+# issue more copies waits for this many: more than it needs, never less.
+ASYNC_COUNT_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,11 @@ class Limits:
     # (geometries.yaml's cta_orders; none by default)
     cta_groups: tuple[int, ...] = ()
     cta_group_min_tile: int = 0
+    # async-loop stage counts past 2 the walk adds beside the ping-pong, on the geometries
+    # whose tile_m and tile_n are both at least stages_min_tile (geometries.yaml's
+    # stages; none by default)
+    stages: tuple[int, ...] = ()
+    stages_min_tile: int = 0
 
 
 DEFAULT_LIMITS = Limits()  # the shipped file's base filters (tested); no per-target override
@@ -134,7 +148,11 @@ class KernelSpec:
     fields mean: tile_m = T, the filter side it holds accumulators for (it serves every
     Y, X <= T); tile_n = channels per CTA; tile_k = reduction positions (n, ho, wo) per
     CTA step, one thread row each; vec_a = vec_b = channels per thread (its loads of dY
-    and X); warp_m = waves (block = tile_n / vec_b x tile_k threads), warp_n = 1."""
+    and X); warp_m = waves (block = tile_n / vec_b x tile_k threads), warp_n = 1.
+
+    ``stages`` is the async loop's LDS ring: S stages, S - 1 K tiles of copies in flight
+    (``kloop.async_k_loop``); 2 is the ping-pong, and the only value of the sync loop
+    (whose own 1 or 2 follows from the LDS, ``sync_stages``)."""
 
     target: str
     dtype: str  # A and B
@@ -153,6 +171,7 @@ class KernelSpec:
     reduction: str = "none"
     ws_replicas: int = 0
     cta_group: int = 1
+    stages: int = 2
 
     @property
     def geometry(self) -> Geometry:
@@ -216,8 +235,9 @@ class KernelSpec:
             vec += f"c{self.chunk_a}x{self.chunk_b}"
         wsr = f"-wsr{self.ws_replicas}" if self.ws_replicas else ""
         order = f"-g{self.cta_group}" if self.cta_group != 1 else ""
+        ring = f"-s{self.stages}" if self.stages != 2 else ""
         return (f"{self.target}-{self.dtype}{dw}-{geometry_tag(self.geometry)}"
-                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}{order}")
+                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}{order}{ring}")
 
     @staticmethod
     def from_dict(d: dict) -> KernelSpec:
@@ -241,7 +261,7 @@ _LABEL = re.compile(
     r"-t(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)-w(?P<wm>\d+)x(?P<wn>\d+)"
     r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
     r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?"
-    r"(?:-g(?P<grp>\d+))?$"
+    r"(?:-g(?P<grp>\d+))?(?:-s(?P<stg>\d+))?$"
 )
 
 
@@ -267,12 +287,17 @@ def from_label(label: str) -> KernelSpec:
     if grp is not None and (str(int(grp)) != grp or int(grp) < 2):
         raise ValueError(f"not a kernel label: {label!r} (the row-major CTA order has no "
                          "-g part; a grouped one is -g<tile-rows>, e.g. -g8)")
+    stg = g["stg"]
+    if stg is not None and (str(int(stg)) != stg or int(stg) < 3):
+        raise ValueError(f"not a kernel label: {label!r} (two LDS stages have no -s part; "
+                         "a deeper async ring is -s<stages>, e.g. -s3)")
     return KernelSpec(
         target=g["target"], dtype=g["dtype"], dw_dtype=g["dw"] or g["dtype"],
         tile_m=num("tm"), tile_n=num("tn"), tile_k=num("tk"), warp_m=num("wm"), warp_n=num("wn"),
         vec_a=num("va"), vec_b=num("vb"), chunk_a=num("ca"), chunk_b=num("cb"),
         k_loop=g["k_loop"], epilogue=g["epilogue"], reduction=g["reduction"],
         ws_replicas=num("wsr"), cta_group=int(grp) if grp is not None else 1,
+        stages=int(stg) if stg is not None else 2,
     )
 
 
@@ -352,8 +377,17 @@ def sync_stages(tile: Tile, k_outer: bool = False) -> int:
     return 2 if 2 * one <= tile.target.lds_bytes else 1
 
 
+def async_ring_stages(target: Target, stages: int) -> int:
+    """LDS stages the async loop allocates for a ring of ``stages``: the ring, and where
+    the copy does not zero-fill itself (``Target.async_zero_fill``) one scratch stage per
+    tile in flight (``stages - 1``) for out-of-range chunks' copies and in-range chunks'
+    zero stores (``copies.copy_or_zero_fill``): each tile's scratch slot holds nothing a
+    copy of another tile in flight still lands in (``kloop.async_k_loop``)."""
+    return stages if target.async_zero_fill else 2 * stages - 1
+
+
 def lds_bytes_for(tile: Tile, k_loop: str, epilogue: str,
-                  vecs: tuple[int, int] | None = None) -> int:
+                  vecs: tuple[int, int] | None = None, stages: int = 2) -> int:
     """LDS the generator allocates (the generator calls this; the validator bounds it).
 
     The sync loop stores K-contiguous tiles: tile_m + tile_n rows of tile_k + sync_row_pad
@@ -361,17 +395,14 @@ def lds_bytes_for(tile: Tile, k_loop: str, epilogue: str,
     over the banks), ``sync_stages`` of them; K-outer ones where ``sync_k_outer`` (which
     reads the load widths ``vecs``; None, as the ladder's geometry filter asks: the larger
     of the layouts the target may use). The async loop's copies land as memory holds them:
-    K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, two stages and a third of
-    the same layout where out-of-range chunks' copies land (no exec-mask branch:
-    ``copies.copy_or_zero_fill``); no third where the copy zero-fills itself
-    (``Target.async_zero_fill``).
+    K-outer tiles, tile_k rows of tile_mn + LDS_ROW_PAD elements, ``stages`` of them and the
+    scratch stages of ``async_ring_stages`` (two and one for the ping-pong).
     The cshuffle staging (f32 tile_m x tile_n) reuses the operand buffers after the K
     loop's last barrier, so the allocation is the larger of the two.
     """
     target, dtype = tile.target, tile.dtype
     if k_loop == "async":
-        stages = 2 if target.async_zero_fill else 3
-        operands = stages * _stage_bytes(tile, True)
+        operands = async_ring_stages(target, stages) * _stage_bytes(tile, True)
     else:
         if vecs is not None:
             layouts: tuple[bool, ...] = (sync_k_outer(target, dtype, *vecs),)
@@ -386,7 +417,8 @@ def lds_bytes_for(tile: Tile, k_loop: str, epilogue: str,
 def lds_bytes(spec: KernelSpec) -> int:
     if is_depthwise(spec):
         return depthwise_lds_bytes(spec.tile_m, spec.tile_n, spec.tile_k)
-    return lds_bytes_for(spec.tile, spec.k_loop, spec.epilogue, (spec.vec_a, spec.vec_b))
+    return lds_bytes_for(spec.tile, spec.k_loop, spec.epilogue, (spec.vec_a, spec.vec_b),
+                         spec.stages)
 
 
 def dynamic_lds_bytes(spec: KernelSpec) -> int:
@@ -436,11 +468,12 @@ def geometry_fits(tile: Tile, limits: Limits | None) -> tuple[bool, str]:
     return lds_fits(tile, "sync", "default")
 
 
-def lds_fits(tile: Tile, k_loop: str, epilogue: str) -> tuple[bool, str]:
+def lds_fits(tile: Tile, k_loop: str, epilogue: str, stages: int = 2) -> tuple[bool, str]:
     target = tile.target
-    need = lds_bytes_for(tile, k_loop, epilogue)
+    need = lds_bytes_for(tile, k_loop, epilogue, stages=stages)
     if need > target.lds_bytes:
-        return False, (f"LDS {need} B ({k_loop} loop, {epilogue} epilogue) exceeds "
+        ring = f", {stages} stages" if stages != 2 else ""
+        return False, (f"LDS {need} B ({k_loop} loop{ring}, {epilogue} epilogue) exceeds "
                        f"{target.name}'s {target.lds_bytes} B")
     return True, ""
 
@@ -470,6 +503,28 @@ def loads_per_thread(tile: Tile, widths: LoadWidths) -> float:
     tm, tn, tk, wm, wn = tile.geometry
     va, vb = widths.elements(tile.dtype)
     return (tm * tk // va + tn * tk // vb) / (wm * wn * tile.target.wave_size)
+
+
+def async_copies_per_tile(spec: KernelSpec) -> int:
+    """The async copies every thread issues in every K tile of ``spec``: each operand's
+    chunks over the block, rounded down (a thread past a ragged tile's last chunk skips its
+    last slot: ``slots.tile_slots``)."""
+    eb, block = elem_bytes(spec.dtype), spec.block_size
+    return sum(spec.tile_k * tile // (chunk // eb) // block
+               for tile, chunk in ((spec.tile_m, spec.chunk_a), (spec.tile_n, spec.chunk_b)))
+
+
+def ring_wait_depth(spec: KernelSpec, behind: int | None = None) -> int:
+    """What the async loop's steady wait leaves in flight: the copies of the ``behind``
+    newest tiles (``stages`` - 2: every tile issued after the one the phase reads). NVIDIA
+    counts cp.async groups, one a tile: ``behind``. gfx1250's ``s_wait_asynccnt`` counts
+    the wave's copy instructions, the oldest retiring first (Triton's AMD backend counts
+    its own waits so): ``behind`` tiles of ``async_copies_per_tile``, at most
+    ``ASYNC_COUNT_MAX``. The one rule of the generator and of verify's structure check."""
+    behind = spec.stages - 2 if behind is None else behind
+    if get_target(spec.target).async_zero_fill:
+        return behind
+    return min(behind * async_copies_per_tile(spec), ASYNC_COUNT_MAX)
 
 
 def loads_fit(tile: Tile, widths: LoadWidths, limits: Limits | None) -> tuple[bool, str]:
@@ -542,6 +597,41 @@ def cta_groups_for(geometry: Geometry, limits: Limits) -> tuple[int, ...]:
     return (1, *(g for g in limits.cta_groups if cta_order_fits(g, geometry, limits)[0]))
 
 
+def stages_fit(tile: Tile, k_loop: str, epilogue: str, stages: int,
+               limits: Limits | None) -> tuple[bool, str]:
+    """The LDS ring of the async loop. Every count in STAGE_RANGE whose LDS the target holds
+    (``lds_fits``; on sm_90 past 48 KB as dynamic shared memory, ``Target.lds_dynamic``)
+    makes a correct kernel (``limits`` None); the walk's data adds only the counts it
+    names, on tiles at least its ``stages_min_tile`` on both sides. The sync loop has the
+    one value 2 (its 1 or 2 stages follow from the LDS: ``sync_stages``)."""
+    lo, hi = STAGE_RANGE
+    if not lo <= stages <= hi:
+        return False, f"stages {stages} outside [{lo}, {hi}]"
+    if stages == 2:
+        return True, ""
+    if k_loop != "async":
+        return False, f"a ring of {stages} LDS stages belongs to the async loop"
+    ok, why = lds_fits(tile, k_loop, epilogue, stages)
+    if not ok or limits is None:
+        return ok, why
+    if stages not in limits.stages:
+        named = ", ".join(map(str, limits.stages)) or "none"
+        return False, (f"{stages} async stages is not a count the job data gives this target "
+                       f"(stages: {named})")
+    tm, tn = tile.geometry[:2]
+    if min(tm, tn) < limits.stages_min_tile:
+        return False, (f"{stages} async stages on a {tm}x{tn} tile: the job data deepens "
+                       f"tiles of at least {limits.stages_min_tile} on both sides")
+    return True, ""
+
+
+def stages_for(tile: Tile, k_loop: str, epilogue: str, limits: Limits) -> tuple[int, ...]:
+    """The stage counts the walk gives a configuration: 2, then every count of the job data
+    that ``stages_fit`` admits (the one rule of walk, count and validate)."""
+    return (2, *(s for s in limits.stages
+                 if stages_fit(tile, k_loop, epilogue, s, limits)[0]))
+
+
 def _names_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[bool, str]:
     if not target.has_kernels:
         return False, f"{target.name}: no kernel generator for {target.family} targets yet"
@@ -585,7 +675,9 @@ _RULES = (
     lambda s, t, lim: store_vector_ok(s.epilogue, s.reduction, s.store_vec),
     _replicas_ok,
     lambda s, t, lim: cta_order_fits(s.cta_group, s.geometry, lim),
-    lambda s, t, lim: lds_fits(Tile(t, s.dtype, s.geometry), s.k_loop, s.epilogue),
+    lambda s, t, lim: stages_fit(Tile(t, s.dtype, s.geometry), s.k_loop, s.epilogue,
+                                 s.stages, lim),
+    lambda s, t, lim: lds_fits(Tile(t, s.dtype, s.geometry), s.k_loop, s.epilogue, s.stages),
 )
 
 

@@ -37,7 +37,9 @@ a kernel computes a problem; this module only chooses among the kernels that do:
 * the formula and the fit ignore the CTA order (``spec.cta_group``): a grouped kernel and
   its row-major twin have the same grid and the same terms, so they tie and the label
   breaks the tie, the row-major one first (its label is the grouped one's prefix), until
-  the device class's timings of the two rank them. Each order is its own pruning kind;
+  the device class's timings of the two rank them. Each order is its own pruning kind; so
+  is each depth of the async loop's ring (``spec.stages``), which the formula ignores too
+  (a -sS kernel ties with its two-stage twin and ranks after it until timings say);
 * a depthwise problem (groups = C = K) is served by the direct depthwise kernels too
   (``serves`` admits them for nothing else), ranked by their own issue slots in the same
   clocks (``depthwise_issue_per_step``), so they rank beside the GEMM kernels that serve it.
@@ -360,7 +362,7 @@ def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | N
 def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
     best: dict[tuple, tuple[tuple[int, int, int], list[KernelSpec]]] = {}
     for s in specs:
-        kind = (s.geometry, s.k_loop, s.epilogue, s.reduction, s.cta_group)
+        kind = (s.geometry, s.k_loop, s.epilogue, s.reduction, s.cta_group, s.stages)
         rank = (s.load_vec_a + s.load_vec_b, s.load_vec_a, s.load_vec_b)
         cur = best.get(kind)
         if cur is None or rank > cur[0]:

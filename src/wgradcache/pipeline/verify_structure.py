@@ -44,6 +44,7 @@ from wgradcache.model.spec import (
     is_depthwise,
     lds_bytes,
     loads_per_thread,
+    ring_wait_depth,
     spec_sync_k_outer,
     sync_stages,
 )
@@ -117,8 +118,9 @@ def _gemm_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -
         need(per_tile > 0 and isa.get("mma", 0) % per_tile == 0,
              f"{isa.get('mma', 0)} MMAs is not a whole number of K tiles of {per_tile}")
     # One barrier per K step in both loops (the sync loop over two LDS stages; two barriers
-    # where only one stage fits, spec.sync_stages); LLVM drops s_barrier when the block is
-    # one wave (flat-work-group-size <= wave); ptxas keeps a one-warp block's bar.sync.
+    # where only one stage fits, spec.sync_stages; the async loop at every ring depth);
+    # LLVM drops s_barrier when the block is one wave (flat-work-group-size <= wave);
+    # ptxas keeps a one-warp block's bar.sync.
     per_step = 1 if spec.k_loop == "async" or sync_stages(
         spec.tile, spec_sync_k_outer(spec)) == 2 else 2
     want = (per_step if spec.block_size > target.wave_size
@@ -138,6 +140,13 @@ def _gemm_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -
     if spec.k_loop == "async":
         need(isa.get("async_copies", 0) > 0, "async loop without global_load_async_to_lds")
         need(isa.get("async_waits", 0) > 0, "async loop without s_wait_asynccnt")
+        # the ring's depth: the steady wait leaves the newer S - 2 tiles' copies in flight
+        # (0 for the ping-pong: a wait for all), so a kernel of another ring, or one whose
+        # waits codegen merged into a wait for all, is refused
+        depth = ring_wait_depth(spec)
+        got_depth = isa.get("main_loop_async_wait_depth", 0)
+        need(got_depth == depth, f"the async loop's wait leaves {got_depth} in flight, its "
+                                 f"ring of {spec.stages} stages {depth}")
     else:
         need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
 

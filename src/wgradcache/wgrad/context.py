@@ -15,7 +15,9 @@ LDS (``spec.lds_bytes``, one allocation), in one of two layouts:
   one contiguous run, read at 128 bits (``kloop`` says why this layout); the loaders
   transpose in registers on the way in.
 * async loop, K-outer: per stage, A as tile_k rows of tile_m + 8 elements, then B as tile_k
-  rows of tile_n + 8 (the copies land as memory holds them); two stages. The sync loop
+  rows of tile_n + 8 (the copies land as memory holds them); ``spec.stages`` of them (two,
+  or the deeper ring of ``kloop._ring_k_loop``), then gfx1250's scratch stages
+  (``spec.async_ring_stages``). The sync loop
   takes this layout too where the target reads it with a transposing read
   (``spec.sync_k_outer``: sm_90's ldmatrix .trans; gfx1250's ds_load_tr16_b128 with
   8-element loads), its stores then plain row vectors.

@@ -125,7 +125,7 @@ def copy_or_zero_fill(kb: KernelBuilder, buf: Value, byte_off: Value, num_bytes:
 
 
 def issue_async(op: Operand, kt: Value, lds: Value, stage_off: Value,  # noqa: PLR0913 - emits one K tile's copy IR: the tile, its LDS stage, the scratch stage
-                spare_off: int, state: list[Coords] | None = None,
+                spare_off: Value | int, state: list[Coords] | None = None,
                 whole: bool = False) -> None:
     """Copy K tile ``kt`` of the operand into the LDS stage at element ``stage_off``;
     ``spare_off``: element offset of the scratch stage (``spec.lds_bytes_for``), where

@@ -13,7 +13,13 @@ from wgradcache.wgrad.depthwise import build_depthwise
 from wgradcache.wgrad.epilogue import cshuffle_epilogue, default_epilogue
 from wgradcache.wgrad.kloop import async_k_loop, sync_k_loop
 
-__all__ = ["build_kernel", "kernel_symbol"]
+__all__ = ["build_kernel", "kernel_symbol", "RING_MIN_BLOCKS"]
+
+# A deeper async ring says one block per SM suffices (``KernelDef.min_blocks``): without
+# it ptxas squeezed sm_90 t128x128x64-w4x2-c16x16 -s3/-s4 into 128 registers with an 8-16
+# byte stack frame (two blocks of 256 at most) where its two-stage twin takes 154 and
+# none; with it, 154 and none, and each ring kernel allocates as its twin does.
+RING_MIN_BLOCKS = 1
 
 
 def kernel_symbol(spec: KernelSpec) -> str:
@@ -38,4 +44,4 @@ def build_kernel(spec: KernelSpec, check: bool = True) -> KernelDef:
         cshuffle_epilogue(ctx, accs)
     else:
         default_epilogue(ctx, accs)
-    return ctx.kb.finish()
+    return ctx.kb.finish(min_blocks=RING_MIN_BLOCKS if spec.stages > 2 else 0)

@@ -1,6 +1,6 @@
 """The K loops: MMA atoms read from LDS, the pipelined sync loop (two LDS stages wherever
-they fit, ``spec.sync_stages``) and the async ping-pong (gfx1250, sm_90); one barrier per K
-tile.
+they fit, ``spec.sync_stages``) and the async ping-pong (gfx1250, sm_90) or its deeper ring
+(``spec.stages`` 3 and 4, ``_ring_k_loop``); one barrier per K tile.
 
 Each wave owns a (tile_m/warp_m) × (tile_n/warp_n) sub-tile of 16×16 atoms and keeps one
 ``<c_elems x f32>`` accumulator per atom, carried through the loop. Fragments are gathered
@@ -54,7 +54,13 @@ from contextlib import nullcontext
 
 from wgradcache.kernel import mma
 from wgradcache.kernel.ir import Value, f32, i32
-from wgradcache.model.spec import LoadWidths, Tile, loads_per_thread, sync_stages
+from wgradcache.model.spec import (
+    LoadWidths,
+    Tile,
+    loads_per_thread,
+    ring_wait_depth,
+    sync_stages,
+)
 from wgradcache.model.targets import get_target
 from wgradcache.wgrad.context import WgradContext, udiv_const
 from wgradcache.wgrad.copies import issue_async, load_sync, store_sync
@@ -62,7 +68,7 @@ from wgradcache.wgrad.operand_a import a_operand, whole_tiles_inside
 from wgradcache.wgrad.operand_b import b_operand
 
 __all__ = ["atoms", "zero_accumulators", "mma_tile", "sync_k_loop", "async_k_loop",
-           "PREFETCH_MAX_LOADS", "GATHER_STATE_MAX_SLOTS"]
+           "PREFETCH_MAX_LOADS", "GATHER_STATE_MAX_SLOTS", "RING_PLANTS"]
 
 # Global loads per thread per K tile up to which the sync loop prefetches the next tile into
 # registers (sync_k_loop). Measured with LLVM 22 (no spill at or below; see sync_k_loop):
@@ -70,6 +76,9 @@ PREFETCH_MAX_LOADS = 32
 # B slots per thread up to which the sync loop carries each slot's gather coordinates
 # (three registers a slot) instead of dividing per K tile (sync_k_loop)
 GATHER_STATE_MAX_SLOTS = 16
+# The hazards ``async_k_loop`` plants for the tests of its ring (never in a cached kernel):
+# "wait", wait for one tile of copies fewer; "ring", issue tile t+S-1 into tile t's stage.
+RING_PLANTS = ("wait", "ring")
 
 
 def atoms(ctx: WgradContext) -> tuple[int, int]:
@@ -269,8 +278,9 @@ def sync_k_loop(ctx: WgradContext, planted_race: bool = False) -> list[Value]:
     return list(loop.results[:n_acc])
 
 
-def async_k_loop(ctx: WgradContext) -> list[Value]:
-    """One-barrier ping-pong over async copies into two LDS stages.
+def async_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
+    """One-barrier ping-pong over async copies into two LDS stages (``spec.stages`` 2; a
+    deeper ring is ``_ring_k_loop``; ``plant``: ``RING_PLANTS``, tests only).
 
     Phase t: wait for this wave's copies of tile t, one barrier (every wave's copies of t
     have landed and every wave is done reading tile t−1's stage), then issue tile t+1 into
@@ -291,6 +301,8 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
     carried and stepped by ``XOperand.advance`` (as in ``sync_k_loop``), and a chunk
     pays only its tap's two bounds and one add. Elsewhere each chunk divides per tile.
     """
+    if ctx.spec.stages > 2 or plant:
+        return _ring_k_loop(ctx, plant)
     kb, sp = ctx.kb, ctx.spec
     lds = ctx.lds_ab()
     a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
@@ -340,4 +352,111 @@ def async_k_loop(ctx: WgradContext) -> list[Value]:
         kt, c = loop.index, list(loop.carried)
         accs, flat = phase(kt, c[:n_acc], c[n_acc:], whole=False)
         loop.yield_(*accs, *flat)
+    return list(loop.results[:n_acc])
+
+
+def _ring_k_loop(ctx: WgradContext, plant: str = "") -> list[Value]:
+    """The async loop over a ring of S = ``spec.stages`` LDS stages, S - 1 K tiles of copies
+    in flight, one barrier per K tile.
+
+    Before the loop the thread issues tiles 0 .. S-2 into stages 0 .. S-2. Phase t: wait
+    until this thread's (cp.async) or wave's (gfx1250) copies of tile t have landed, the
+    S - 2 newer tiles' left in flight (``spec.ring_wait_depth``); one barrier; issue tile
+    t+S-1 into stage (t-1) mod S; tile t's MMAs from stage t mod S.
+
+    Why one barrier per tile is still enough: the stage tile t+S-1 overwrites is the one
+    tile t-1 was read from, and every wave is past its MMAs of tile t-1 once it has passed
+    barrier t, which no wave leaves before all have reached it; the stages of tiles t+1 ..
+    t+S-2 are written only by their copies in flight and read by nobody before the wait and
+    barrier of their own phase; tile t's stage is read after barrier t, which every lane
+    reaches after its wait for tile t. With S = 2 this is the ping-pong.
+
+    The wait: on NVIDIA every phase (and every prologue tile) commits one cp.async group,
+    empty where no tile is left to issue, so tile t is group t and ``cp.async.wait_group
+    S-2`` retires it in every phase (CUTLASS's multistage mainloop commits the same way).
+    gfx1250 counts copy instructions (``ring_wait_depth``): exact in the steady phases,
+    where the S - 2 newer tiles were all issued; a checked phase with fewer than S - 2
+    tiles after it first waits for all (one scalar branch).
+
+    gfx1250's out-of-range chunks copy into scratch and their in-range twins store zeros
+    there (``copies.copy_or_zero_fill``): one scratch stage per tile in flight, tile j's
+    at scratch j mod (S-1), so a scratch slot is written only after the wait that retired
+    its last copy (tile t+S-1 takes tile t's, retired by this phase's wait)."""
+    kb, sp = ctx.kb, ctx.spec
+    target = get_target(sp.target)
+    zero_fill = target.async_zero_fill
+    S, stage, tk = sp.stages, ctx.stage_elems, sp.tile_k
+    lds = ctx.lds_ab()
+    a_op = a_operand(ctx, sp.chunk_a // ctx.eb)
+    b_op = b_operand(ctx, sp.chunk_b // ctx.eb, max_rows=GATHER_STATE_MAX_SLOTS)
+    a_lane, b_lane = lane_bases(ctx)
+    idx = a_lane.dtype
+    spare0 = S * stage  # the scratch stages (gfx1250): S - 1 after the ring
+    uniform = ctx.lay.wave_size
+
+    def const(v: int) -> Value:
+        return kb.const(v, idx)
+
+    def wrap(off: Value, first: int, n: int) -> Value:
+        """The next stage offset of a ring of ``n`` stages starting at ``first``."""
+        nxt = kb.add(off, stage)
+        return kb.select(kb.icmp("eq", nxt, const(first + n * stage)), const(first), nxt)
+
+    state = b_op.row_state(ctx.k_begin) if b_op.row_of else []
+    for j in range(S - 1):  # the prologue: tiles 0 .. S-2
+        kj = kb.add(ctx.k_begin, j * tk) if j else ctx.k_begin
+        if j:
+            state = b_op.advance(state) if state else state
+        with kb.if_(kb.icmp("slt", kj, ctx.k_end), uniform=uniform):
+            issue_async(a_op, kj, lds, const(j * stage), spare0 + j * stage)
+            issue_async(b_op, kj, lds, const(j * stage), spare0 + j * stage, state or None)
+        if zero_fill:
+            kb.async_commit()
+    accs0 = zero_accumulators(ctx)
+    n_acc, n_state = len(accs0), sum(len(st) for st in state)
+    depth = ring_wait_depth(sp, S - 1 if plant == "wait" else S - 2)  # planted: one tile more
+
+    def phase(kt: Value, c: list[Value], whole: bool) -> list[Value]:
+        accs, flat = c[:n_acc], c[n_acc:n_acc + n_state]
+        cur, spare = c[n_acc + n_state], (None if zero_fill else c[n_acc + n_state + 1])
+        last = [tuple(flat[i:i + 3]) for i in range(0, len(flat), 3)]
+        nxt_state = b_op.advance(last) if flat else None
+        if zero_fill:
+            kb.async_wait_group(depth)
+        else:
+            if not whole:  # fewer than S - 2 tiles after this one: wait for all
+                with kb.if_(kb.icmp("sge", kb.add(kt, (S - 2) * tk), ctx.k_end),
+                            uniform=uniform):
+                    kb.async_wait(0)
+            kb.async_wait(depth)
+        kb.barrier()
+        # tile t+S-1 goes where tile t-1 was read: (t-1) mod S (planted: tile t's own)
+        prev = kb.select(kb.icmp("eq", cur, const(0)), const((S - 1) * stage),
+                         kb.sub(cur, stage))
+        nxt = cur if plant == "ring" else prev
+        k_next = kb.add(kt, (S - 1) * tk)
+        more = nullcontext() if whole else \
+            kb.if_(kb.icmp("slt", k_next, ctx.k_end), uniform=uniform)
+        with more:
+            scratch = 0 if zero_fill else spare
+            issue_async(a_op, k_next, lds, nxt, scratch, whole=whole)
+            issue_async(b_op, k_next, lds, nxt, scratch, nxt_state, whole=whole)
+        if zero_fill:
+            kb.async_commit()
+        accs = mma_tile(ctx, kb.gep(lds, kb.add(a_lane, cur)),
+                        kb.gep(lds, kb.add(b_lane, cur)), accs)
+        ring = [wrap(cur, 0, S)] + ([] if zero_fill else [wrap(spare, spare0, S - 1)])
+        return [*accs, *(v for st in nxt_state or () for v in st), *ring]
+
+    rings0 = [const(0)] + ([] if zero_fill else [const(spare0)])
+    carried0 = [*accs0, *(v for st in state for v in st), *rings0]
+    # the steady state: phases whose tile t+S-1 is whole (kt + S·tile_k <= k_end)
+    whole_end = kb.select(whole_tiles_inside(ctx), kb.sub(ctx.k_end, S * tk - 1), ctx.k_begin)
+    with kb.for_(ctx.k_begin, whole_end, tk, carried=[*carried0, ctx.k_begin]) as loop:
+        kt = loop.index
+        loop.yield_(*phase(kt, list(loop.carried)[:-1], whole=True), kb.add(kt, tk))
+    res = list(loop.results)
+    # the last S - 1 phases (every phase where whole_tiles_inside fails): checked
+    with kb.for_(res[-1], ctx.k_end, tk, carried=res[:-1]) as loop:
+        loop.yield_(*phase(loop.index, list(loop.carried), whole=False))
     return list(loop.results[:n_acc])
