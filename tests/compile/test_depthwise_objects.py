@@ -8,6 +8,7 @@ import pytest
 
 from wgradcache.cache.entry import record_json
 from wgradcache.cache.store import TargetCache
+from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import from_label, lds_bytes
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.build import BuildRequest, build
@@ -28,25 +29,26 @@ def entries(tmp_path_factory):
         summary = build(BuildRequest(target=spec.target, cache_dir=str(root), jobs=1),
                         specs=[spec])
         assert summary.failed == 0, summary.failures
-        (_, e), = TargetCache(root, spec.target).iter_entries()
-        out.append((spec, record_json(e)))
+        cache = TargetCache(root, spec.target)
+        (_, e), = cache.iter_entries()
+        info = backend_of(spec.target).read_code_object(cache.read_blob(e.blob))
+        out.append((spec, record_json(e), info))
     return out
 
 
 def test_code_objects_hold_no_spill_and_the_isa_its_rule_asks_for(entries):
-    for spec, e in entries:
-        co, isa, where = e["code_object"], e["isa"], spec.label()
-        assert co["group_segment_fixed_size"] == lds_bytes(spec), where
-        assert (co["private_segment_fixed_size"], co["vgpr_spill_count"],
-                co["sgpr_spill_count"]) == (0, 0, 0), where
-        assert co["max_flat_workgroup_size"] == spec.block_size, where
-        assert co["wavefront_size"] == get_target(spec.target).wave_size, where
+    for spec, e, co in entries:  # the questions both vendors' code objects answer
+        isa, where = e["isa"], spec.label()
+        assert co.static_lds_bytes == lds_bytes(spec), where
+        assert (co.stack_bytes, co.spills) == (0, ""), where
+        assert co.max_threads == spec.block_size, where
+        assert co.wave_size == get_target(spec.target).wave_size, where
         assert isa["main_loop_global_loads"] == 1 + spec.tile_m ** 2, where
         assert isa_problems(spec, isa) == [], where
 
 
 def test_structure_refuses_what_a_depthwise_loop_must_not_hold(entries):
-    spec, e = entries[0]
+    spec, e, _ = entries[0]
     isa = e["isa"]
     planted = {"mma": 4, "main_loop_barriers": 1, "main_loop_global_loads": 9,
                "main_loop_exec_branches": 1}
