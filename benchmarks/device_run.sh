@@ -18,6 +18,7 @@
 #      by benchmarks/device_caches.sh (`make devcache`);
 #   6. Nsight Compute (when ncu is there) on select's pick for $NCU_LAYER: speed of light,
 #      occupancy, memory and the stall reasons per issued instruction.
+#   ringl, dw: the -s3/-s4 rings and the depthwise kernels of the full cache itself.
 # $SPEED_ARGS: more device_speed.py options (--dtype, --include, --sweep). Each step has a timeout; $STEPS (default "planted speed verify pergeo ncu"; also asyncgeo,
 # asyncvar, variants, and geo, asyncl, bigvar on the full cache itself) picks the steps of one call, so calls of the device tool (600 s each)
 # can split them (12-04: "asyncgeo asyncvar speed", then "variants" alone at 520 s).
@@ -127,6 +128,16 @@ step asyncl && verify_label asyncl "${ASYNC_TIMEOUT:-150}" 'fp16-.*-async-defaul
 step bigvar && verify_label bigvar "${BIGVAR_TIMEOUT:-300}" \
   't(128x256x32-w2x4|256x128x32-w4x2|64x256x32-w1x4|256x64x32-w4x1|128x128x32-w2x2|128x128x64-w4x2)-' \
   --sample "${BIGVAR_SAMPLE:-0.5}" $(edge_args)
+#    the deeper rings and the depthwise kernels of the full cache: ringl = every -s3/-s4
+#    kernel (a sample: $RINGL_SAMPLE) with the default problems (split degrees 1, 2, 3, 7,
+#    an empty last slice); dw = every depthwise kernel on its own probes and on the edge
+#    problems of its filters ($DW_PROBLEMS: 5x5 and 7x7, stride 2, partial channel blocks)
+step ringl && verify_label ringl "${RING_TIMEOUT:-200}" '-s[34]$' --sample "${RINGL_SAMPLE:-0.3}"
+DW_PROBLEMS=${DW_PROBLEMS:-"1,34,9,9,34,5,5,1,2,1,34 2,70,11,11,70,7,7,2,3,1,70
+  1,18,7,7,18,3,3,2,1,1,18 3,132,13,13,132,3,3,1,1,1,132 2,33,8,8,33,3,3,1,1,1,33"}
+# shellcheck disable=SC2046
+step dw && verify_label dw "${DW_TIMEOUT:-150}" '-depthwise-' \
+  $(for p in $DW_PROBLEMS; do printf ' --problem %s' "$p"; done)
 # 5. where the time goes: Nsight Compute on select's pick for one layer, when ncu is there
 #    ($NCU_ARGS: device_speed.py's choice of kernel, default select's pick; --clock-control
 #    none: METHOD.md says to leave the clocks alone)

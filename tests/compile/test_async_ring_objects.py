@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from wgradcache.compile.codegen import compile_ir
-from wgradcache.compile.codeobject import read_code_object
-from wgradcache.compile.isa import isa_stats
+from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import dynamic_lds_bytes, from_label, lds_bytes
 from wgradcache.pipeline.verify import isa_problems
 from wgradcache.wgrad.emit import emit_ir
@@ -21,6 +20,10 @@ LABELS = {"gfx1250-fp16-t128x128x64-w4x2-c16x16-async-default-none-s3": 8,
           "sm_90-fp16-t128x128x64-w4x2-c16x16-async-default-none": 0}
 
 
+def isa_of(obj, target: str) -> dict[str, int]:
+    return backend_of(target).isa_stats(obj.asm, obj.listing)
+
+
 @pytest.fixture(scope="module")
 def objects():
     return {label: compile_ir(emit_ir(from_label(label)).ir_text, label.split("-")[0])
@@ -30,25 +33,25 @@ def objects():
 @pytest.mark.parametrize("label", LABELS)
 def test_ring_kernels_keep_no_frame_and_wait_at_their_depth(objects, label):
     spec, obj = from_label(label), objects[label]
-    co, isa = read_code_object(obj.hsaco), isa_stats(obj.asm)
-    assert (co.vgpr_spill_count, co.sgpr_spill_count, co.private_segment_fixed_size) == (
-        0, 0, 0), label
+    co = backend_of(spec.target).read_code_object(obj.hsaco)
+    isa = isa_of(obj, spec.target)
+    assert (co.spills, co.stack_bytes) == ("", 0), label
     assert isa["main_loop_async_wait_depth"] == LABELS[label]
     assert isa["main_loop_barriers"] == 1 and isa_problems(spec, isa) == []
     dynamic = dynamic_lds_bytes(spec)
-    assert co.group_segment_fixed_size == lds_bytes(spec) - dynamic
+    assert co.static_lds_bytes == lds_bytes(spec) - dynamic
     assert dynamic == (0 if spec.target == "gfx1250" else lds_bytes(spec))
 
 
 def test_structure_refuses_a_binary_of_another_ring(objects):
     """The 3-stage binary posing as the 4-stage kernel, or a wait for all in its loop."""
     s3 = "sm_90-fp16-t128x128x64-w4x2-c16x16-async-default-none-s3"
-    isa = isa_stats(objects[s3].asm)
+    isa = isa_of(objects[s3], "sm_90")
     s4 = from_label(s3.replace("-s3", "-s4"))
     assert isa_problems(s4, isa) == [
         "the async loop's wait leaves 1 in flight, its ring of 4 stages 2"]
     g = "gfx1250-fp16-t128x128x64-w4x2-c16x16-async-default-none-s3"
-    assert isa_problems(from_label(g), {**isa_stats(objects[g].asm),
+    assert isa_problems(from_label(g), {**isa_of(objects[g], "gfx1250"),
                                         "main_loop_async_wait_depth": 0}) == [
         "the async loop's wait leaves 0 in flight, its ring of 3 stages 8"]
 
@@ -56,6 +59,6 @@ def test_structure_refuses_a_binary_of_another_ring(objects):
 def test_the_ptx_listing_names_the_same_depth():
     """PTX (``cp.async.wait_group N``) and SASS (``DEPBAR.LE SB0, N``) readers agree."""
     label = "sm_90-fp16-t128x128x64-w4x2-c16x16-async-default-none-s4"
-    ptx = compile_ir(emit_ir(from_label(label)).ir_text, "sm_90", listing="assembly").asm
-    assert "cp.async.wait_group \t2;" in ptx
-    assert isa_stats(ptx)["main_loop_async_wait_depth"] == 2
+    obj = compile_ir(emit_ir(from_label(label)).ir_text, "sm_90", listing="assembly")
+    assert "cp.async.wait_group \t2;" in obj.asm
+    assert isa_of(obj, "sm_90")["main_loop_async_wait_depth"] == 2

@@ -109,9 +109,9 @@ def test_lowering_and_the_builders_bound():
 
 def test_ptxas_makes_the_scoreboard_wait_of_it():
     from wgradcache.compile.codegen import compile_ir
-    from wgradcache.compile.isa import isa_stats
+    from wgradcache.model.backends import backend_of
 
     obj = compile_ir(lower(ring_kernel(1, 1), "sm_90"), "sm_90")
     # a commit per tile, and the wait for all at the end: commit_group + wait_group 0
     assert "DEPBAR.LE SB0, 0x1 ;" in obj.asm and obj.asm.count("LDGDEPBAR") == TILES + 1
-    assert isa_stats(obj.asm)["async_waits"] == TILES + 1 + 2
+    assert backend_of("sm_90").isa_stats(obj.asm, obj.listing)["async_waits"] == TILES + 1 + 2
