@@ -1,7 +1,8 @@
 """How well select picks from a cache's measured timings (issue 33's goals), on the CPU.
 
     python3 benchmarks/measured_selection.py --cache-dir devcache/cache --target sm_90 \
-        [--device-class C] [--layers layers/reference.yaml] [--train resnet50/ --train vgg16/]
+        [--device-class C] [--layers layers/reference.yaml] [--train resnet50/ --train vgg16/] \
+        [--leave-one-out]
 
 Reads the device class's timings that ``wgradcache tune`` (or ``tune --import``) kept in
 the cache, rows of the entries' current blobs only. Per measured (layer problem, dtype):
@@ -11,9 +12,16 @@ the best measured kernel, and the measured time of each ranking's top-1 over it:
   formula). After ``tune --all`` every serving kernel is measured and this is 1.0 by
   construction; after ``tune --top N`` it shows what the unmeasured kernels cost;
 * ``formula``: select without timings (the hand-set model);
+* ``in sample``: the class's stored fit (fitted to every row) ranking each problem
+  without its measured times: what the model can tell apart on the rows it was fitted
+  to, the bound of the held-out figures below;
 * ``held out`` (with ``--train``): the cost model fitted only to the rows of the layers
   whose name starts with a ``--train`` prefix, ranking the other layers' problems with no
-  measured time of them (issue 33: within 1.2x on >= 85 % of pairs, geomean <= 1.10).
+  measured time of them (issue 33: within 1.2x on >= 85 % of pairs, geomean <= 1.10);
+* ``one out`` (with ``--leave-one-out``): each measured problem ranked by the cost model
+  fitted to the rows of every other problem (one fit per problem). Where the timings cover
+  few networks (a ``--train`` split leaves a handful of pairs), this holds out every pair
+  once; the same goals as ``held out``.
 
 A top-1 with no measured time of its own is counted apart ("pick not measured"): its ratio
 is not known. Printed: per ranking, the pairs within 1.05x and 1.2x of the best and the
@@ -42,11 +50,14 @@ def _args():
     ap.add_argument("--layers", default=str(ROOT / "layers" / "reference.yaml"))
     ap.add_argument("--train", action="append", default=[],
                     help="layer-name prefix whose rows the held-out fit uses (repeatable)")
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="also rank each problem by a fit to the other problems' rows")
     ap.add_argument("--json", action="store_true")
     return ap.parse_args()
 
 
-GOALS = {"measured": (1.05, 0.95, 1.02), "held out": (1.2, 0.85, 1.10)}
+GOALS = {"measured": (1.05, 0.95, 1.02), "held out": (1.2, 0.85, 1.10),
+         "one out": (1.2, 0.85, 1.10)}
 """Issue 33's goals per ranking: (factor, share of pairs within it, geomean at most)."""
 
 
@@ -59,11 +70,13 @@ def _summary(ratios: list[float], unmeasured: int) -> dict:
 
 
 def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file: str,
-             train: tuple[str, ...] = ()) -> dict:
+             train: tuple[str, ...] = (), leave_one_out: bool = False) -> dict:
     """Per ranking (``measured``, ``formula``, ``held out`` when ``train`` names layer-name
-    prefixes), the summary of its top-1's measured time over the best measured, over every
-    measured (problem, dtype) pair of the class (held out: the pairs of problems no
-    ``train`` layer has, ranked by the model fitted to the rows of the problems one has)."""
+    prefixes, ``one out`` with ``leave_one_out``), the summary of its top-1's measured time
+    over the best measured, over every measured (problem, dtype) pair of the class (held
+    out: the pairs of problems no ``train`` layer has, ranked by the model fitted to the
+    rows of the problems one has; one out: every pair, ranked by the model fitted to the
+    rows of the other problems)."""
     from wgradcache.cache.entry import Entry
     from wgradcache.cache.store import TargetCache
     from wgradcache.cache.timings import row_is_current
@@ -100,18 +113,33 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
             out["held_out_not_fitted"] = fitted
         else:
             held_fit, out["fit_rows"] = fitted.constants, fitted.rows
+    one_out: dict[str, dict[str, float] | str] = {}
+    if leave_one_out:
+        blob_of = {ik: e.blob for ik, e in cache.iter_entries() if isinstance(e, Entry)}
+        samples, used = samples_of(cache, tuple(r for r in all_rows
+                                                if row_is_current(r, blob_of)))
+        for text in sorted({r.problem for r in used}):
+            got = fit_samples([s for s, r in zip(samples, used, strict=True)
+                               if r.problem != text])
+            one_out[text] = got if isinstance(got, str) else got.constants
     rankings: dict[str, list[float]] = defaultdict(list)
+    per_pair: dict[str, dict[str, dict]] = defaultdict(dict)
     unmeasured: dict[str, int] = defaultdict(int)
     for dtype in sorted({r.dtype for r in all_rows}):
         got = candidates_from_cache(cache_dir, target, dtype)
         m = measurements(cache_dir, target, slug, got.blobs)
+        label = {s.identity_key(): s.label() for s in got.specs}
         for text in sorted({k[1] for k in m.times if k[2] == dtype}):
             p = ConvProblem.parse(text)
             times = {k[0]: v for k, v in m.times.items() if k[1:3] == (text, dtype)}
             best = min(times.values())
             ways = {"measured": m, "formula": Measurements()}
+            if m.constants:
+                ways["in sample"] = Measurements(constants=m.constants)
             if held_fit and not trained(text):
                 ways["held out"] = Measurements(constants=held_fit)
+            if isinstance(one_out.get(text), dict):
+                ways["one out"] = Measurements(constants=one_out[text])
             for way, meas in ways.items():
                 ranked = select(target, p, got.specs, costs=CostSources(got.facts, meas))
                 pick = times.get(ranked[0].key) if ranked else None
@@ -119,8 +147,12 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
                     unmeasured[way] += 1
                 else:
                     rankings[way].append(pick / best)
+                    per_pair[way][f"{text} {dtype}"] = {
+                        "ratio": pick / best, "pick": ranked[0].spec.label(),
+                        "best": label.get(k := min(times, key=times.get), k)}
     out["rankings"] = {way: _summary(rankings[way], unmeasured[way])
                        for way in dict.fromkeys([*rankings, *unmeasured])}
+    out["pairs"] = dict(per_pair)
     return out
 
 
@@ -156,7 +188,8 @@ def report_lines(out: dict) -> list[str]:
 def main() -> int:
     a = _args()
     sys.path.insert(0, str(ROOT / "src"))
-    out = evaluate(a.cache_dir, a.target, a.device_class, a.layers, tuple(a.train))
+    out = evaluate(a.cache_dir, a.target, a.device_class, a.layers, tuple(a.train),
+                   a.leave_one_out)
     print(json.dumps(out, indent=1) if a.json else "\n".join(report_lines(out)))
     return 0
 

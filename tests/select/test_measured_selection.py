@@ -16,6 +16,7 @@ import pytest
 from wgradcache.cache.store import TargetCache
 from wgradcache.cache.timings import DeviceClass, TimingRow, TimingsFile
 from wgradcache.model.problem import ConvProblem
+from wgradcache.pipeline.fit import refit
 from wgradcache.pipeline.select import (
     CostSources,
     candidates_from_cache,
@@ -108,3 +109,23 @@ def test_a_kernel_slower_than_its_model_costs_the_held_out_pick(setup):
         "measured: within 1.05x on 100.0% (goal >= 95%), geomean 1.000 (goal <= 1.02): met",
         f"held out: within 1.2x on 50.0% (goal >= 85%), geomean {math.sqrt(want):.3f} "
         "(goal <= 1.10): NOT met"]
+
+
+def test_leave_one_out_ranks_every_problem_by_a_fit_to_the_others(setup):
+    cache, layers, times = setup
+    held = NETS["netc"][0]
+    per = times[held]
+    first = min(per, key=lambda k: per[k][2])
+    ms = {k: v[2] for k, v in per.items()}
+    blob, degree, t0 = per[first]
+    per[first] = (blob, degree, 1.5 * t0)
+    _write(cache, times)
+    want = 1.5 * t0 / min(1.5 * t0, *(v for k, v in ms.items() if k != first))
+    refit(TargetCache(cache, T), DEV.slug())  # the stored fit: the "in sample" ranking
+    out = _bench().evaluate(str(cache), T, None, str(layers), leave_one_out=True)
+    r = out["rankings"]
+    assert "held out" not in r and r["in sample"]["pairs"] == 6
+    assert r["one out"]["pairs"] == 6 and r["one out"]["within_1p2"] == pytest.approx(5 / 6)
+    assert out["pairs"]["one out"][f"{held} fp16"]["ratio"] == pytest.approx(want, rel=1e-9)
+    assert all(p["ratio"] == pytest.approx(1.0, abs=1e-9)
+               for k, p in out["pairs"]["one out"].items() if k != f"{held} fp16")
