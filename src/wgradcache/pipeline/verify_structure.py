@@ -185,11 +185,11 @@ def _shown(v: object) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
-def record_differences(symbol: str, code_object: dict, isa: dict, co, stats: dict,
-                       facts) -> list[str]:
-    """``field: entry records X, the binary Y`` for each recorded field that is not what
-    the binary holds (its record with the kernel's ``wgrad.abi.RecordFacts``), the first
-    ``_SHOWN_DIFFERENCES`` named and the rest counted."""
+def record_differences(entry, co, stats: dict, facts) -> list[str]:
+    """``field: entry records X, the binary Y`` for each field the entry (or stage-2
+    companion) records that is not what the binary holds (its record with the kernel's
+    ``wgrad.abi.RecordFacts``), the first ``_SHOWN_DIFFERENCES`` named and the rest counted."""
+    symbol, code_object, isa = entry.symbol, entry.code_object, entry.isa
     diffs = []
     if symbol != co.symbol:
         diffs.append(f"symbol: entry records {_shown(symbol)}, the binary {_shown(co.symbol)}")
@@ -289,8 +289,7 @@ def entry_problems(spec: KernelSpec, entry, data: bytes,
         problems.append(f"{co.SHARED_WORD} {co.static_lds_bytes} B static, generator "
                         f"allocates {lds_bytes(spec)} B" + (
                             f" (dynamic: {dynamic} B at launch)" if dynamic else ""))
-    problems += record_differences(entry.symbol, entry.code_object, entry.isa, co, stats,
-                                   record_facts(spec))
+    problems += record_differences(entry, co, stats, record_facts(spec))
     return problems + isa_problems(spec, stats)
 
 
@@ -308,5 +307,4 @@ def stage2_problems(entry, data: bytes, target: str) -> list[str]:
     if co.symbol != want:
         problems.append(f"kernel symbol {_shown(co.symbol)} is not this kernel's ({want})")
     problems += _abi_problems(co, STAGE2_ARGS, STAGE2_BLOCK, target)
-    return problems + record_differences(entry.symbol, entry.code_object, entry.isa, co, stats,
-                                         record_facts(None))
+    return problems + record_differences(entry, co, stats, record_facts(None))

@@ -39,7 +39,7 @@ from wgradcache.wgrad.operand import INVALID_OFFSET
 __all__ = ["build_depthwise"]
 
 
-def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Value,
+def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Value,  # noqa: PLR0913 - emits the loop: the IR values it reads
             chan_ok: Value, row: Value, k_begin: Value, k_end: Value) -> list[Value]:
     """The thread's accumulators over its positions of the slice (one per compiled tap):
     step i of the CTA gives row r position k_begin + i·tile_k + r. Tap (y, x) reads pixel
@@ -91,7 +91,7 @@ def _stream(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec, chan: Valu
     return list(lp.results)
 
 
-def _reduce_and_write(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec,
+def _reduce_and_write(kb: KernelBuilder, a: dict[str, Value], spec: KernelSpec,  # noqa: PLR0913 - emits the reduction: the IR values it reads
                       accs: list[Value], tid: Value, lane_c: Value, row: Value,
                       c0: Value) -> None:
     """Rows' partials through LDS, summed per dW element of the CTA's channels, then
