@@ -75,7 +75,6 @@ class Target:
     async_lds_copy: bool
     packed_atomics_native: bool  # <2 x half>/<2 x bfloat> atomicrmw fadd selects natively
     float_atomics_validated: bool  # admits two-stage split-K (f32 workspace atomics)
-    f32_atomic_needs_no_fine_grained: bool  # native f32 atomic only with the metadata
     has_kernels: bool  # the generators emit kernels for it today
     max_block_size: int = 1024
     e_mach: int = 0  # EF_AMDGPU_MACH of the code object (probe, llvm22 facts §5); sm for CUDA
@@ -171,7 +170,7 @@ TARGETS: dict[str, Target] = {
             name="gfx1250", family="wmma", wave_size=32,
             atoms=_atoms(16, 16, 32, "gfx1250"),
             lds_bytes=327680, async_lds_copy=True, packed_atomics_native=True,
-            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            float_atomics_validated=True,
             has_kernels=True, e_mach=0x49,
             # LLVM 22 repacks the resource for gfx1250's 45-bit num_records (probe: the
             # count lands at bit 57 up, word 3 becomes 0); no public source gives gfx1250's
@@ -192,7 +191,7 @@ TARGETS: dict[str, Target] = {
             name="gfx1201", family="wmma", wave_size=32,
             atoms=_atoms(16, 16, 16, "gfx12"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
-            float_atomics_validated=False, f32_atomic_needs_no_fine_grained=False,
+            float_atomics_validated=False,
             has_kernels=True, e_mach=0x4E, buffer_rsrc_word3=0x31004000,
             sources={**_COMMON_SOURCES,
                      "float_atomics_validated": "not validated upstream (PR #14832 gates gfx1250)"},
@@ -203,7 +202,7 @@ TARGETS: dict[str, Target] = {
             lds_bytes=65536, async_lds_copy=False,
             # <2 x half>/<2 x bfloat> atomics become a CAS loop whatever metadata (§2).
             packed_atomics_native=False,
-            float_atomics_validated=False, f32_atomic_needs_no_fine_grained=True,
+            float_atomics_validated=False,
             has_kernels=True, e_mach=0x4A, buffer_rsrc_word3=0x31004000,
             sources=dict(_COMMON_SOURCES),
         ),
@@ -213,7 +212,7 @@ TARGETS: dict[str, Target] = {
             # 16x16x16 steps are one 16x16x32 here
             atoms=_atoms(16, 16, 32, "mfma_k32"),
             lds_bytes=163840, async_lds_copy=False, packed_atomics_native=True,
-            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            float_atomics_validated=True,
             has_kernels=True, e_mach=0x4F, buffer_rsrc_word3=0x00020000,
             sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
                      "atoms": f"{_PROBE} §1: mfma.f32.16x16x32.{{f16,bf16}} select on gfx950 "
@@ -223,7 +222,7 @@ TARGETS: dict[str, Target] = {
             name="gfx942", family="mfma", wave_size=64,
             atoms=_atoms(16, 16, 16, "mfma"),
             lds_bytes=65536, async_lds_copy=False, packed_atomics_native=True,
-            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            float_atomics_validated=True,
             has_kernels=True, e_mach=0x4C, buffer_rsrc_word3=0x00020000,
             sources={**_COMMON_SOURCES, **_MFMA_SOURCES,
                      "atoms": f"{_PROBE} §1: mfma.f32.16x16x16f16 / 16x16x16bf16.1k; the "
@@ -251,7 +250,7 @@ TARGETS: dict[str, Target] = {
             atoms=_atoms(16, 16, 16, "m16n8k16"),
             lds_bytes=232448, lds_static_bytes=49152, asm_suffix=".ptx", async_lds_copy=True,
             packed_atomics_native=True,
-            float_atomics_validated=True, f32_atomic_needs_no_fine_grained=False,
+            float_atomics_validated=True,
             has_kernels=True, e_mach=90, backend="nvptx", lds_row_span=32,
             lds_read_tr="ldmatrix_x4_trans", sync_k_outer_min_vec=1, async_zero_fill=True,
             sources={"atoms": "PTX ISA 9.7.14.5.8 (mma.m16n8k16 fragments); llc-22 probe",
