@@ -9,7 +9,7 @@ export DEVCACHE=/tmp/dc/cache
 STEPS="planted ringl dw speed" RING_TIMEOUT=120 DW_TIMEOUT=60 SPEED_TIMEOUT=230 \
   SPEED_ARGS='--dtype fp16 --include=-s[34]$ --include-top 4' OUT=$OUT sh benchmarks/device_run.sh
 PYTHONPATH=/tmp/site:$PWD/src timeout 100 python3 benchmarks/device_speed.py --cache-dir $DEVCACHE \
-  --dtype fp16 --top 6 --include=depthwise --include-top 4 --layer mobilenetv2/dw112 \
+  --dtype fp16 --top 6 --include=depthwise --include-top 4 --prefix '' --layer mobilenetv2/dw112 \
   --layer mobilenetv2/dw112.s2 --layer mobilenetv2/dw56 --layer mobilenetv2/dw28 \
   --layer mobilenetv2/dw14 --layer mobilenetv2/dw7 --layer efficientnetb0/dw5x5.28 \
   --out $OUT/speed-dw.json > $OUT/speed-dw.txt 2>&1; tail -n 15 $OUT/speed-dw.txt

@@ -34,7 +34,6 @@ Cost: ~6 ms per entry for the disassembly and ~2 ms for the ELF (a full gfx1250 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from wgradcache.model.backends import backend_of
@@ -43,7 +42,6 @@ from wgradcache.model.spec import (
     dynamic_lds_bytes,
     is_depthwise,
     lds_bytes,
-    loads_per_thread,
     ring_wait_depth,
     spec_sync_k_outer,
     sync_stages,
@@ -129,12 +127,13 @@ def _gemm_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -
     need(got == want, f"{spec.k_loop} loop takes {got} barriers per K step, not {want}")
     # Each thread issues the spec's loads per K tile, one K tile per iteration: the vector
     # (sync) or chunk (async) widths show in the bytes, so a blob of the same tile with
-    # other widths, renamed to this kernel, is refused without compiling it again. Equal
-    # on every entry of a full gfx1250 cache (2124) and on 141 built entries of the other
-    # five targets (a fractional count: the last load is partial, ceil).
+    # other widths, renamed to this kernel, is refused without compiling it again. Each
+    # operand's vectors over the block, rounded up per operand (``slots.tile_slots``: a
+    # partial last slot is a predicated load of its own): the total rounded up once missed
+    # wave64's 32x32 w2x2 v8x8, half a vector of A and of B a thread, two loads.
     key, what = (("main_loop_global_loads", "global loads") if spec.k_loop == "sync"
                  else ("main_loop_async_copies", "async copies"))
-    loads = math.ceil(loads_per_thread(spec.tile, spec.load_widths))
+    loads = _loads_per_step(spec)
     need(isa.get(key, 0) == loads, f"{isa.get(key, 0)} {what} per K step, the spec's "
                                    f"widths make {loads}")
     if spec.k_loop == "async":
@@ -149,6 +148,15 @@ def _gemm_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -
                                  f"ring of {spec.stages} stages {depth}")
     else:
         need(isa.get("async_copies", 0) == 0, "sync loop issues async copies")
+
+
+def _loads_per_step(spec: KernelSpec) -> int:
+    """Global loads (sync) or async copies each thread issues per K tile, as the slots
+    lay them out: per operand, its tile's vectors over the block, rounded up."""
+    va, vb = spec.load_widths.elements(spec.dtype)
+    block = spec.block_size
+    return sum(-(-spec.tile_k * tile // vec // block)
+               for tile, vec in ((spec.tile_m, va), (spec.tile_n, vb)))
 
 
 def _depthwise_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -> None:
