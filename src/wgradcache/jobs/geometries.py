@@ -343,12 +343,7 @@ def _depthwise(r: NodeReader, node: yaml.Node) -> tuple[tuple[int, int, int, int
     out: list[tuple[int, int, int, int]] = []
     for i, item in enumerate(r.seq(node, "depthwise", max_len=MAX_DEPTHWISE)):
         field = f"depthwise[{i}]"
-        vals = r.seq(item, field)
-        if len(vals) != len(_DEPTHWISE_FIELDS):
-            raise r.fail(item, field, f"expected 4 integers [{', '.join(_DEPTHWISE_FIELDS)}], "
-                                      f"got {len(vals)}")
-        e = tuple(r.int_(v, f"{field}[{j}]", *rg)
-                  for j, (v, rg) in enumerate(zip(vals, _DEPTHWISE_RANGES, strict=True)))
+        e = _int_row(r, item, field, _DEPTHWISE_RANGES, _DEPTHWISE_FIELDS)
         if e[3] not in VEC_WIDTHS:
             raise r.fail(item, f"{field}[3]", f"vec {e[3]} not one of {VEC_WIDTHS}")
         if e in out:

@@ -127,10 +127,10 @@ def depthwise_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
     the target lacks: left out, as every ladder filter leaves a geometry out)."""
     limits = data.limits_for(target.name)
     for taps, tile_n, tile_k, vec in data.depthwise:
-        block = tile_n // vec * tile_k
+        block = tile_n // vec * tile_k  # a whole number of waves or validate refuses it
         for v in DEPTHWISE_VARIANTS:
             reduction = v.rsplit(".", 1)[1]
-            if v not in variants or block % target.wave_size:
+            if v not in variants:
                 continue
             spec = KernelSpec(target=target.name, dtype=dtype, dw_dtype=dw_dtype,
                               tile_m=taps, tile_n=tile_n, tile_k=tile_k,
@@ -150,11 +150,11 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
     if not t.has_kernels:
         return
     variants = tuple(variants) if variants else VARIANT_KEYS
+    limits = data.limits_for(target)
     for key in (tuple(dtypes) if dtypes else data.default_dtypes):
         dtype, dw = parse_dtype_key(key)
         for tile, in_cover in _geometries(data, t, dtype):
             tm, tn, tk, wm, wn = tile.geometry
-            limits = data.limits_for(target)
             orders = cta_groups_for(tile.geometry, limits)
             for k_loop, epi, red in _slots(tile, dw, in_cover, variants):
                 rings = stages_for(tile, k_loop, epi, limits)
@@ -177,13 +177,13 @@ def count(target: str, dtypes: Iterable[str] | None = None,
     data = data or default_jobdata()
     t = get_target(target)
     variants = tuple(variants) if variants else VARIANT_KEYS
+    limits = data.limits_for(target)
     out: dict[str, dict[str, int]] = {}
     for key in (tuple(dtypes) if dtypes else data.default_dtypes):
         per_variant: dict[str, int] = {}
         if t.has_kernels:
             dtype, dw = parse_dtype_key(key)
             for tile, in_cover in _geometries(data, t, dtype):
-                limits = data.limits_for(target)
                 orders = len(cta_groups_for(tile.geometry, limits))
                 for k_loop, epi, red in _slots(tile, dw, in_cover, variants):
                     rings = len(stages_for(tile, k_loop, epi, limits))

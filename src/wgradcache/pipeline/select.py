@@ -298,16 +298,17 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
     ctas = grid[0] * grid[1] * grid[2]
     rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
     k_tiles = -(-slice_k // spec.tile_k)
-    if is_depthwise(spec):
-        return _depthwise_terms(spec, rounds, k_tiles)
-    per_tile, epilogue = issue_slots(spec, facts)
+    if is_depthwise(spec):  # no MMA, no LDS in its loop (k_tiles: its CTA steps)
+        (per_tile, epilogue), lds_per_tile = _depthwise_slots(spec), 0
+    else:
+        per_tile, epilogue = issue_slots(spec, facts)
+        lds_per_tile = lds_read_bytes_per_k_tile(spec)
     resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
     rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
     replicas = spec.ws_replicas if spec.reduction == "two_stage" else 0
     return {"launch": 1.0,
             "issue": rounds * resident_waves * k_tiles * per_tile / rate,
-            "lds": rounds * RESIDENT_CTAS * k_tiles * lds_read_bytes_per_k_tile(spec)
-            / LDS_BYTES_PER_CLOCK,
+            "lds": rounds * RESIDENT_CTAS * k_tiles * lds_per_tile / LDS_BYTES_PER_CLOCK,
             "epilogue": rounds * resident_waves * epilogue / rate,
             "stage2": float(problem.groups * replicas * problem.wg_M * problem.wg_N)}
 
@@ -335,17 +336,13 @@ def depthwise_issue_per_step(spec: KernelSpec) -> int:
             + taps * (DEPTHWISE_TAP_SLOTS + DEPTHWISE_CHANNEL_SLOTS * spec.vec_b))
 
 
-def _depthwise_terms(spec: KernelSpec, rounds: int, k_steps: int) -> dict[str, float]:
-    """``cost_terms`` of a depthwise launch: its loop's issue slots (no MMA, no LDS in the
-    loop) and an epilogue of its LDS row reduction, at the rates of ``cost_terms``."""
-    resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
-    rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
+def _depthwise_slots(spec: KernelSpec) -> tuple[int, int]:
+    """A depthwise kernel's issue slots per CTA step and of its epilogue, the LDS row
+    reduction (``cost_terms`` turns them into its terms at its rates)."""
     taps = spec.tile_m * spec.tile_m
     per_thread = -(-taps * spec.tile_n // spec.block_size)
-    epilogue = taps + per_thread * (DEPTHWISE_ELEMENT_SLOTS + spec.tile_k)
-    return {"launch": 1.0,
-            "issue": rounds * resident_waves * k_steps * depthwise_issue_per_step(spec) / rate,
-            "lds": 0.0, "epilogue": rounds * resident_waves * epilogue / rate, "stage2": 0.0}
+    return (depthwise_issue_per_step(spec),
+            taps + per_thread * (DEPTHWISE_ELEMENT_SLOTS + spec.tile_k))
 
 
 def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | None:

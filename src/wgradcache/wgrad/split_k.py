@@ -104,12 +104,13 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
                              "needs an atomic or two-stage kernel")
         return _plan(spec, p, 1, "none", "fixed")
     k_tiles = -(-p.wg_K // spec.tile_k)
+    z_groups = _z_groups(spec, p)
     if split_k is not None:
-        if _z_groups(spec, p) * split_k > MAX_GRID_Z:
-            raise ValueError(f"gridDim.z = groups {_z_groups(spec, p)} x split {split_k} "
+        if z_groups * split_k > MAX_GRID_Z:
+            raise ValueError(f"gridDim.z = groups {z_groups} x split {split_k} "
                              f"exceeds {MAX_GRID_Z}")
         return _plan(spec, p, split_k, red, "explicit")
-    z_cap = max(1, MAX_GRID_Z // _z_groups(spec, p))
+    z_cap = max(1, MAX_GRID_Z // z_groups)
     if override is not None:
         degree = override
         packed = red == "atomic" and spec.dw_dtype != "fp32"
@@ -119,8 +120,9 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
             else:
                 degree = MAX_DEGREE
         return _plan(spec, p, min(degree, z_cap), red, "override")
-    base = _tiles(spec, p)[0] * _tiles(spec, p)[1] * _z_groups(spec, p)
-    fill = FILL_CTAS_GROUPED if _z_groups(spec, p) > 1 else FILL_CTAS
+    n_tiles, m_tiles = _tiles(spec, p)
+    base = n_tiles * m_tiles * z_groups
+    fill = FILL_CTAS_GROUPED if z_groups > 1 else FILL_CTAS
     cap = min(max(1, p.wg_K // MIN_SLICE_K), degree_cap(spec.dw_dtype, red), k_tiles, z_cap)
     degree = xcd_snap(min(max(1, fill // base), cap), base, get_target(spec.target).xcd_count,
                       cap)
