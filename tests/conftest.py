@@ -13,6 +13,23 @@ from wgradcache.cli import main
 from wgradcache.jobs.geometries import default_path
 
 
+def tune_doc(cache) -> dict:
+    """A whole ``tune --json`` document: one row of a kernel of the small gfx1250 ``cache``
+    that serves its problem (what ``tune --import`` and the nightly plan's timings read)."""
+    from wgradcache.cache.store import TargetCache
+
+    entry = next(e for _, e in TargetCache(cache, "gfx1250").iter_entries()
+                 if e.label == "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")
+    return {"target": "gfx1250",
+            "device": {"name": "AMD Fake GPU", "sm_count": 256, "driver": "6.4",
+                       "runtime": "6.4"},
+            "rows": [{"identity_key": entry.identity_key, "blob": entry.blob,
+                      "problem": "2,32,8,8,32,3,3,1,1", "dtype": "fp16", "degree": 1,
+                      "median_ms": 0.5, "spread_ms": 0.01, "iterations": 10,
+                      "when": 100.0}],
+            "vendor": [], "fit": None}
+
+
 def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=(),
                      cta_orders: bool = False, depthwise=None, stages: bool = False
                      ) -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import tune_doc
 from wgradcache.cli import main
 from wgradcache.jobs.timings import MAX_FILE_BYTES, MAX_ROWS
 
@@ -262,22 +263,6 @@ def test_bad_options(tmp_path, args, why):
 
 
 # -- tune --import: timings measured elsewhere, checked against the cache ------------------
-def _import_doc(cache) -> dict:
-    """A whole ``tune --json`` document: one row of a kernel of ``cache`` that serves."""
-    from wgradcache.cache.store import TargetCache
-
-    entry = next(e for _, e in TargetCache(cache, "gfx1250").iter_entries()
-                 if e.label == "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")
-    return {"target": "gfx1250",
-            "device": {"name": "AMD Fake GPU", "sm_count": 256, "driver": "6.4",
-                       "runtime": "6.4"},
-            "rows": [{"identity_key": entry.identity_key, "blob": entry.blob,
-                      "problem": "2,32,8,8,32,3,3,1,1", "dtype": "fp16", "degree": 1,
-                      "median_ms": 0.5, "spread_ms": 0.01, "iterations": 10,
-                      "when": 100.0}],
-            "vendor": [], "fit": None}
-
-
 @pytest.fixture
 def import_cache(small_cache, tmp_path):
     import shutil
@@ -334,12 +319,12 @@ def _set(doc: dict, path: str, value) -> dict:
 ])
 def test_import_refuses_a_bad_value_in_one_line(import_cache, tmp_path, path, value, why):
     p = tmp_path / "t.json"
-    p.write_text(json.dumps(_set(_import_doc(import_cache), path, value)))
+    p.write_text(json.dumps(_set(tune_doc(import_cache), path, value)))
     assert _import_refused(import_cache, p).startswith(f"{p}: {why}")
 
 
 def test_import_refuses_nan_infinity_truncation_and_a_million_rows(import_cache, tmp_path):
-    good = json.dumps(_import_doc(import_cache))
+    good = json.dumps(tune_doc(import_cache))
     p = tmp_path / "t.json"
     for lit in ("NaN", "Infinity"):
         p.write_text(good.replace('"median_ms": 0.5', f'"median_ms": {lit}'))
@@ -350,7 +335,7 @@ def test_import_refuses_nan_infinity_truncation_and_a_million_rows(import_cache,
         f"{p}: rows[0].median_ms: inf is not a number in (0, 1e+06]"
     p.write_text(good[:len(good) // 2])
     assert _import_refused(import_cache, p).startswith(f"{p}:1: not valid JSON: ")
-    doc = _import_doc(import_cache)
+    doc = tune_doc(import_cache)
     doc["rows"] = [{}] * 10 ** 6  # 3 MB: under the size cap, refused by its count first
     p.write_text(json.dumps(doc))
     assert _import_refused(import_cache, p) == f"{p}: rows: 1000000 rows, more than 200000"
@@ -364,7 +349,7 @@ def test_import_refuses_a_fifo_a_symlink_and_a_huge_file(import_cache, tmp_path)
     assert _import_refused(import_cache, fifo) == \
         f"{fifo}: cannot read: a FIFO, not a regular file (not followed)"
     good = tmp_path / "good.json"
-    good.write_text(json.dumps(_import_doc(import_cache)))
+    good.write_text(json.dumps(tune_doc(import_cache)))
     link = tmp_path / "link.json"
     link.symlink_to(good)
     assert _import_refused(import_cache, link) == \
@@ -380,7 +365,7 @@ def test_import_refuses_a_fifo_a_symlink_and_a_huge_file(import_cache, tmp_path)
 
 def test_import_refuses_a_device_class_that_is_no_slug(import_cache, tmp_path):
     p = tmp_path / "t.json"
-    p.write_text(json.dumps(_import_doc(import_cache)))
+    p.write_text(json.dumps(tune_doc(import_cache)))
     assert _import_refused(import_cache, p, "--device-class", "../../x") == (
         "--device-class '../../x': not a device class (<name>-<12 hex digits>: a file name "
         "under <target>/timings/)")

@@ -7,6 +7,7 @@ import json
 import shutil
 from dataclasses import replace
 
+from tests.conftest import tune_doc
 from wgradcache.cache.gc import GcOptions, gc, parse_size
 from wgradcache.cache.merge import merge
 from wgradcache.cache.store import TargetCache
@@ -206,16 +207,7 @@ def test_load_plan_reads_the_shipped_plan_and_names_each_bad_field(tmp_path):
 
 def _tuned(cache, tmp_path, median_ms="0.5"):
     """A ``tune --json`` file of one row of a kernel the small cache holds."""
-    entry = next(e for _, e in TargetCache(cache, "gfx1250").iter_entries()
-                 if e.label == "gfx1250-fp16-t32x32x32-w1x1-v8x8-sync-default-none")
-    doc = {"target": "gfx1250",
-           "device": {"name": "AMD Fake GPU", "sm_count": 256, "driver": "6.4",
-                      "runtime": "6.4"},
-           "rows": [{"identity_key": entry.identity_key, "blob": entry.blob,
-                     "problem": "2,32,8,8,32,3,3,1,1", "dtype": "fp16", "degree": 1,
-                     "median_ms": 0.5, "spread_ms": 0.01, "iterations": 10,
-                     "when": 100.0}],
-           "vendor": [], "fit": None}
+    doc = tune_doc(cache)
     p = tmp_path / "device" / "tuned.json"
     p.parent.mkdir(exist_ok=True)
     p.write_text(json.dumps(doc).replace('"median_ms": 0.5', f'"median_ms": {median_ms}'))
