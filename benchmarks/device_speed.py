@@ -246,7 +246,7 @@ def main() -> int:
 
     from wgradcache.cache.store import TargetCache
     from wgradcache.numerics.layers import load_layers
-    from wgradcache.pipeline.select import CostSources, candidates_from_cache, select
+    from wgradcache.pipeline.select import candidates_from_cache, select
 
     target = "sm_90"
     bench = Bench(torch, target)
@@ -282,7 +282,7 @@ def main() -> int:
             ref = cudnn_call(torch, p, x, dy, w)
             t_cudnn = bench.time(ref, a.warmup, a.iters)
             dw_ref = ref().float()
-            everything = select(target, p, specs, costs=CostSources(got.facts))
+            everything = select(target, p, specs, costs=got.costs())
             ranked = everything[:a.top]
             if a.include:  # the first-ranked serving kernel of each matching geometry
                 pat, seen = re.compile(a.include), {c.spec.label() for c in ranked}

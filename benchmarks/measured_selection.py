@@ -84,7 +84,6 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
     from wgradcache.numerics.layers import load_layers
     from wgradcache.pipeline.fit import fit_samples, samples_of
     from wgradcache.pipeline.select import (
-        CostSources,
         Measurements,
         candidates_from_cache,
         measurements,
@@ -141,7 +140,7 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
             if isinstance(one_out.get(text), dict):
                 ways["one out"] = Measurements(constants=one_out[text])
             for way, meas in ways.items():
-                ranked = select(target, p, got.specs, costs=CostSources(got.facts, meas))
+                ranked = select(target, p, got.specs, costs=got.costs(meas))
                 pick = times.get(ranked[0].key) if ranked else None
                 if pick is None:
                     unmeasured[way] += 1

@@ -259,13 +259,15 @@ def test_one_wave_ctas_leave_issue_slots_idle():
     facts = {four.identity_key(): CodeFacts(79, 4),
              one.identity_key(): CodeFacts(292, 16)}
     got = select("sm_90", p, [one, four], prune=False, costs=CostSources(facts))
-    # 4 rounds of 2 CTAs a CU x resident waves x (49 K tiles x slots + epilogue scaled by
-    # code / formula: 8 x 79 / 12, 32 x 292 / 34) / issue rate; the loops' LDS reads (2 x
-    # 49 x 8192 B and 2 x 49 x 4096 B over 128 B a clock) take less
+    # the waves rule: 16 tiles x 33 = 528 CTAs, 2 rounds of 264 (ties with 49 and 66 at 192
+    # K tiles a CU; the smallest wins); 2 rounds of 2 CTAs a CU x resident waves x (96 K
+    # tiles x slots + epilogue scaled by code / formula: 8 x 79 / 12, 32 x 292 / 34) / issue
+    # rate; the loops' LDS reads (2 x 96 x 8192 B and 2 x 96 x 4096 B over 128 B a clock)
+    # take less
     assert [(c.spec.label(), c.degree, c.grid) for c in got] == [
-        (four.label(), 64, (8, 2, 64)), (one.label(), 64, (8, 2, 64))]
-    assert got[0].score == pytest.approx(4 * 8 * (49 * 79 + 8 * 79 / 12) / 4)
-    assert got[1].score == pytest.approx(4 * 2 * (49 * 292 + 32 * 292 / 34) / 1)
+        (four.label(), 33, (8, 2, 33)), (one.label(), 33, (8, 2, 33))]
+    assert got[0].score == pytest.approx(2 * 8 * (96 * 79 + 8 * 79 / 12) / 4)
+    assert got[1].score == pytest.approx(2 * 2 * (96 * 292 + 32 * 292 / 34) / 1)
 
 
 def test_lds_reads_bound_small_warp_tiles():
@@ -335,14 +337,15 @@ def test_the_stem_prefers_the_wider_tile_that_halves_narrow_loads_per_wave():
                  [_spec("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8"),
                   _spec("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8")],
                  prune=False)
-    # rounds x (resident waves x K tiles x slots / issue rate, or the LDS reads where
-    # longer: the 64x32 tile's 2 x 98 x 8192 B over 128 B a clock, + 32 epilogue slots a
-    # wave at the issue rate) x 1.1 (stage 2)
+    # the waves rule (264 CTA slots: 132 SMs x 2): 5 x 105 CTAs in 2 rounds of 120 K tiles,
+    # 10 x 79 in 3 of 159; rounds x (resident waves x K tiles x slots / issue rate, or the
+    # LDS reads where longer: the 64x32 tile's 2 x 120 x 8192 B over 128 B a clock, + 32
+    # epilogue slots a wave at the issue rate) x 1.1 (stage 2)
     assert [(c.spec.label(), c.grid, round(c.score, 3)) for c in got] == [
-        ("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8", (5, 1, 128),
-         round(3 * (max(4 * 98 * 58 / 2, 2 * 98 * 8192 / 128) + 4 * 32 / 2) * 1.1, 3)),
-        ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", (5, 2, 102),
-         round(4 * 2 * (123 * 90 + 32) / 1 * 1.1, 3))]
+        ("sm_90-fp16-t64x32x32-w2x1-v8x1-sync-default-two_stage-wsr8", (5, 1, 105),
+         round(2 * (max(4 * 120 * 58 / 2, 2 * 120 * 8192 / 128) + 4 * 32 / 2) * 1.1, 3)),
+        ("sm_90-fp16-t32x32x32-w1x1-v8x1-sync-default-two_stage-wsr8", (5, 2, 79),
+         round(3 * 2 * (159 * 90 + 32) / 1 * 1.1, 3))]
 
 
 # ---- the code object's counts rank a cached kernel (CodeFacts) ------------------------------

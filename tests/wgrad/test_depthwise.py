@@ -176,10 +176,16 @@ def test_serves_packed_atomic_needs_even_dw_and_none_no_split():
 
 
 def test_policy_grid_is_channel_blocks_by_the_split():
-    """MobileNetV2's dw56 (C 144, wg_K 200704): 3 channel blocks, the fp16 packed atomic's
-    rounding cap (97) as the degree; the unsplit kernel runs one slice."""
+    """MobileNetV2's dw56 (C 144, wg_K 200704): 3 channel blocks. gfx1250's fill rule takes
+    the fp16 packed atomic's rounding cap (97) as the degree; sm_90's waves rule the most
+    that fit one round of 132 SMs x 2 resident CTAs (3 x 88 = 264), 4 with a code object
+    that holds 4 (3 x 97 fits then, the cap again); the unsplit kernel runs one slice."""
     p = P("64,144,56,56,144,3,3,1,1,1,144")
-    plan = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "atomic"), p)
+    plan = plan_split_k(_spec("gfx1250", 3, 64, 4, 2, "atomic"), p)
     assert (plan.degree, plan.grid, plan.slice_k) == (97, (3, 1, 97), 2072)
+    plan = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "atomic"), p)
+    assert (plan.degree, plan.grid, plan.slice_k) == (88, (3, 1, 88), 2284)
+    plan = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "atomic"), p, resident_ctas=4)
+    assert (plan.degree, plan.grid) == (97, (3, 1, 97))
     one = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "none"), p)
     assert (one.degree, one.grid, one.slice_k) == (1, (3, 1, 1), 200704)

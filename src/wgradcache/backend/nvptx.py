@@ -115,5 +115,26 @@ class Nvptx(Backend):
 
         return device_for(target)
 
+    def resident_ctas(self, co: dict, target: str) -> int | None:
+        """The occupancy calculator's block count: registers per warp rounded up to the
+        allocation unit, shared memory plus the per-block reserve, threads and the block
+        cap of the SM, the least of them. None for a record without the fields (or
+        values no cubin has)."""
+        from wgradcache.model.devices import device_size
+
+        lim = device_size(target).cu_limits
+        got = [co.get(k) for k in ("registers", "static_shared_bytes", "dynamic_shared_bytes",
+                                   "max_threads_per_block")]
+        if lim is None or not all(type(v) is int and v >= 0 for v in got):
+            return None
+        regs, static, dynamic, threads = got
+        if threads <= 0:
+            return None
+        warps = -(-threads // 32)
+        per_warp = -(-regs * 32 // lim.register_unit) * lim.register_unit
+        by_regs = lim.registers // (per_warp * warps) if per_warp else lim.ctas
+        by_shared = lim.shared_bytes // (static + dynamic + lim.shared_per_cta)
+        return max(1, min(by_regs, by_shared, lim.threads // threads, lim.ctas))
+
 
 NVPTX = register(Nvptx())

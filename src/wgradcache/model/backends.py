@@ -98,6 +98,12 @@ class Backend:
         """(device, "") or (None, why): ``runtime``'s device for ``target``."""
         raise NotImplementedError
 
+    def resident_ctas(self, co: dict, target: str) -> int | None:
+        """How many CTAs of the kernel whose record is ``co`` one CU of ``target`` runs at
+        once (registers, shared memory, threads), for the split rule's waves; None where
+        this backend does not model it or the target has no ``devices.CuLimits``."""
+        return None
+
 
 BACKENDS: dict[str, Backend] = {}
 

@@ -1,4 +1,5 @@
-"""Device sizes per target: compute units and XCDs, what ranking a launch's waves needs.
+"""Device sizes per target: compute units and XCDs, what ranking a launch's waves needs, and
+which split-K degree rule the target's launches follow (``wgrad/split_k.py``).
 
 Apart from the target catalog (``targets.py``) because no emitted kernel depends on them:
 the catalog is in the generator digest, so correcting a CU count there re-emitted every job
@@ -10,7 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DeviceSize", "DEVICE_SIZES", "device_size"]
+__all__ = ["DeviceSize", "DEVICE_SIZES", "SPLIT_RULES", "CuLimits", "device_size"]
+
+# The automatic split degree's rule (wgrad/split_k.py): "fill" the GPU to a CTA count
+# (upstream's, fitted on a gfx1250 degree sweep), or the fewest "waves" of resident CTAs.
+SPLIT_RULES = ("fill", "waves")
+
+
+@dataclass(frozen=True)
+class CuLimits:
+    """What one CU / SM holds at once, which bounds how many CTAs of a kernel it runs
+    together (its residency, from the code object's registers and shared memory)."""
+
+    registers: int  # 32-bit registers
+    register_unit: int  # registers are given to a warp in units of this many
+    shared_bytes: int  # shared memory a CU can give its CTAs
+    shared_per_cta: int  # shared memory the system keeps per resident CTA
+    threads: int
+    ctas: int
+    source: str
 
 
 @dataclass(frozen=True)
@@ -18,6 +37,8 @@ class DeviceSize:
     cu_count: int
     xcd_count: int
     source: str
+    split: str = "fill"  # one of SPLIT_RULES
+    cu_limits: CuLimits | None = None  # what residency needs (the "waves" rule)
 
 
 DEVICE_SIZES: dict[str, DeviceSize] = {
@@ -39,7 +60,17 @@ DEVICE_SIZES: dict[str, DeviceSize] = {
                                  "(public spec pages)"),
     # H200 SXM: 132 SMs (cudaGetDeviceProperties as PyTorch read it on the device machine,
     # .library/device/KINDS.md; the H100 SXM datasheet's 132 too). "XCDs": one die.
-    "sm_90": DeviceSize(132, 1, "H200: 132 multiprocessors (device properties)"),
+    # The split rule: a degree sweep on an H100 (12-07, benchmarks/README.md "Split degree")
+    # put the fill rule's degree 1.09x behind the best in geometric mean (1.44x at worst),
+    # the waves rule 1.04x (1.17x); the SM limits are compute capability 9.0's (CUDA C++
+    # Programming Guide, "Compute Capabilities" table: 64 K registers, 228 KB shared memory
+    # of which 1 KB is kept per block, 2048 threads, 32 blocks; registers given per warp in
+    # units of 256).
+    "sm_90": DeviceSize(132, 1, "H200: 132 multiprocessors (device properties)",
+                        split="waves",
+                        cu_limits=CuLimits(65536, 256, 233472, 1024, 2048, 32,
+                                           "CUDA C++ Programming Guide, compute capability "
+                                           "9.0")),
 }
 
 

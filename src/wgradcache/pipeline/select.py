@@ -40,6 +40,10 @@ a kernel computes a problem; this module only chooses among the kernels that do:
   the device class's timings of the two rank them. Each order is its own pruning kind; so
   is each depth of the async loop's ring (``spec.stages``), which the formula ignores too
   (a -sS kernel ties with its two-stage twin and ranks after it until timings say);
+* a cached kernel's split degree is the policy's (``plan_split_k``) with its code object's
+  residency (``CacheCandidates.resident``: the CTAs a CU runs at once, which sm_90's
+  "waves" rule reads), so the degree select prints is the one ``tune`` timed and a caller
+  launches;
 * a depthwise problem (groups = C = K) is served by the direct depthwise kernels too
   (``serves`` admits them for nothing else), ranked by their own issue slots in the same
   clocks (``depthwise_issue_per_step``), so they rank beside the GEMM kernels that serve it.
@@ -142,6 +146,13 @@ class CacheCandidates:
     skipped: list[str]
     facts: dict[str, CodeFacts]
     blobs: dict[str, str] = field(default_factory=dict)  # identity key -> its blob key
+    # identity key -> CTAs per CU its code object allows (``Backend.resident_ctas``)
+    resident: dict[str, int] = field(default_factory=dict)
+
+    def costs(self, measured: Measurements | None = None) -> CostSources:
+        """What ranks these candidates besides the formula: their code objects' counts and
+        residency, and ``measured``'s timings where given."""
+        return CostSources(self.facts, measured or Measurements(), self.resident)
 
 
 def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> CacheCandidates:
@@ -149,9 +160,11 @@ def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> CacheC
     (not whole, its blob not the bytes it records, or a two-stage entry whose stage-2 kernel
     is missing or not its bytes: never served)."""
     from wgradcache.cache.store import CorruptEntry, TargetCache
+    from wgradcache.model.backends import backend_of
 
-    out, skipped, facts, blobs = [], [], {}, {}
+    out, skipped, facts, blobs, resident = [], [], {}, {}, {}
     cache = TargetCache(cache_dir, target)
+    backend = backend_of(target)
     for _ik, entry in cache.iter_entries():
         if not isinstance(entry, CorruptEntry) and entry.dtype != dtype_key:
             continue
@@ -165,7 +178,10 @@ def candidates_from_cache(cache_dir: str, target: str, dtype_key: str) -> CacheC
         got = CodeFacts.from_isa(entry.isa)
         if got is not None:
             facts[spec.identity_key()] = got
-    return CacheCandidates(out, skipped, facts, blobs)
+        ctas = backend.resident_ctas(entry.code_object, target)
+        if ctas is not None:
+            resident[spec.identity_key()] = ctas
+    return CacheCandidates(out, skipped, facts, blobs, resident)
 
 
 def _two_stage_wanted(spec: KernelSpec, problem: ConvProblem) -> bool:
@@ -388,6 +404,7 @@ class CostSources:
 
     facts: dict[str, CodeFacts] = field(default_factory=dict)
     measured: Measurements = field(default_factory=Measurements)
+    resident: dict[str, int] = field(default_factory=dict)  # CacheCandidates.resident
 
 
 def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
@@ -412,10 +429,10 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
         served = _prune_widest(served)
     out = []
     for s in served:
-        plan = plan_split_k(s, problem)
+        key = s.identity_key()
+        plan = plan_split_k(s, problem, resident_ctas=costs.resident.get(key))
         if not serves(s, problem, plan.degree)[0]:
             continue
-        key = s.identity_key()
         code = facts.get(key)
         cost_from = "formula" if code is None else "code object"
         ms = measured.times.get((key, problem.short(), s.dtype_key, plan.degree))
@@ -524,4 +541,4 @@ def serve(req: SelectRequest) -> Served:
         got = candidates_from_cache(req.cache_dir, req.target, req.dtype)
         measured = measurements(req.cache_dir, req.target, req.device_class, got.blobs)
     return Served(select(req.target, req.problem, got.specs, prune=not req.all_widths,
-                         costs=CostSources(got.facts, measured)), got.skipped)
+                         costs=got.costs(measured)), got.skipped)

@@ -124,7 +124,7 @@ def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
     ``--network`` names none of its layers."""
     from wgradcache.files.capped import Refused, read_capped
     from wgradcache.numerics.layers import load_layers
-    from wgradcache.pipeline.select import CostSources, candidates_from_cache, select
+    from wgradcache.pipeline.select import candidates_from_cache, select
 
     try:  # a FIFO or a device is refused before load_layers opens it (it would block)
         read_capped(req.layers_file, 16 << 20, follow=True, missing_ok=False)
@@ -145,7 +145,7 @@ def plan_tune(req: TuneRequest) -> tuple[list[_Job], list[str]]:
         got = candidates_from_cache(req.cache_dir, req.target, dtype)
         skipped += got.skipped
         for ly in distinct:
-            ranked = select(req.target, ly.problem, got.specs, costs=CostSources(got.facts))
+            ranked = select(req.target, ly.problem, got.specs, costs=got.costs())
             chosen = ranked if req.top is None else ranked[:req.top]
             if chosen:
                 jobs.append(_Job(ly.name, dtype, ly.problem, tuple(chosen),

@@ -2,12 +2,23 @@
 
 The degree is a kernel argument, so this policy runs per launch and never changes a binary.
 
-* Automatic: fill the GPU to ``FILL_CTAS`` CTAs (``FILL_CTAS_GROUPED`` when grouped) with K
-  slices no shorter than ``MIN_SLICE_K``, capped per reduction by its rounding bound: a packed
-  16-bit atomic rounds the running dW sum after every add, so its degree is capped by
-  ``atomic_rounding_degree_cap`` (97 for fp16, 12 for bf16); float atomics (fp32 dW, the
-  two-stage f32 workspace) use ``MAX_DEGREE`` (128). Upstream fitted the fill and slice
-  terms on a degree sweep of gfx1250 split-K binaries (PR #14832).
+* Automatic, capped per reduction by its rounding bound (a packed 16-bit atomic rounds the
+  running dW sum after every add, so its degree is capped by ``atomic_rounding_degree_cap``:
+  97 for fp16, 12 for bf16; float atomics, fp32 dW or the two-stage f32 workspace, use
+  ``MAX_DEGREE``, 128), by K slices no shorter than ``MIN_SLICE_K`` and by the K tiles; then
+  the target's rule (``model.devices``, ``DeviceSize.split``):
+
+  - "fill": fill the GPU to ``FILL_CTAS`` CTAs (``FILL_CTAS_GROUPED`` when grouped).
+    Upstream fitted the fill and slice terms on a degree sweep of gfx1250 split-K binaries
+    (PR #14832); the AMD targets keep it (no sweep of ours on them).
+  - "waves": the degree of the fewest K-tile steps per CU, ``wave_degree``: CTAs go out in
+    rounds of (CUs x the kernel's resident CTAs), each round as long as one slice. Why: on
+    an H100 (12-07, every ResNet-50 layer's best split-K kernel at degrees 1 to 128) two
+    co-resident 236-register CTAs ran barely faster than one, so 144 CTAs (12 SMs with two)
+    ran 1.2x slower than 108 and 252 (two on each SM) 1.2x faster; the fill rule's 1024 CTAs
+    were 1.09x behind the best degree in geometric mean, 1.44x at worst, this rule 1.04x and
+    1.17x. The residency is the code object's (``Backend.resident_ctas``: a select over the
+    cache passes it); without it, ``RESIDENT_CTAS``.
 * XCD snap (targets of several XCDs, ``model.devices``: MI300X / MI355X have 8): CTAs go
   to the XCDs round-robin, so the automatic degree becomes a multiple of
   step = xcds / gcd(base grid, xcds) (rounded down; up to one step when below it), which
@@ -26,15 +37,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from wgradcache.model.devices import device_size
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import DEFAULT_WS_REPLICAS, KernelSpec, is_depthwise
-from wgradcache.model.targets import get_target
 from wgradcache.wgrad.capability import MAX_GRID_Z
 
 __all__ = [
     "ATOMIC_TOLERANCE", "MAX_DEGREE", "FILL_CTAS", "FILL_CTAS_GROUPED", "MIN_SLICE_K",
     "FRACTION_BITS", "atomic_rounding_degree_cap", "degree_cap", "slice_width",
-    "SplitPlan", "plan_split_k", "xcd_snap",
+    "SplitPlan", "plan_split_k", "xcd_snap", "wave_degree", "RESIDENT_CTAS",
 ]
 
 ATOMIC_TOLERANCE = 5e-2  # upstream's verification tolerance the cap is derived from
@@ -42,6 +53,7 @@ MAX_DEGREE = 128  # top of upstream's degree ladder; the f32 and override cap
 FILL_CTAS = 1024
 FILL_CTAS_GROUPED = 2048
 MIN_SLICE_K = 512
+RESIDENT_CTAS = 2  # CTAs a CU runs at once where the code object does not say (the model's)
 FRACTION_BITS = {"fp16": 10, "bf16": 7}
 
 
@@ -86,14 +98,17 @@ class SplitPlan:
                 f"grid {self.grid[0]}x{self.grid[1]}x{self.grid[2]}")
 
 
-def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None = None,
-                 override: int | None = None, free_reduction: bool = False) -> SplitPlan:
+def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None = None,  # noqa: PLR0913 - the policy's inputs, all keyword
+                 override: int | None = None, free_reduction: bool = False,
+                 resident_ctas: int | None = None) -> SplitPlan:
     """Resolve the split of ``problem`` on ``spec``'s kernel.
 
     ``split_k``: an explicit degree (kept). ``override``: the resolver's override of the
     automatic degree. ``free_reduction``: the caller may switch a packed-atomic launch to the
-    two-stage workspace (it has a two-stage kernel of the same geometry). A kernel without a
-    split-K reduction always runs degree 1; asking it for more is a ValueError.
+    two-stage workspace (it has a two-stage kernel of the same geometry). ``resident_ctas``:
+    the kernel's CTAs per CU from its code object (the "waves" rule's rounds; None:
+    ``RESIDENT_CTAS``). A kernel without a split-K reduction always runs degree 1; asking
+    it for more is a ValueError.
     """
     p, red = problem, spec.reduction
     if (split_k is not None and split_k < 1) or (override is not None and override < 1):
@@ -124,12 +139,23 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
     base = n_tiles * m_tiles * z_groups
     fill = FILL_CTAS_GROUPED if z_groups > 1 else FILL_CTAS
     cap = min(max(1, p.wg_K // MIN_SLICE_K), degree_cap(spec.dw_dtype, red), k_tiles, z_cap)
-    degree = xcd_snap(min(max(1, fill // base), cap), base, get_target(spec.target).xcd_count,
-                      cap)
+    size = device_size(spec.target)
+    if size.split == "waves":
+        slots = size.cu_count * max(1, resident_ctas or RESIDENT_CTAS)
+        degree = wave_degree(base, k_tiles, cap, slots)
+    else:
+        degree = xcd_snap(min(max(1, fill // base), cap), base, size.xcd_count, cap)
     # no empty slices on an automatic split: the same slice width with fewer CTAs
     width = slice_width(p.wg_K, spec.tile_k, degree)
     degree = max(1, -(-p.wg_K // width))
     return _plan(spec, p, degree, red, "auto")
+
+
+def wave_degree(base: int, k_tiles: int, cap: int, slots: int) -> int:
+    """The degree in [1, cap] whose launch takes the fewest K-tile steps per CU: rounds of
+    ``slots`` CTAs (CUs x resident CTAs), each round one slice of ceil(k_tiles / degree)
+    tiles long; the smallest such degree (fewer partial sums to add)."""
+    return min(range(1, cap + 1), key=lambda d: (-(-base * d // slots) * -(-k_tiles // d), d))
 
 
 def xcd_snap(degree: int, base: int, xcds: int, cap: int) -> int:
