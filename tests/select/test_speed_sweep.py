@@ -43,3 +43,18 @@ def test_the_policy_loss_is_reported_from_its_swept_degree():
     lines = _load("speed_families").summarise(_doc({"64": 1.2, "128": 1.0}))
     assert lines[-1] == ("  net/a                            sm_90-fp16-t128x64x32-w2x2-v8x8-"
                          "sync-default-atomic: x93 not timed, best x128")
+
+
+def test_split_policy_holds_the_best_to_what_the_reduction_admits():
+    """x128 is fastest but past the fp16 packed atomic's cap (97): the best admitted is x64;
+    a layer whose policy degree was not swept is left out, not guessed."""
+    rows = _load("split_policy").rows
+    label = "sm_90-fp16-t64x32x64-w4x1-v8x8-sync-default-atomic"
+    doc = {"layers": [
+        {"layer": "net/a", "sweep": {"label": label, "policy": 93,
+                                     "ms": {"32": 0.05, "64": 0.04, "93": 0.05, "128": 0.03}}},
+        {"layer": "net/b", "sweep": {"label": label, "policy": 12, "ms": {"8": 0.02}}},
+        {"layer": "net/c"}]}
+    got = rows(doc)
+    assert [(r["layer"], r["policy"], r["best"], round(r["ratio"], 6)) for r in got] == [
+        ("net/a", 93, 64, 1.25)]
