@@ -49,8 +49,8 @@ from wgradcache.model.spec import (
 )
 from wgradcache.model.targets import Target, get_target, kernel_target_names
 
-__all__ = ["walk", "count", "depthwise_jobs", "small_c_jobs", "direct_jobs", "count_table", "resolve_selection", "Selection",
-           "SelectionError", "LADDER_VARIANTS"]
+__all__ = ["walk", "count", "depthwise_jobs", "small_c_jobs", "direct_jobs", "count_table",
+           "resolve_selection", "Selection", "SelectionError", "LADDER_VARIANTS"]
 
 _LADDER_SLOTS = (("sync", "default", "none"), ("sync", "default", "atomic"))
 _COVER_SLOTS = (("sync", "cshuffle", "none"), ("sync", "cshuffle", "atomic"),

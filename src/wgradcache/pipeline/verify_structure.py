@@ -40,8 +40,8 @@ from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import (
     KernelSpec,
     dynamic_lds_bytes,
-    is_direct,
     is_depthwise,
+    is_direct,
     lds_bytes,
     ring_wait_depth,
     spec_sync_k_outer,
