@@ -49,7 +49,7 @@ def test_list_prints_every_label_once():
     (("--variant", "async"), "error: --variant: unknown variant 'async'; valid: " + ", ".join(
         f"{k}.{e}.{r}" for k in ("sync", "async") for e in ("default", "cshuffle")
         for r in ("none", "atomic", "two_stage")) + ", depthwise.default.none, "
-     "depthwise.default.atomic\n"),
+     "depthwise.default.atomic, small_c.default.none, small_c.default.atomic\n"),
 ])
 def test_unknown_names_are_one_line_exit_2(args, msg):
     r = _run(*args)
@@ -60,7 +60,7 @@ def test_unknown_names_are_one_line_exit_2(args, msg):
 def test_table_lists_totals():
     r = _run("--target", "gfx1151")
     assert r.exit_code == 0
-    assert "jobs (closed form): 270 in all" in r.output  # 6 of them depthwise
+    assert "jobs (closed form): 274 in all" in r.output  # 6 of them depthwise, 4 small-C
 
 
 @pytest.mark.parametrize("command", [

@@ -298,7 +298,7 @@ def test_a_key_with_a_newline_stays_on_one_line(tmp_path):
     assert _count(p) == f"error: {p}:1: 'a\\nb': unknown key; valid: schema, ladder, " \
                         "ladder_wave64, ladder_targets, filters, cta_orders, stages, vec_pairs, " \
                         "async_chunk_pairs, " \
-                        "ws_replicas, dtypes, cover, depthwise\n"
+                        "ws_replicas, dtypes, cover, depthwise, small_c\n"
 
 
 def test_python_tags_are_only_text(tmp_path):

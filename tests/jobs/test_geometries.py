@@ -230,6 +230,45 @@ def test_depthwise_entries_are_the_shipped_five_and_optional(tmp_path):
         load(_write(tmp_path, many))
 
 
+_SC = "  - [3, 3, 32, 8, 1]    # MobileNetV2's stem (K 32, C 3, 3x3 stride 2), on every target"
+
+
+@pytest.mark.parametrize("new, field, problem", [
+    ("  - [3, 3, 32, 8]", "small_c[0]", "expected 5 integers [T, C, tile_n, tile_k, vec], "
+                                        "got 4"),
+    ("  - [10, 3, 32, 8, 1]", "small_c[0][0]", "must be in [1, 9], got 10"),
+    ("  - [3, 5, 32, 8, 1]", "small_c[0][1]", "must be in [1, 4], got 5"),
+    ("  - [3, 0, 32, 8, 1]", "small_c[0][1]", "must be in [1, 4], got 0"),
+    ("  - [3, 3, 8, 8, 1]", "small_c[0][2]", "must be in [16, 1024], got 8"),
+    ("  - [3, 3, 32, 65, 1]", "small_c[0][3]", "must be in [1, 64], got 65"),
+    ("  - [3, 3, 32, 8, 3]", "small_c[0][4]", "vec 3 not one of (1, 2, 4, 8)"),
+    ("  - [3, 3, 32, 8, 1e3]", "small_c[0][4]", "expected an integer"),
+    ("  - [3, 3, 16, 16, 1]", "small_c[1]", "repeated entry [3, 3, 16, 16, 1]"),
+    ("  - {T: 3}", "small_c[0]", "expected a list, got a mapping"),
+])
+def test_small_c_entry_errors_name_file_line_and_field(tmp_path, new, field, problem):
+    assert _SC in SHIPPED
+    text = SHIPPED.replace(_SC, new, 1)
+    lines = text.splitlines()
+    line = max(i for i, ln in enumerate(lines, 1) if ln.startswith(new))  # the later repeat
+    p = _write(tmp_path, text)
+    with pytest.raises(GeometryFileError) as e:
+        load(p)
+    assert str(e.value).startswith(f"{p}:{line}: {field}: {problem}")
+
+
+def test_small_c_entries_are_the_shipped_seven_and_optional(tmp_path):
+    assert load().small_c == ((3, 3, 32, 8, 1), (3, 3, 16, 16, 1), (3, 3, 16, 32, 2),
+                              (3, 3, 16, 32, 4), (3, 4, 16, 16, 1), (3, 4, 16, 16, 2),
+                              (5, 3, 16, 8, 1))
+    head = SHIPPED.index("\nsmall_c:")
+    assert load(_write(tmp_path, SHIPPED[:head] + "\n")).small_c == ()
+    many = SHIPPED[:head] + "\nsmall_c:\n" + "".join(
+        f"  - [3, 3, {16 + i}, 4, 1]\n" for i in range(17))
+    with pytest.raises(GeometryFileError, match=r": small_c: at most 16 items, got 17"):
+        load(_write(tmp_path, many))
+
+
 def test_cta_orders_fold_into_the_target_budgets_and_leave_the_others_alone():
     d = load(default_path())
     lim = d.limits_for("sm_90")

@@ -14,10 +14,13 @@ from wgradcache.jobs.geometries import CoverEntry
 from wgradcache.model.spec import (
     DEPTHWISE_VARIANTS,
     DTYPE_KEYS,
+    SMALL_C_VARIANTS,
     VARIANT_KEYS,
     Limits,
+    direct_accumulators,
     dynamic_lds_bytes,
     from_label,
+    is_direct,
     lds_bytes,
     validate,
 )
@@ -25,8 +28,9 @@ from wgradcache.model.targets import TARGETS, kernel_target_names
 
 
 def _gemm(specs):
-    """The GEMM kernels of a walk (the depthwise ones have budgets of their own)."""
-    return (s for s in specs if s.k_loop != "depthwise")
+    """The GEMM kernels of a walk (the direct ones, depthwise and small-C, have budgets of
+    their own)."""
+    return (s for s in specs if not is_direct(s))
 
 
 def _walk_counts(target, dtypes, variants, data=None):
@@ -74,7 +78,7 @@ def test_mfma_variants_are_what_the_catalog_admits():
     16-bit and f32 atomic split-K, two-stage (float atomics validated); wave64 geometries."""
     sync_variants = ({f"sync.{e}.{r}" for e in ("default", "cshuffle")
                       for r in ("none", "atomic", "two_stage")} - {"sync.cshuffle.two_stage"}
-                     | set(DEPTHWISE_VARIANTS))
+                     | set(DEPTHWISE_VARIANTS) | set(SMALL_C_VARIANTS))
     for t in ("gfx942", "gfx950"):
         for d in DTYPE_KEYS:
             assert set(count(t, [d])[d]) == sync_variants, (t, d)
@@ -99,7 +103,7 @@ def test_mfma_counts_are_pinned():
     assert c950["sync.default.two_stage"] == c950["sync.cshuffle.none"] == 42
     assert c950["sync.cshuffle.atomic"] == 36
     assert sum(sum(count(t)[d].values()) for t in ("gfx942", "gfx950") for d in ("fp16", "bf16")
-               ) == 784 + 88 + 1172 + 120 + 2 * 20  # and 20 depthwise kernels each
+               ) == 784 + 88 + 1172 + 120 + 2 * 20 + 2 * 28  # and 20 depthwise, 28 small-C
 
 
 def test_mfma_load_bounds_are_the_measured_ones():
@@ -138,7 +142,7 @@ def test_sm90_measured_stack_frame_exclusions():
     assert all(d.limits_for(t).exclude == () for t in ("gfx1250", "gfx942", "gfx950"))
     specs = list(_gemm(walk("sm_90")))
     # 2026-12-06: sm_90's own ladder (256-wide tiles, 128 accumulators, dynamic shared)
-    assert len(specs) + 20 == sum(sum(v.values()) for v in count("sm_90").values()) == 3086
+    assert len(specs) + 20 + 28 == sum(sum(v.values()) for v in count("sm_90").values()) == 3114
     # + 360 grouped (cta_orders), + 320 deeper async rings (stages)
     row_major = [s for s in specs if s.cta_group == 1 and s.stages == 2]
     assert len(row_major) == 2386 and sum(s.k_loop == "sync" for s in row_major) == 2034
@@ -168,9 +172,10 @@ def test_shipped_counts_are_pinned():
     assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 20 * 4
     assert c["sync.cshuffle.atomic"] == 20 * 2  # pairs with an even vec_b
     assert c["async.default.none"] == (20 + 3) * 2  # two chunk pairs
-    # the five depthwise entries x {none, atomic}
+    # the five depthwise entries x {none, atomic}, the seven small-C ones alike
     assert c["depthwise.default.none"] == c["depthwise.default.atomic"] == 5
-    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4) + (20 + 3) * 4 * 2 + 10
+    assert c["small_c.default.none"] == c["small_c.default.atomic"] == 7
+    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4) + (20 + 3) * 4 * 2 + 10 + 14
 
 
 def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
@@ -185,8 +190,9 @@ def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
         assert grouped == (wide if t == "sm_90" else set()), t
         totals[t] = (len(specs), len(grouped))
     # 20 depthwise kernels on each target (6 on gfx1151: no 16-bit atomic, 32 accumulators)
-    assert totals == {"gfx1250": (2532, 0), "gfx1201": (760, 0), "gfx1151": (270, 0),
-                      "gfx950": (1312, 0), "gfx942": (892, 0), "sm_90": (3086, 520)}
+    # and 28 small-C (16 on gfx1201: 64 accumulators; 4 on gfx1151)
+    assert totals == {"gfx1250": (2560, 0), "gfx1201": (776, 0), "gfx1151": (274, 0),
+                      "gfx950": (1340, 0), "gfx942": (920, 0), "sm_90": (3114, 520)}
 
 
 def test_deeper_rings_are_the_wide_async_jobs_of_the_targets_named():
@@ -284,8 +290,8 @@ def test_per_target_budgets_apply_to_walk_and_validator():
     assert d.limits_for("gfx1201") == d.limits
     for s in _gemm(walk("gfx1151", ["fp16"])):
         assert accumulators_per_lane(s.tile_m, s.tile_n, s.warp_m, s.warp_n, 32) <= 32
-    for s in walk("gfx1151", ["fp16"]):  # a depthwise kernel's: T·T·vec
-        assert s.k_loop != "depthwise" or s.tile_m ** 2 * s.vec_b <= 32
+    for s in walk("gfx1151", ["fp16"]):  # a direct kernel's: T·T·vec (x Cc for small-C)
+        assert not is_direct(s) or direct_accumulators(s) <= 32
     for t in ("gfx1201", "gfx1151"):
         assert max(loads_per_thread(s.tile, s.load_widths)
                    for s in _gemm(walk(t, ["fp16"]))) <= 40

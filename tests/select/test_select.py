@@ -430,3 +430,32 @@ def test_depthwise_layers_are_offered_a_depthwise_kernel_and_no_other_layer_is(t
         assert {n for n in firsts if n.startswith("mobilenetv2/")} == {
             "mobilenetv2/dw112", "mobilenetv2/dw112.s2", "mobilenetv2/dw56",
             "mobilenetv2/dw28", "mobilenetv2/dw14", "mobilenetv2/dw7"}
+
+
+@pytest.mark.parametrize("target", ["gfx1250", "gfx1201", "gfx1151", "gfx942", "sm_90"])
+def test_stems_are_offered_a_small_c_kernel_and_no_other_layer_is(target):
+    """The stems of C <= 4 whose filter the walk's small-C kernels hold (MobileNetV2's and
+    UNet's 3x3; not ResNet-50's 7x7, past every walked T) are offered a direct small-C
+    kernel beside the GEMM kernels that serve them; no other reference layer is."""
+    specs = candidates_from_walk(target, "fp16")
+    offered = set()
+    for layer in LAYERS:
+        kinds = [c.spec.k_loop == "small_c" for c in select(target, layer.problem, specs)]
+        assert not all(kinds), layer.name
+        if any(kinds):
+            offered.add(layer.name)
+    assert offered == {"mobilenetv2/stem", "unet/in.stem"}
+
+
+def test_a_small_c_kernel_of_more_channels_does_not_prune_its_twin():
+    """vec_b is a small-C kernel's compiled channel count, not a load width: at one
+    geometry the C 3 and the C 4 kernels both stay (a C 3 layer on the C 4 kernel does a
+    third more work)."""
+    from wgradcache.model.spec import from_label
+
+    c3 = from_label("sm_90-fp16-t3x16x16-w8x1-v1x3-small_c-default-atomic")
+    c4 = from_label("sm_90-fp16-t3x16x16-w8x1-v1x4-small_c-default-atomic")
+    ranked = select("sm_90", ConvProblem.parse("64,3,224,224,32,3,3,2,1"), [c4, c3])
+    assert [c.spec for c in ranked] == [c3, c4]
+    assert [c.spec for c in select("sm_90", ConvProblem.parse("8,4,64,64,32,3,3,1,1"),
+                                   [c4, c3])] == [c4]

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 from wgrad_cases import check, shipped_limits
 
-import wgradcache.wgrad.depthwise as dwk
+import wgradcache.wgrad.direct as direct
 from wgradcache.jobs import default_jobdata
 from wgradcache.jobs.walk import depthwise_jobs
 from wgradcache.model.problem import ConvProblem
@@ -103,7 +103,7 @@ def test_split_probe_splits_with_a_tail():
 def test_a_planted_tap_offset_is_caught(monkeypatch):
     """Every tap one pixel row down (ho·s + 1 − p + y·d): the comparison fails far outside
     its bound."""
-    real = dwk.pixel
+    real = direct.pixel
 
     def shifted(kb, a, k, *rest):
         img, ho, wo, hi, wi = real(kb, a, k, *rest)
@@ -113,7 +113,7 @@ def test_a_planted_tap_offset_is_caught(monkeypatch):
     problem = EDGES_T3["chan_tail"][0]
     check(run_emulated(spec, problem), "fp16")
     cached_kernel.cache_clear()
-    monkeypatch.setattr(dwk, "pixel", shifted)
+    monkeypatch.setattr(direct, "pixel", shifted)
     try:
         r = run_emulated(spec, problem)
         assert not r.hazards and r.error > 10 * r.bound.bound, r.summary()

@@ -21,6 +21,7 @@ from wgradcache.model.spec import (
     CTA_GROUP_RANGE,
     DEPTHWISE_TAPS,
     DTYPE_KEYS,
+    SMALL_C_CHANNELS,
     STAGE_RANGE,
     VEC_WIDTHS,
     Geometry,
@@ -68,6 +69,8 @@ class JobData:
     target_ladders: tuple[tuple[str, dict[str, tuple[int, ...]]], ...] = ()
     # the direct depthwise kernels (``depthwise``): [T, tile_n, tile_k, vec] each
     depthwise: tuple[tuple[int, int, int, int], ...] = ()
+    # the direct small-C kernels (``small_c``): [T, C, tile_n, tile_k, vec] each
+    small_c: tuple[tuple[int, int, int, int, int], ...] = ()
 
     def limits_for(self, target: str) -> Limits:
         return dict(self.target_limits).get(target, self.limits)
@@ -135,12 +138,15 @@ _CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 
 _TOP = ("schema", "ladder", "ladder_wave64", "ladder_targets", "filters", "cta_orders",
         "stages", "vec_pairs", "async_chunk_pairs", "ws_replicas", "dtypes", "cover",
-        "depthwise")
+        "depthwise", "small_c")
 # A depthwise entry's [T, tile_n, tile_k, vec] ranges (the exact rules are spec.py's, per
 # target: the walk keeps what validate admits); at most MAX_DEPTHWISE entries.
 _DEPTHWISE_FIELDS = ("T", "tile_n", "tile_k", "vec")
 _DEPTHWISE_RANGES = (DEPTHWISE_TAPS, TILE_RANGE, (1, 64), _VEC_RANGE)
 MAX_DEPTHWISE = 16
+# A small-C entry's [T, C, tile_n, tile_k, vec] (C: the compiled channel count), alike.
+_SMALL_C_FIELDS = ("T", "C", "tile_n", "tile_k", "vec")
+_SMALL_C_RANGES = (DEPTHWISE_TAPS, SMALL_C_CHANNELS, TILE_RANGE, (1, 64), _VEC_RANGE)
 # Optional ladders per wave size: the key and the wave size its targets have.
 _WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
@@ -194,7 +200,9 @@ def load(path: str | os.PathLike | None = None) -> JobData:
                    default_dtypes=default_dtypes, optional_dtypes=optional_dtypes,
                    cover=(), target_limits=target_limits, wave_ladders=wave_ladders,
                    target_ladders=target_ladders,
-                   depthwise=_depthwise(r, top["depthwise"]) if "depthwise" in top else ())
+                   depthwise=_direct(r, top, "depthwise", _DEPTHWISE_RANGES,
+                                     _DEPTHWISE_FIELDS),
+                   small_c=_direct(r, top, "small_c", _SMALL_C_RANGES, _SMALL_C_FIELDS))
     return replace(data, cover=_cover(r, section("cover"), data))
 
 
@@ -338,17 +346,22 @@ def _pairs(r: NodeReader, node: yaml.Node, key: str, k_loop: str,
     return tuple(out)
 
 
-def _depthwise(r: NodeReader, node: yaml.Node) -> tuple[tuple[int, int, int, int], ...]:
-    """[T, tile_n, tile_k, vec] entries, each field in its range, none repeated."""
-    out: list[tuple[int, int, int, int]] = []
-    for i, item in enumerate(r.seq(node, "depthwise", max_len=MAX_DEPTHWISE)):
-        field = f"depthwise[{i}]"
-        e = _int_row(r, item, field, _DEPTHWISE_RANGES, _DEPTHWISE_FIELDS)
-        if e[3] not in VEC_WIDTHS:
-            raise r.fail(item, f"{field}[3]", f"vec {e[3]} not one of {VEC_WIDTHS}")
+def _direct(r: NodeReader, top: dict, key: str, rngs: tuple[tuple[int, int], ...],
+            names: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """A direct kernel's entries (``depthwise``, ``small_c``; none where the file has no
+    such key): rows of ``names``, each field in its range, the last (vec) one of
+    VEC_WIDTHS, at most MAX_DEPTHWISE, none repeated."""
+    if key not in top:
+        return ()
+    out: list[tuple[int, ...]] = []
+    for i, item in enumerate(r.seq(top[key], key, max_len=MAX_DEPTHWISE)):
+        field = f"{key}[{i}]"
+        e = _int_row(r, item, field, rngs, names)
+        if e[-1] not in VEC_WIDTHS:
+            raise r.fail(item, f"{field}[{len(e) - 1}]", f"vec {e[-1]} not one of {VEC_WIDTHS}")
         if e in out:
             raise r.fail(item, field, f"repeated entry {list(e)}")
-        out.append(e)  # type: ignore[arg-type]
+        out.append(e)
     return tuple(out)
 
 

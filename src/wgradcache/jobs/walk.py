@@ -10,7 +10,8 @@ and the LDS stage counts its configuration gets (``spec.stages_for``: 2, and on 
 loop of the wide tiles the job data's deeper rings that fit).
 Then each ``depthwise`` entry of the job data gets depthwise x default x {none, atomic}
 where ``validate`` admits it on the target under its budgets (``depthwise_jobs``: the few
-specs walk yields and count counts, the same function).
+specs walk yields and count counts, the same function), and each ``small_c`` entry
+small_c x default x {none, atomic} alike (``small_c_jobs``).
 
 ``walk`` and ``count`` share the slot list and the predicates of ``spec.py`` and nothing
 else: ``count`` multiplies, ``walk`` builds specs. No hidden pruning, so the two agree by
@@ -27,8 +28,11 @@ from wgradcache.model.spec import (
     DEPTHWISE,
     DEPTHWISE_VARIANTS,
     DTYPE_KEYS,
+    SMALL_C,
+    SMALL_C_VARIANTS,
     VARIANT_KEYS,
     KernelSpec,
+    Limits,
     LoadWidths,
     Tile,
     cta_groups_for,
@@ -45,8 +49,8 @@ from wgradcache.model.spec import (
 )
 from wgradcache.model.targets import Target, get_target, kernel_target_names
 
-__all__ = ["walk", "count", "depthwise_jobs", "count_table", "resolve_selection", "Selection",
-           "SelectionError", "LADDER_VARIANTS"]
+__all__ = ["walk", "count", "depthwise_jobs", "small_c_jobs", "direct_jobs", "count_table",
+           "resolve_selection", "Selection", "SelectionError", "LADDER_VARIANTS"]
 
 _LADDER_SLOTS = (("sync", "default", "none"), ("sync", "default", "atomic"))
 _COVER_SLOTS = (("sync", "cshuffle", "none"), ("sync", "cshuffle", "atomic"),
@@ -119,6 +123,23 @@ def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Til
             yield tile, g in cover
 
 
+def _direct_specs(target: Target, dtype: str, dw_dtype: str, variants: tuple[str, ...],
+                  k_loop: str, kernel_variants: tuple[str, ...], limits: Limits,
+                  **fields: int) -> Iterator[KernelSpec]:
+    """One direct kernel entry x {none, atomic}: the specs ``validate`` admits under the
+    target's budgets. ``fields``: its tile and vec fields; warp_m follows from the block
+    (a whole number of waves or validate refuses it)."""
+    lanes = fields["tile_n"] // fields["vec_a"]
+    for v in kernel_variants:
+        if v not in variants:
+            continue
+        spec = KernelSpec(target=target.name, dtype=dtype, dw_dtype=dw_dtype,
+                          warp_m=lanes * fields["tile_k"] // target.wave_size, warp_n=1,
+                          k_loop=k_loop, reduction=v.rsplit(".", 1)[1], **fields)
+        if validate(spec, limits=limits, target=target)[0]:
+            yield spec
+
+
 def depthwise_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
                    variants: tuple[str, ...]) -> Iterator[KernelSpec]:
     """The depthwise kernels of one target and dtype: every ``data.depthwise`` entry
@@ -127,17 +148,29 @@ def depthwise_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
     the target lacks: left out, as every ladder filter leaves a geometry out)."""
     limits = data.limits_for(target.name)
     for taps, tile_n, tile_k, vec in data.depthwise:
-        block = tile_n // vec * tile_k  # a whole number of waves or validate refuses it
-        for v in DEPTHWISE_VARIANTS:
-            reduction = v.rsplit(".", 1)[1]
-            if v not in variants:
-                continue
-            spec = KernelSpec(target=target.name, dtype=dtype, dw_dtype=dw_dtype,
-                              tile_m=taps, tile_n=tile_n, tile_k=tile_k,
-                              warp_m=block // target.wave_size, warp_n=1, vec_a=vec,
-                              vec_b=vec, k_loop=DEPTHWISE, reduction=reduction)
-            if validate(spec, limits=limits, target=target)[0]:
-                yield spec
+        yield from _direct_specs(target, dtype, dw_dtype, variants, DEPTHWISE,
+                                 DEPTHWISE_VARIANTS, limits, tile_m=taps, tile_n=tile_n,
+                                 tile_k=tile_k, vec_a=vec, vec_b=vec)
+
+
+def small_c_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
+                 variants: tuple[str, ...]) -> Iterator[KernelSpec]:
+    """The small-C kernels of one target and dtype: every ``data.small_c`` entry
+    [T, C, tile_n, tile_k, vec] (vec_b = C, the compiled channels; vec_a = vec, the dY
+    vector) x {none, atomic} that ``validate`` admits, as ``depthwise_jobs``."""
+    limits = data.limits_for(target.name)
+    for taps, chans, tile_n, tile_k, vec in data.small_c:
+        yield from _direct_specs(target, dtype, dw_dtype, variants, SMALL_C,
+                                 SMALL_C_VARIANTS, limits, tile_m=taps, tile_n=tile_n,
+                                 tile_k=tile_k, vec_a=vec, vec_b=chans)
+
+
+def direct_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
+                variants: tuple[str, ...]) -> Iterator[KernelSpec]:
+    """Every direct kernel of one target and dtype: depthwise, then small-C (what walk
+    yields after the GEMM jobs and count counts one by one)."""
+    yield from depthwise_jobs(data, target, dtype, dw_dtype, variants)
+    yield from small_c_jobs(data, target, dtype, dw_dtype, variants)
 
 
 def walk(target: str, dtypes: Iterable[str] | None = None,
@@ -167,7 +200,7 @@ def walk(target: str, dtypes: Iterable[str] | None = None,
                                 epilogue=epi, reduction=red,
                                 ws_replicas=data.ws_replicas if red == "two_stage" else 0,
                                 cta_group=order, stages=ring, **widths.spec_fields())
-        yield from depthwise_jobs(data, t, dtype, dw, variants)
+        yield from direct_jobs(data, t, dtype, dw, variants)
 
 
 def count(target: str, dtypes: Iterable[str] | None = None,
@@ -191,7 +224,7 @@ def count(target: str, dtypes: Iterable[str] | None = None,
                     if n:
                         v = f"{k_loop}.{epi}.{red}"
                         per_variant[v] = per_variant.get(v, 0) + n
-            for s in depthwise_jobs(data, t, dtype, dw, variants):
+            for s in direct_jobs(data, t, dtype, dw, variants):
                 per_variant[s.variant] = per_variant.get(s.variant, 0) + 1
         out[key] = {v: per_variant[v] for v in VARIANT_KEYS if v in per_variant}
     return out

@@ -33,6 +33,8 @@ __all__ = [
     "CTA_GROUP_RANGE", "IDENTITY_DEFAULTS", "cta_order_fits", "cta_groups_for",
     "DEPTHWISE", "DEPTHWISE_VARIANTS", "DEPTHWISE_TAPS", "is_depthwise",
     "depthwise_lds_bytes", "depthwise_accumulators",
+    "SMALL_C", "SMALL_C_VARIANTS", "SMALL_C_CHANNELS", "is_small_c", "is_direct",
+    "direct_accumulators", "direct_lds_bytes",
     "STAGE_RANGE", "async_ring_stages", "stages_fit", "stages_for", "ASYNC_COUNT_MAX",
     "async_copies_per_tile", "ring_wait_depth",
 ]
@@ -48,9 +50,14 @@ REDUCTIONS = ("none", "atomic", "two_stage")
 # X and dY per channel block instead of feeding an MMA tile (``wgrad/depthwise.py``).
 DEPTHWISE = "depthwise"
 DEPTHWISE_VARIANTS = (f"{DEPTHWISE}.default.none", f"{DEPTHWISE}.default.atomic")
+# The direct small-C kernel (groups = 1, C <= 4: network stems), where GEMM N = C·Y·X is
+# 27 and the reduction N·Ho·Wo huge (``wgrad/small_c.py``); the depthwise kernel's shape.
+SMALL_C = "small_c"
+SMALL_C_VARIANTS = (f"{SMALL_C}.default.none", f"{SMALL_C}.default.atomic")
 VARIANT_KEYS = tuple(f"{k}.{e}.{r}" for k in K_LOOPS for e in EPILOGUES
-                     for r in REDUCTIONS) + DEPTHWISE_VARIANTS
-DEPTHWISE_TAPS = (1, 9)  # the compiled filter side T of a depthwise kernel (taps T x T)
+                     for r in REDUCTIONS) + DEPTHWISE_VARIANTS + SMALL_C_VARIANTS
+DEPTHWISE_TAPS = (1, 9)  # the compiled filter side T of a direct kernel (taps T x T)
+SMALL_C_CHANNELS = (1, 4)  # the compiled channel count Cc of a small-C kernel (its vec_b)
 ASYNC_CHUNK_BYTES = (4, 8, 16)
 VEC_WIDTHS = (1, 2, 4, 8)
 LDS_ROW_PAD = 8  # elements added to each K-outer LDS row (bank spread; upstream's pad)
@@ -149,6 +156,13 @@ class KernelSpec:
     Y, X <= T); tile_n = channels per CTA; tile_k = reduction positions (n, ho, wo) per
     CTA step, one thread row each; vec_a = vec_b = channels per thread (its loads of dY
     and X); warp_m = waves (block = tile_n / vec_b x tile_k threads), warp_n = 1.
+
+    ``k_loop`` "small_c" is the direct small-C kernel (``wgrad/small_c.py``): the depthwise
+    fields, with tile_n = output channels k per CTA, vec_a = k per thread (its dY vector)
+    and vec_b = Cc, the input channels it holds accumulators for (it serves every C <=
+    Cc): B's width along C, as in every kernel, here all of a pixel's channels, read as
+    Cc scalars (a pixel of C = 3 is 6 bytes, no vector's alignment). Reusing vec_b keeps
+    the label grammar and every existing identity key; block = tile_n / vec_a x tile_k.
 
     ``stages`` is the async loop's LDS ring: S stages, S - 1 K tiles of copies in flight
     (``kloop.async_k_loop``); 2 is the ping-pong, and the only value of the sync loop
@@ -260,7 +274,7 @@ _LABEL = re.compile(
     r"^(?P<target>[a-z][a-z0-9_]*)-(?P<dtype>[a-z0-9]+)(?:-dw(?P<dw>[a-z0-9]+))?"
     r"-t(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)-w(?P<wm>\d+)x(?P<wn>\d+)"
     r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
-    r"-(?P<k_loop>[a-z]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?"
+    r"-(?P<k_loop>[a-z_]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?"
     r"(?:-g(?P<grp>\d+))?(?:-s(?P<stg>\d+))?$"
 )
 
@@ -415,8 +429,8 @@ def lds_bytes_for(tile: Tile, k_loop: str, epilogue: str,
 
 
 def lds_bytes(spec: KernelSpec) -> int:
-    if is_depthwise(spec):
-        return depthwise_lds_bytes(spec.tile_m, spec.tile_n, spec.tile_k)
+    if is_direct(spec):
+        return direct_lds_bytes(spec)
     return lds_bytes_for(spec.tile, spec.k_loop, spec.epilogue, (spec.vec_a, spec.vec_b),
                          spec.stages)
 
@@ -639,7 +653,7 @@ def _names_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[
         return False, f"dtype {spec.dtype!r} not one of {AB_DTYPES}"
     if spec.dw_dtype not in (spec.dtype, "fp32"):
         return False, f"dW dtype {spec.dw_dtype!r} must be {spec.dtype} or fp32"
-    for name, value, allowed in (("k_loop", spec.k_loop, (*K_LOOPS, DEPTHWISE)),
+    for name, value, allowed in (("k_loop", spec.k_loop, (*K_LOOPS, DEPTHWISE, SMALL_C)),
                                  ("epilogue", spec.epilogue, EPILOGUES),
                                  ("reduction", spec.reduction, REDUCTIONS)):
         if value not in allowed:
@@ -681,10 +695,20 @@ _RULES = (
 )
 
 
-# ---- the direct depthwise kernel ------------------------------------------------------
+# ---- the direct kernels: depthwise and small-C ------------------------------------------
 
 def is_depthwise(spec: KernelSpec) -> bool:
     return spec.k_loop == DEPTHWISE
+
+
+def is_small_c(spec: KernelSpec) -> bool:
+    return spec.k_loop == SMALL_C
+
+
+def is_direct(spec: KernelSpec) -> bool:
+    """A direct kernel (``wgrad/direct.py``): per-thread f32 accumulators over a slice of
+    N·Ho·Wo, an LDS row reduction, grid (channel blocks, 1, degree); no MMA tile."""
+    return spec.k_loop in (DEPTHWISE, SMALL_C)
 
 
 def depthwise_accumulators(taps: int, vec: int) -> int:
@@ -698,29 +722,71 @@ def depthwise_lds_bytes(taps: int, tile_n: int, tile_k: int) -> int:
     return taps * taps * tile_k * tile_n * 4
 
 
+def _direct_kind(spec: KernelSpec) -> tuple[str, str, int, int]:
+    """(what the messages call it, its dY vector's field, that width, the accumulator
+    vectors per tap): a depthwise kernel's vector is vec_b (= vec_a) and one per tap; a
+    small-C kernel's vec_a and Cc = vec_b per tap."""
+    if is_small_c(spec):
+        return "small-C", "vec_a", spec.vec_a, spec.vec_b
+    return "depthwise", "vec_b", spec.vec_b, 1
+
+
+def direct_accumulators(spec: KernelSpec) -> int:
+    """f32 accumulators per thread of a direct kernel: taps x its vectors per tap x the
+    channels of one vector."""
+    _, _, vec, per_tap = _direct_kind(spec)
+    return depthwise_accumulators(spec.tile_m, vec) * per_tap
+
+
+def direct_lds_bytes(spec: KernelSpec) -> int:
+    """A direct kernel's LDS: the row reduction's [taps² x vectors per tap, tile_k,
+    tile_n] f32 partials."""
+    return depthwise_lds_bytes(spec.tile_m, spec.tile_n, spec.tile_k) * _direct_kind(spec)[3]
+
+
+def _direct_vectors(spec: KernelSpec) -> tuple[bool, str]:
+    """The load widths a direct kernel takes: depthwise, one channel width for dY and X;
+    small-C, a dY vector of VEC_WIDTHS and Cc in SMALL_C_CHANNELS."""
+    if is_depthwise(spec):
+        if spec.vec_a != spec.vec_b or spec.vec_b not in VEC_WIDTHS:
+            return False, (f"depthwise vec pair ({spec.vec_a}, {spec.vec_b}): one channel "
+                           f"width of {VEC_WIDTHS} for dY and X")
+        return True, ""
+    if spec.vec_a not in VEC_WIDTHS:
+        return False, f"small-C dY vector vec_a {spec.vec_a} not one of {VEC_WIDTHS}"
+    lo, hi = SMALL_C_CHANNELS
+    if not lo <= spec.vec_b <= hi:
+        return False, f"small-C channel count vec_b {spec.vec_b} outside [{lo}, {hi}]"
+    return True, ""
+
+
 def _depthwise_shape(spec: KernelSpec, target: Target, limits: Limits | None
                      ) -> tuple[bool, str]:
-    """The fields a depthwise kernel has and how its block follows from them."""
+    """The fields a direct kernel has and how its block follows from them (depthwise and
+    small-C alike, each in its own words: ``_direct_kind``)."""
+    kind, vec_name, vec, _ = _direct_kind(spec)
     lo_t, hi_t = DEPTHWISE_TAPS
     if not lo_t <= spec.tile_m <= hi_t:
-        return False, f"depthwise filter side {spec.tile_m} outside [{lo_t}, {hi_t}]"
+        return False, f"{kind} filter side {spec.tile_m} outside [{lo_t}, {hi_t}]"
     if spec.epilogue != "default" or spec.cta_group != 1 or spec.chunk_a or spec.chunk_b:
-        return False, ("the depthwise kernel has the default epilogue, the row-major CTA "
+        return False, (f"the {kind} kernel has the default epilogue, the row-major CTA "
                        "order and no async chunks")
-    if spec.vec_a != spec.vec_b or spec.vec_b not in VEC_WIDTHS:
-        return False, (f"depthwise vec pair ({spec.vec_a}, {spec.vec_b}): one channel width "
-                       f"of {VEC_WIDTHS} for dY and X")
-    if min(spec.tile_n, spec.tile_k) < 1 or spec.tile_n % spec.vec_b:
-        return False, f"vec_b {spec.vec_b} does not divide the channel block {spec.tile_n}"
-    block = spec.tile_n // spec.vec_b * spec.tile_k
+    if spec.stages != 2:
+        return False, f"the {kind} kernel has no async ring: stages {spec.stages} is not 2"
+    ok, why = _direct_vectors(spec)
+    if not ok:
+        return ok, why
+    if min(spec.tile_n, spec.tile_k) < 1 or spec.tile_n % vec:
+        return False, f"{vec_name} {vec} does not divide the channel block {spec.tile_n}"
+    block = spec.tile_n // vec * spec.tile_k
     if spec.warp_n != 1 or spec.warp_m * target.wave_size != block:
-        return False, (f"a depthwise block is tile_n / vec_b x tile_k = {block} threads: "
+        return False, (f"a {kind} block is tile_n / {vec_name} x tile_k = {block} threads: "
                        f"warp_m x warp_n must be {block / target.wave_size:g} x 1")
     hi = min(limits.max_block_size, target.max_block_size) if limits is not None \
         else target.max_block_size
     if block > hi:
         return False, f"block size {block} over {hi}"
-    acc = depthwise_accumulators(spec.tile_m, spec.vec_b)
+    acc = direct_accumulators(spec)
     if limits is not None and acc > limits.max_acc_per_lane:
         return False, (f"{acc} accumulator registers per lane exceed the budget "
                        f"{limits.max_acc_per_lane}")
@@ -729,8 +795,9 @@ def _depthwise_shape(spec: KernelSpec, target: Target, limits: Limits | None
 
 def _depthwise_reduction(spec: KernelSpec, target: Target, limits: Limits | None
                          ) -> tuple[bool, str]:
+    kind = _direct_kind(spec)[0]
     if spec.reduction == "two_stage" or spec.ws_replicas:
-        return False, "the depthwise kernel reduces by atomics (no two-stage workspace)"
+        return False, f"the {kind} kernel reduces by atomics (no two-stage workspace)"
     ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction)
     if ok and spec.reduction == "atomic" and spec.dw_dtype != "fp32" and spec.tile_n % 2:
         return False, (f"packed {spec.dw_dtype} atomics write dword pairs of dW: the channel "
@@ -742,11 +809,12 @@ def _depthwise_lds(spec: KernelSpec, target: Target, limits: Limits | None
                    ) -> tuple[bool, str]:
     need = lds_bytes(spec)
     if need > target.lds_bytes:
-        return False, (f"LDS {need} B (depthwise reduction) exceeds {target.name}'s "
-                       f"{target.lds_bytes} B")
+        return False, (f"LDS {need} B ({_direct_kind(spec)[0]} reduction) exceeds "
+                       f"{target.name}'s {target.lds_bytes} B")
     return True, ""
 
 
+# the direct kernels' rules (depthwise and small-C), in their fixed order
 _DEPTHWISE_RULES = (_names_ok, _depthwise_shape, _depthwise_reduction, _depthwise_lds)
 
 
@@ -763,7 +831,7 @@ def validate(spec: KernelSpec, *, limits: Limits | None,
         target = target or get_target(spec.target)
     except KeyError as e:
         return False, str(e.args[0])
-    for rule in _DEPTHWISE_RULES if is_depthwise(spec) else _RULES:
+    for rule in _DEPTHWISE_RULES if is_direct(spec) else _RULES:
         ok, why = rule(spec, target, limits)
         if not ok:
             return ok, why

@@ -46,7 +46,9 @@ a kernel computes a problem; this module only chooses among the kernels that do:
   launches;
 * a depthwise problem (groups = C = K) is served by the direct depthwise kernels too
   (``serves`` admits them for nothing else), ranked by their own issue slots in the same
-  clocks (``depthwise_issue_per_step``), so they rank beside the GEMM kernels that serve it.
+  clocks (``depthwise_issue_per_step``), so they rank beside the GEMM kernels that serve it;
+  a small-C problem (groups = 1, C <= 4: a stem) likewise by the direct small-C kernels
+  whose compiled channels and taps hold it (``small_c_issue_per_step``).
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ from wgradcache.model.spec import (
     KernelSpec,
     dynamic_lds_bytes,
     elem_bytes,
-    is_depthwise,
+    is_direct,
+    is_small_c,
     lds_bytes,
     loads_per_thread,
 )
@@ -314,8 +317,8 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
     ctas = grid[0] * grid[1] * grid[2]
     rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
     k_tiles = -(-slice_k // spec.tile_k)
-    if is_depthwise(spec):  # no MMA, no LDS in its loop (k_tiles: its CTA steps)
-        (per_tile, epilogue), lds_per_tile = _depthwise_slots(spec), 0
+    if is_direct(spec):  # no MMA, no LDS in its loop (k_tiles: its CTA steps)
+        (per_tile, epilogue), lds_per_tile = _direct_slots(spec), 0
     else:
         per_tile, epilogue = issue_slots(spec, facts)
         lds_per_tile = lds_read_bytes_per_k_tile(spec)
@@ -352,13 +355,33 @@ def depthwise_issue_per_step(spec: KernelSpec) -> int:
             + taps * (DEPTHWISE_TAP_SLOTS + DEPTHWISE_CHANNEL_SLOTS * spec.vec_b))
 
 
-def _depthwise_slots(spec: KernelSpec) -> tuple[int, int]:
-    """A depthwise kernel's issue slots per CTA step and of its epilogue, the LDS row
-    reduction (``cost_terms`` turns them into its terms at its rates)."""
+# The direct small-C kernel (``wgrad/small_c.py``), per thread and reduction position: the
+# position's decode and dY load (DEPTHWISE_POSITION_SLOTS, the same code), per tap its
+# pixel's bound and offset, per channel its scalar load, bound and convert, and per channel
+# and k an FMA. Set to the sm_90 code objects' main loops (compile --json: 250, 318 and 376
+# instructions for 3x3 C 3 at vec 1, 2 and 4, 304 for C 4 vec 1, 341 for C 4 vec 2, 622 for
+# 5x5 C 3 vec 1; the formula gives 252, 306, 414, 306, 378 and 620).
+SMALL_C_TAP_SLOTS = 5
+SMALL_C_LOAD_SLOTS = 4
+SMALL_C_FMA_SLOTS = 2
+
+
+def small_c_issue_per_step(spec: KernelSpec) -> int:
+    """Warp instructions of one CTA step (one reduction position per thread) of a small-C
+    kernel: vec_b = Cc channels per tap, vec_a k per thread."""
     taps = spec.tile_m * spec.tile_m
-    per_thread = -(-taps * spec.tile_n // spec.block_size)
-    return (depthwise_issue_per_step(spec),
-            taps + per_thread * (DEPTHWISE_ELEMENT_SLOTS + spec.tile_k))
+    return (DEPTHWISE_POSITION_SLOTS + taps * (
+        SMALL_C_TAP_SLOTS + spec.vec_b * (SMALL_C_LOAD_SLOTS + SMALL_C_FMA_SLOTS * spec.vec_a)))
+
+
+def _direct_slots(spec: KernelSpec) -> tuple[int, int]:
+    """A direct kernel's issue slots per CTA step and of its epilogue, the LDS row
+    reduction (``cost_terms`` turns them into its terms at its rates): one LDS store per
+    accumulator vector, then per dW element a thread sums its decode and the rows."""
+    vectors = spec.tile_m * spec.tile_m * (spec.vec_b if is_small_c(spec) else 1)
+    per_thread = -(-vectors * spec.tile_n // spec.block_size)
+    step = small_c_issue_per_step(spec) if is_small_c(spec) else depthwise_issue_per_step(spec)
+    return step, vectors + per_thread * (DEPTHWISE_ELEMENT_SLOTS + spec.tile_k)
 
 
 def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | None:
@@ -375,7 +398,10 @@ def fitted_ms(constants: dict[str, float], terms: dict[str, float]) -> float | N
 def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
     best: dict[tuple, tuple[tuple[int, int, int], list[KernelSpec]]] = {}
     for s in specs:
-        kind = (s.geometry, s.k_loop, s.epilogue, s.reduction, s.cta_group, s.stages)
+        # a small-C kernel's vec_b is its compiled channel count, not a load width: a
+        # C 4 kernel does a third more work on a C 3 layer than its C 3 twin
+        kind = (s.geometry, s.k_loop, s.epilogue, s.reduction, s.cta_group, s.stages,
+                s.vec_b if is_small_c(s) else 0)
         rank = (s.load_vec_a + s.load_vec_b, s.load_vec_a, s.load_vec_b)
         cur = best.get(kind)
         if cur is None or rank > cur[0]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wgradcache.model.spec import KernelSpec, elem_bytes, is_depthwise
+from wgradcache.model.spec import KernelSpec, elem_bytes, is_depthwise, is_small_c
 
 __all__ = ["EXPLICIT_DEGREES", "NumericsRun", "NumericsResult", "probe_problem",
            "split_probe", "split_degrees", "launcher", "run_entry"]
@@ -75,6 +75,8 @@ def probe_problem(spec: KernelSpec):
 
     if is_depthwise(spec):
         return _depthwise_probe(spec, 1)
+    if is_small_c(spec):
+        return _small_c_probe(spec, 1)
     cpg = 16
     return ConvProblem(N=2, C=cpg, H=7, W=7, K=24, Y=3, X=3, stride=1, pad=1, dilation=1,
                        groups=1)
@@ -91,6 +93,8 @@ def split_probe(spec: KernelSpec):
 
     if is_depthwise(spec):
         return _depthwise_probe(spec, 2 * MIN_SLICE_K)
+    if is_small_c(spec):
+        return _small_c_probe(spec, 2 * MIN_SLICE_K)
     hw = 1
     while 2 * hw * hw < 2 * MIN_SLICE_K or (2 * hw * hw) % spec.tile_k == 0:
         hw += 1  # Ho = Wo = hw (3x3, pad 1)
@@ -116,6 +120,24 @@ def _depthwise_probe(spec: KernelSpec, min_k: int):
     side = min(3, spec.tile_m)
     return ConvProblem(N=1, C=c, H=hw, W=hw, K=c, Y=side, X=side, stride=1, pad=side // 2,
                        dilation=1, groups=c)
+
+
+def _small_c_probe(spec: KernelSpec, min_k: int):
+    """A small-C problem (groups = 1) that a small-C spec serves: C one below its compiled
+    channels where it has more than one (the channel past C read and never stored), a
+    partial last K block (K = tile_n + 2·vec_a, even: dword pairs of dW), the spec's filter
+    up to 3x3 with stride 2 (a stem's) and padding, batch 1, and N·Ho·Wo = hw² at least 49
+    and ``min_k``, with a tail of its CTA step where the step has one (Ho = Wo = hw)."""
+    from wgradcache.model.problem import ConvProblem
+
+    hw = 7
+    while hw * hw < min_k or (spec.tile_k > 1 and hw * hw % spec.tile_k == 0):
+        hw += 1
+    side = min(3, spec.tile_m)
+    pad = side // 2
+    h = 2 * hw - 1 + side - 1 - 2 * pad  # stride 2: Ho = (h + 2·pad − side) // 2 + 1 = hw
+    return ConvProblem(N=1, C=max(1, spec.vec_b - 1), H=h, W=h, K=spec.tile_n + 2 * spec.vec_a,
+                       Y=side, X=side, stride=2, pad=pad, dilation=1, groups=1)
 
 
 def split_degrees(spec: KernelSpec, problem) -> list[tuple[int, bool]]:

@@ -41,6 +41,7 @@ from wgradcache.model.spec import (
     KernelSpec,
     dynamic_lds_bytes,
     is_depthwise,
+    is_direct,
     lds_bytes,
     ring_wait_depth,
     spec_sync_k_outer,
@@ -71,7 +72,7 @@ def isa_problems(spec: KernelSpec, isa: dict) -> list[str]:
     f32 = isa.get("global_atomic_add_f32", 0)
     pk = {"fp16": isa.get("global_atomic_pk_add_f16", 0),
           "bf16": isa.get("global_atomic_pk_add_bf16", 0)}
-    (_depthwise_loop if is_depthwise(spec) else _gemm_loop)(spec, isa, need)
+    (_direct_loop if is_direct(spec) else _gemm_loop)(spec, isa, need)
     # both loops predicate without branches: bounded loads (sync), selected copy and
     # zero-fill slots (async)
     need(isa.get("main_loop_exec_branches", 0) == 0 and isa.get("main_loop_saveexec", 0)
@@ -159,18 +160,22 @@ def _loads_per_step(spec: KernelSpec) -> int:
                for tile, vec in ((spec.tile_m, va), (spec.tile_n, vb)))
 
 
-def _depthwise_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -> None:
-    """The depthwise kernel's main loop (``wgrad/depthwise.py``): no MMA, no async copy,
-    no barrier (its one barrier follows the loop), and per step each thread's loads: its
-    dY vector and one X vector per compiled tap."""
-    need(isa.get("mma", 0) == 0, f"{isa.get('mma', 0)} MMA instructions in a depthwise kernel")
-    need(isa.get("async_copies", 0) == 0, "the depthwise loop issues async copies")
+def _direct_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None]) -> None:
+    """A direct kernel's main loop (``wgrad/direct.py``): no MMA, no async copy, no
+    barrier (its one barrier follows the loop), and per step each thread's loads: its dY
+    vector and, per compiled tap, one X vector (depthwise) or the pixel's Cc = vec_b
+    channels as scalars (small-C)."""
+    kind = "depthwise" if is_depthwise(spec) else "small-C"
+    need(isa.get("mma", 0) == 0, f"{isa.get('mma', 0)} MMA instructions in a {kind} kernel")
+    need(isa.get("async_copies", 0) == 0, f"the {kind} loop issues async copies")
     got = isa.get("main_loop_barriers", 0)
-    need(got == 0, f"depthwise loop takes {got} barriers per step, not 0")
-    loads = 1 + spec.tile_m * spec.tile_m
+    need(got == 0, f"{kind} loop takes {got} barriers per step, not 0")
+    per_tap = 1 if is_depthwise(spec) else spec.vec_b
+    loads = 1 + spec.tile_m * spec.tile_m * per_tap
     have = isa.get("main_loop_global_loads", 0)
-    need(have == loads, f"{have} global loads per depthwise step, its {spec.tile_m}x"
-                        f"{spec.tile_m} taps make {loads}")
+    taps = f"{spec.tile_m}x{spec.tile_m} taps" + ("" if per_tap == 1 else f" of {per_tap} "
+                                                                          "channels")
+    need(have == loads, f"{have} global loads per {kind} step, its {taps} make {loads}")
 
 
 def disassembler_missing(target: str) -> str:

@@ -11,7 +11,7 @@ launcher alike, so no caller can hand a kernel a problem it then computes wrong.
 from __future__ import annotations
 
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import KernelSpec, elem_bytes, is_depthwise, validate
+from wgradcache.model.spec import KernelSpec, elem_bytes, is_depthwise, is_small_c, validate
 from wgradcache.wgrad.abi import MAX_BUFFER_BYTES, buffer_bytes
 
 __all__ = ["serves", "MAX_GRID_Y", "MAX_GRID_Z"]
@@ -30,7 +30,9 @@ def serves(spec: KernelSpec, problem: ConvProblem, degree: int | None = None
     if not ok:
         return False, f"invalid kernel spec: {why}"
     p = problem
-    ok, why = (_depthwise_serves if is_depthwise(spec) else _gemm_serves)(spec, p, degree)
+    rule = (_depthwise_serves if is_depthwise(spec) else _small_c_serves if is_small_c(spec)
+            else _gemm_serves)
+    ok, why = rule(spec, p, degree)
     if not ok:
         return ok, why
     if degree is not None and degree > 1 and spec.reduction == "none":
@@ -76,6 +78,31 @@ def _depthwise_serves(spec: KernelSpec, p: ConvProblem, degree: int | None
     if spec.reduction == "atomic" and spec.dw_dtype != "fp32" and p.C * p.Y * p.X % 2:
         return False, (f"packed {spec.dw_dtype} atomics write dword pairs: C*Y*X="
                        f"{p.C * p.Y * p.X} is odd")
+    if (degree or 1) > MAX_GRID_Z:
+        return False, f"gridDim.z = split {degree} exceeds {MAX_GRID_Z}"
+    return True, ""
+
+
+def _small_c_serves(spec: KernelSpec, p: ConvProblem, degree: int | None
+                    ) -> tuple[bool, str]:
+    """The direct small-C kernel (``wgrad/small_c.py``): one group, C within its compiled
+    channels, a filter within its compiled taps, whole dY vectors along K, and for a
+    packed atomic dword pairs that stay in the CTA's run of dW: the run starts at
+    k0·C·Y·X with k0 a multiple of the even channel block (validate) and holds
+    min(K − k0, tile_n)·C·Y·X elements, so K·C·Y·X even (K even or C·Y·X even) keeps every
+    run even; grid z = the split degree alone."""
+    if p.groups != 1:
+        return False, f"the small-C kernel needs groups = 1 (got groups={p.groups})"
+    if p.C > spec.vec_b:
+        return False, f"C={p.C} exceeds the kernel's {spec.vec_b} channels"
+    if max(p.Y, p.X) > spec.tile_m:
+        return False, (f"filter {p.Y}x{p.X} exceeds the kernel's {spec.tile_m}x{spec.tile_m} "
+                       "taps")
+    if p.K % spec.vec_a:
+        return False, f"vec_a {spec.vec_a} does not divide K={p.K}"
+    if spec.reduction == "atomic" and spec.dw_dtype != "fp32" and p.K * p.wg_N % 2:
+        return False, (f"packed {spec.dw_dtype} atomics write dword pairs: K*C*Y*X="
+                       f"{p.K * p.wg_N} is odd")
     if (degree or 1) > MAX_GRID_Z:
         return False, f"gridDim.z = split {degree} exceeds {MAX_GRID_Z}"
     return True, ""

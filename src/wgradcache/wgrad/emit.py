@@ -29,7 +29,8 @@ GENERATOR_SOURCES = (
     "kernel/lower.py", "kernel/lower_common.py", "kernel/lower_llvm.py", "kernel/lower_nvptx.py",
     "wgrad/kernel.py", "wgrad/context.py", "wgrad/slots.py", "wgrad/gather.py", "wgrad/operand.py",
     "wgrad/operand_a.py", "wgrad/operand_b.py", "wgrad/copies.py", "wgrad/kloop.py",
-    "wgrad/epilogue.py", "wgrad/stage2.py", "wgrad/depthwise.py",
+    "wgrad/epilogue.py", "wgrad/stage2.py", "wgrad/direct.py", "wgrad/depthwise.py",
+    "wgrad/small_c.py",
 )
 
 

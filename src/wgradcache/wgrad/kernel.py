@@ -7,11 +7,12 @@ are arguments (``runtime/abi.py``), so one binary serves every problem ``serves`
 from __future__ import annotations
 
 from wgradcache.kernel.ir import KernelDef
-from wgradcache.model.spec import KernelSpec, is_depthwise, validate
+from wgradcache.model.spec import KernelSpec, is_depthwise, is_small_c, validate
 from wgradcache.wgrad.context import open_wgrad_kernel
 from wgradcache.wgrad.depthwise import build_depthwise
 from wgradcache.wgrad.epilogue import cshuffle_epilogue, default_epilogue
 from wgradcache.wgrad.kloop import async_k_loop, sync_k_loop
+from wgradcache.wgrad.small_c import build_small_c
 
 __all__ = ["build_kernel", "kernel_symbol", "RING_MIN_BLOCKS"]
 
@@ -38,6 +39,8 @@ def build_kernel(spec: KernelSpec, check: bool = True) -> KernelDef:
         raise ValueError(f"cannot build {spec.label()}: {why}")
     if is_depthwise(spec):
         return build_depthwise(spec, kernel_symbol(spec))
+    if is_small_c(spec):
+        return build_small_c(spec, kernel_symbol(spec))
     ctx = open_wgrad_kernel(spec, kernel_symbol(spec))
     accs = async_k_loop(ctx) if spec.k_loop == "async" else sync_k_loop(ctx)
     if spec.epilogue == "cshuffle":

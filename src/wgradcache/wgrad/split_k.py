@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from wgradcache.model.devices import device_size
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import DEFAULT_WS_REPLICAS, KernelSpec, is_depthwise
+from wgradcache.model.spec import DEFAULT_WS_REPLICAS, KernelSpec, is_depthwise, is_direct
 from wgradcache.wgrad.capability import MAX_GRID_Z
 
 __all__ = [
@@ -169,16 +169,17 @@ def xcd_snap(degree: int, base: int, xcds: int, cap: int) -> int:
 
 
 def _tiles(spec: KernelSpec, p: ConvProblem) -> tuple[int, int]:
-    """Grid x and y: (N tiles, M tiles); a depthwise kernel's (channel blocks, 1)."""
-    if is_depthwise(spec):
-        return -(-p.C // spec.tile_n), 1
+    """Grid x and y: (N tiles, M tiles); a direct kernel's (channel blocks, 1): of C for
+    depthwise, of K for small-C."""
+    if is_direct(spec):
+        return -(-(p.C if is_depthwise(spec) else p.K) // spec.tile_n), 1
     return -(-p.wg_N // spec.tile_n), -(-p.wg_M // spec.tile_m)
 
 
 def _z_groups(spec: KernelSpec, p: ConvProblem) -> int:
     """The groups grid z holds beside the split: a depthwise kernel's channel blocks hold
-    its groups, so its z is the split alone."""
-    return 1 if is_depthwise(spec) else p.groups
+    its groups, and a small-C kernel has one, so a direct kernel's z is the split alone."""
+    return 1 if is_direct(spec) else p.groups
 
 
 def _plan(spec: KernelSpec, p: ConvProblem, degree: int, reduction: str,
