@@ -31,12 +31,12 @@ def tune_doc(cache) -> dict:
 
 
 def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=(),
-                     cta_orders: bool = False, depthwise=None, stages: bool = False
-                     ) -> Path:
+                     cta_orders: bool = False, depthwise=None, stages: bool = False,
+                     small_c=None) -> Path:
     """The shipped file cut down to a one-geometry ladder (plus extras), one vec pair and one
-    chunk pair, row-major CTA order only unless ``cta_orders``, no depthwise kernels unless
-    ``depthwise`` (its entries), the two-stage async loop only unless ``stages``: every GEMM
-    variant, few jobs."""
+    chunk pair, row-major CTA order only unless ``cta_orders``, no depthwise or small-C
+    kernels unless ``depthwise`` or ``small_c`` (their entries), the two-stage async loop
+    only unless ``stages``: every GEMM variant, few jobs."""
     doc = yaml.safe_load(default_path().read_text())
     geoms = list(cover) + list(extra_ladder)
     doc["ladder"] = {name: sorted({g[i] for g in geoms}) for i, name in
@@ -47,6 +47,9 @@ def small_geometries(tmp: Path, cover=((32, 32, 32, 1, 1),), extra_ladder=(),
     doc.pop("depthwise", None)
     if depthwise:
         doc["depthwise"] = [list(e) for e in depthwise]
+    doc.pop("small_c", None)
+    if small_c:
+        doc["small_c"] = [list(e) for e in small_c]
     if not stages:
         doc.pop("stages", None)
     doc["vec_pairs"] = [[8, 8]]

@@ -13,7 +13,7 @@ from wgradcache.compile.codegen import CodegenOptions
 from wgradcache.compile.isolate import compile_isolated
 from wgradcache.jobs import default_jobdata, walk
 from wgradcache.kernel import mma
-from wgradcache.model.spec import KernelSpec, lds_bytes, validate
+from wgradcache.model.spec import KernelSpec, is_direct, lds_bytes, validate
 from wgradcache.model.targets import get_target
 from wgradcache.pipeline.build import BuildRequest, build
 from wgradcache.pipeline.verify import isa_problems
@@ -225,7 +225,7 @@ def _mfma_specs() -> list[KernelSpec]:
     out = []
     for target in ("gfx942", "gfx950"):
         jobs = [s for s in walk(target, ["fp16", "bf16", "bf16_f32"])
-                if s.k_loop != "depthwise"]  # its own objects: test_depthwise_objects
+                if not is_direct(s)]  # their own objects: test_depthwise_objects, ..._small_c_
         variants = sorted({s.variant for s in jobs})
         for i, v in enumerate(variants):
             for j, key in enumerate(("fp16", "bf16", "bf16_f32")):

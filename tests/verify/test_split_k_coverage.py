@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from wgradcache.cache.store import TargetCache
 from wgradcache.cli import main
 from wgradcache.model.problem import ConvProblem
-from wgradcache.model.spec import from_label
+from wgradcache.model.spec import from_label, is_direct
 from wgradcache.pipeline.verify import (
     VerifyRequest,
     probe_problem,
@@ -68,7 +68,10 @@ def test_split_probe_makes_the_policy_split_every_walked_spec():
         p = split_probe(spec)
         assert serves(spec, p) == (True, ""), spec.label()
         assert p.wg_K >= 2 * MIN_SLICE_K and p.wg_K % spec.tile_k, spec.label()
-        assert p.kpg % spec.tile_m, spec.label()  # a partial M tile
+        if is_direct(spec):  # a partial channel block (grid x: K blocks; depthwise's C = K)
+            assert p.K % spec.tile_n, spec.label()
+        else:
+            assert p.kpg % spec.tile_m, spec.label()  # a partial M tile
         k_tiles = -(-p.wg_K // spec.tile_k)
         assert split_degrees(spec, p) == [(2, True), (1, False), (3, False), (7, False),
                                           (k_tiles + 1, False)], spec.label()
