@@ -34,7 +34,7 @@ __all__ = [
     "DEPTHWISE", "DEPTHWISE_VARIANTS", "DEPTHWISE_TAPS", "is_depthwise",
     "depthwise_lds_bytes", "depthwise_accumulators",
     "SMALL_C", "SMALL_C_VARIANTS", "SMALL_C_CHANNELS", "is_small_c", "is_direct",
-    "direct_accumulators", "direct_lds_bytes",
+    "direct_accumulators", "direct_lds_bytes", "DirectKind", "direct_kind",
     "STAGE_RANGE", "async_ring_stages", "stages_fit", "stages_for", "ASYNC_COUNT_MAX",
     "async_copies_per_tile", "ring_wait_depth",
 ]
@@ -722,26 +722,37 @@ def depthwise_lds_bytes(taps: int, tile_n: int, tile_k: int) -> int:
     return taps * taps * tile_k * tile_n * 4
 
 
-def _direct_kind(spec: KernelSpec) -> tuple[str, str, int, int]:
-    """(what the messages call it, its dY vector's field, that width, the accumulator
-    vectors per tap): a depthwise kernel's vector is vec_b (= vec_a) and one per tap; a
-    small-C kernel's vec_a and Cc = vec_b per tap."""
+@dataclass(frozen=True)
+class DirectKind:
+    """What tells the two direct kernels apart, for every rule and reader of them: the
+    name messages call it by, its dY vector's field and width, and the accumulator
+    vectors (and X reads) per compiled tap."""
+
+    name: str
+    vec_field: str
+    vec: int
+    per_tap: int
+
+
+def direct_kind(spec: KernelSpec) -> DirectKind:
+    """A depthwise kernel's vector is vec_b (= vec_a), one per tap; a small-C kernel's is
+    vec_a, with Cc = vec_b per tap (its channels, each a scalar read of X)."""
     if is_small_c(spec):
-        return "small-C", "vec_a", spec.vec_a, spec.vec_b
-    return "depthwise", "vec_b", spec.vec_b, 1
+        return DirectKind("small-C", "vec_a", spec.vec_a, spec.vec_b)
+    return DirectKind("depthwise", "vec_b", spec.vec_b, 1)
 
 
 def direct_accumulators(spec: KernelSpec) -> int:
     """f32 accumulators per thread of a direct kernel: taps x its vectors per tap x the
     channels of one vector."""
-    _, _, vec, per_tap = _direct_kind(spec)
-    return depthwise_accumulators(spec.tile_m, vec) * per_tap
+    kind = direct_kind(spec)
+    return depthwise_accumulators(spec.tile_m, kind.vec) * kind.per_tap
 
 
 def direct_lds_bytes(spec: KernelSpec) -> int:
     """A direct kernel's LDS: the row reduction's [taps² x vectors per tap, tile_k,
     tile_n] f32 partials."""
-    return depthwise_lds_bytes(spec.tile_m, spec.tile_n, spec.tile_k) * _direct_kind(spec)[3]
+    return depthwise_lds_bytes(spec.tile_m, spec.tile_n, spec.tile_k) * direct_kind(spec).per_tap
 
 
 def _direct_vectors(spec: KernelSpec) -> tuple[bool, str]:
@@ -763,8 +774,9 @@ def _direct_vectors(spec: KernelSpec) -> tuple[bool, str]:
 def _depthwise_shape(spec: KernelSpec, target: Target, limits: Limits | None
                      ) -> tuple[bool, str]:
     """The fields a direct kernel has and how its block follows from them (depthwise and
-    small-C alike, each in its own words: ``_direct_kind``)."""
-    kind, vec_name, vec, _ = _direct_kind(spec)
+    small-C alike, each in its own words: ``direct_kind``)."""
+    dk = direct_kind(spec)
+    kind, vec_name, vec = dk.name, dk.vec_field, dk.vec
     lo_t, hi_t = DEPTHWISE_TAPS
     if not lo_t <= spec.tile_m <= hi_t:
         return False, f"{kind} filter side {spec.tile_m} outside [{lo_t}, {hi_t}]"
@@ -795,7 +807,7 @@ def _depthwise_shape(spec: KernelSpec, target: Target, limits: Limits | None
 
 def _depthwise_reduction(spec: KernelSpec, target: Target, limits: Limits | None
                          ) -> tuple[bool, str]:
-    kind = _direct_kind(spec)[0]
+    kind = direct_kind(spec).name
     if spec.reduction == "two_stage" or spec.ws_replicas:
         return False, f"the {kind} kernel reduces by atomics (no two-stage workspace)"
     ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction)
@@ -809,7 +821,7 @@ def _depthwise_lds(spec: KernelSpec, target: Target, limits: Limits | None
                    ) -> tuple[bool, str]:
     need = lds_bytes(spec)
     if need > target.lds_bytes:
-        return False, (f"LDS {need} B ({_direct_kind(spec)[0]} reduction) exceeds "
+        return False, (f"LDS {need} B ({direct_kind(spec).name} reduction) exceeds "
                        f"{target.name}'s {target.lds_bytes} B")
     return True, ""
 

@@ -59,6 +59,7 @@ from wgradcache.kernel import mma
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import (
     KernelSpec,
+    direct_kind,
     dynamic_lds_bytes,
     elem_bytes,
     is_direct,
@@ -378,7 +379,7 @@ def _direct_slots(spec: KernelSpec) -> tuple[int, int]:
     """A direct kernel's issue slots per CTA step and of its epilogue, the LDS row
     reduction (``cost_terms`` turns them into its terms at its rates): one LDS store per
     accumulator vector, then per dW element a thread sums its decode and the rows."""
-    vectors = spec.tile_m * spec.tile_m * (spec.vec_b if is_small_c(spec) else 1)
+    vectors = spec.tile_m * spec.tile_m * direct_kind(spec).per_tap
     per_thread = -(-vectors * spec.tile_n // spec.block_size)
     step = small_c_issue_per_step(spec) if is_small_c(spec) else depthwise_issue_per_step(spec)
     return step, vectors + per_thread * (DEPTHWISE_ELEMENT_SLOTS + spec.tile_k)

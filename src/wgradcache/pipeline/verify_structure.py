@@ -39,8 +39,8 @@ from collections.abc import Callable
 from wgradcache.model.backends import backend_of
 from wgradcache.model.spec import (
     KernelSpec,
+    direct_kind,
     dynamic_lds_bytes,
-    is_depthwise,
     is_direct,
     lds_bytes,
     ring_wait_depth,
@@ -165,12 +165,12 @@ def _direct_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None])
     barrier (its one barrier follows the loop), and per step each thread's loads: its dY
     vector and, per compiled tap, one X vector (depthwise) or the pixel's Cc = vec_b
     channels as scalars (small-C)."""
-    kind = "depthwise" if is_depthwise(spec) else "small-C"
+    dk = direct_kind(spec)
+    kind, per_tap = dk.name, dk.per_tap
     need(isa.get("mma", 0) == 0, f"{isa.get('mma', 0)} MMA instructions in a {kind} kernel")
     need(isa.get("async_copies", 0) == 0, f"the {kind} loop issues async copies")
     got = isa.get("main_loop_barriers", 0)
     need(got == 0, f"{kind} loop takes {got} barriers per step, not 0")
-    per_tap = 1 if is_depthwise(spec) else spec.vec_b
     loads = 1 + spec.tile_m * spec.tile_m * per_tap
     have = isa.get("main_loop_global_loads", 0)
     taps = f"{spec.tile_m}x{spec.tile_m} taps" + ("" if per_tap == 1 else f" of {per_tap} "
