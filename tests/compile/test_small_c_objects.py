@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from wgradcache.cache.entry import record_json
-from wgradcache.cache.store import TargetCache
-from wgradcache.model.backends import backend_of
-from wgradcache.model.spec import dynamic_lds_bytes, from_label, lds_bytes
+from tests.compile.conftest import built_entries
+from wgradcache.model.spec import dynamic_lds_bytes, lds_bytes
 from wgradcache.model.targets import get_target
-from wgradcache.pipeline.build import BuildRequest, build
 from wgradcache.pipeline.verify import isa_problems
 
 LABELS = ("gfx1250-bf16-t3x16x32-w4x1-v4x3-small_c-default-atomic",
@@ -24,18 +21,7 @@ LABELS = ("gfx1250-bf16-t3x16x32-w4x1-v4x3-small_c-default-atomic",
 
 @pytest.fixture(scope="module")
 def entries(tmp_path_factory):
-    root = tmp_path_factory.mktemp("small_c_objects")
-    out = []
-    for label in LABELS:
-        spec = from_label(label)
-        summary = build(BuildRequest(target=spec.target, cache_dir=str(root), jobs=1),
-                        specs=[spec])
-        assert summary.failed == 0, summary.failures
-        cache = TargetCache(root, spec.target)
-        (e,) = [e for _, e in cache.iter_entries() if e.label == label]
-        info = backend_of(spec.target).read_code_object(cache.read_blob(e.blob))
-        out.append((spec, record_json(e), info))
-    return out
+    return built_entries(tmp_path_factory.mktemp("small_c_objects"), LABELS)
 
 
 def test_code_objects_hold_no_spill_and_the_isa_its_rule_asks_for(entries):
