@@ -9,15 +9,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from wgrad_cases import check, shipped_limits
+from wgrad_cases import assert_planted_pixel_shift_caught, check, shipped_limits
 
-import wgradcache.wgrad.direct as direct
 from wgradcache.jobs import default_jobdata
 from wgradcache.jobs.walk import depthwise_jobs
 from wgradcache.model.problem import ConvProblem
 from wgradcache.model.spec import VARIANT_KEYS, KernelSpec, from_label, validate
 from wgradcache.model.targets import get_target, kernel_target_names
-from wgradcache.pipeline.emulate import cached_kernel, run_emulated
+from wgradcache.pipeline.emulate import run_emulated
 from wgradcache.pipeline.verify_numerics import probe_problem, split_probe
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
@@ -103,22 +102,8 @@ def test_split_probe_splits_with_a_tail():
 def test_a_planted_tap_offset_is_caught(monkeypatch):
     """Every tap one pixel row down (ho·s + 1 − p + y·d): the comparison fails far outside
     its bound."""
-    real = direct.pixel
-
-    def shifted(kb, a, k, *rest):
-        img, ho, wo, hi, wi = real(kb, a, k, *rest)
-        return img, ho, wo, kb.add(hi, 1), wi
-
-    spec = _spec("sm_90", 3, 64, 4, 2, "none")
-    problem = EDGES_T3["chan_tail"][0]
-    check(run_emulated(spec, problem), "fp16")
-    cached_kernel.cache_clear()
-    monkeypatch.setattr(direct, "pixel", shifted)
-    try:
-        r = run_emulated(spec, problem)
-        assert not r.hazards and r.error > 10 * r.bound.bound, r.summary()
-    finally:
-        cached_kernel.cache_clear()
+    assert_planted_pixel_shift_caught(monkeypatch, _spec("sm_90", 3, 64, 4, 2, "none"),
+                                      EDGES_T3["chan_tail"][0], 1, 0)
 
 
 def test_label_round_trips_and_names_the_shape():

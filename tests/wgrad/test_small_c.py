@@ -11,9 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from wgrad_cases import check, shipped_limits
+from wgrad_cases import assert_planted_pixel_shift_caught, check, shipped_limits
 
-import wgradcache.wgrad.direct as direct
 from wgradcache.jobs import default_jobdata
 from wgradcache.jobs.walk import small_c_jobs
 from wgradcache.model.problem import ConvProblem
@@ -27,7 +26,7 @@ from wgradcache.model.spec import (
     validate,
 )
 from wgradcache.model.targets import get_target, kernel_target_names
-from wgradcache.pipeline.emulate import cached_kernel, run_emulated
+from wgradcache.pipeline.emulate import run_emulated
 from wgradcache.pipeline.verify_numerics import probe_problem, split_probe
 from wgradcache.wgrad.capability import serves
 from wgradcache.wgrad.split_k import plan_split_k
@@ -133,22 +132,8 @@ def test_probes_hit_the_edges():
 
 def test_a_planted_channel_offset_is_caught(monkeypatch):
     """Every pixel one channel on (its c + 1): the comparison fails far outside its bound."""
-    real = direct.pixel
-
-    def shifted(kb, a, k, *rest):
-        img, ho, wo, hi, wi = real(kb, a, k, *rest)
-        return img, ho, wo, hi, kb.add(wi, 1)
-
-    spec = _spec("sm_90", 3, 3, 16, 16, 1, "none")
-    problem = EDGES["c3_stem"][0]
-    check(run_emulated(spec, problem), "fp16")
-    cached_kernel.cache_clear()
-    monkeypatch.setattr(direct, "pixel", shifted)
-    try:
-        r = run_emulated(spec, problem)
-        assert not r.hazards and r.error > 10 * r.bound.bound, r.summary()
-    finally:
-        cached_kernel.cache_clear()
+    assert_planted_pixel_shift_caught(monkeypatch, _spec("sm_90", 3, 3, 16, 16, 1, "none"),
+                                      EDGES["c3_stem"][0], 0, 1)
 
 
 def test_label_round_trips_and_names_the_shape():

@@ -91,3 +91,27 @@ def check(r: EmulationReport, dw_dtype: str) -> None:
     assert r.out is not None and r.out.shape == r.ref.shape
     if dw_dtype != "fp32":
         assert r.error > 0  # 16-bit dW always rounds this data: the comparison is live
+
+
+def assert_planted_pixel_shift_caught(monkeypatch, spec: KernelSpec, problem: ConvProblem,
+                                      rows: int, cols: int) -> None:
+    """A direct kernel passes ``problem``; with every pixel it reads moved ``rows`` down
+    and ``cols`` along (``direct.pixel`` planted), its comparison fails far outside the
+    bound, with no hazard to explain it."""
+    import wgradcache.wgrad.direct as direct
+    from wgradcache.pipeline.emulate import cached_kernel, run_emulated
+
+    real = direct.pixel
+
+    def shifted(kb, a, k, *rest):
+        img, ho, wo, hi, wi = real(kb, a, k, *rest)
+        return img, ho, wo, kb.add(hi, rows), kb.add(wi, cols)
+
+    check(run_emulated(spec, problem), spec.dw_dtype)
+    cached_kernel.cache_clear()
+    monkeypatch.setattr(direct, "pixel", shifted)
+    try:
+        r = run_emulated(spec, problem)
+        assert not r.hazards and r.error > 10 * r.bound.bound, r.summary()
+    finally:
+        cached_kernel.cache_clear()
