@@ -54,3 +54,38 @@ def test_select_serve_and_the_policy_agree_on_the_degree(cache):
     doc = json.loads(r.stdout)
     rows = doc if isinstance(doc, list) else doc["candidates"]
     assert [(c["label"], c["split_k"]) for c in rows] == [(cand.spec.label(), 96)]
+
+
+V = "1,128,96,96,128,1,1"  # 16 tiles of 32x32, 18 K-slices at most: the residency moves it
+
+
+def test_verify_launches_the_policy_at_the_entrys_residency(cache):
+    """verify's policy launch is the degree select and ``serve`` give (the entry's residency),
+    not the split rule's default one, and that degree is the one launched."""
+    from wgradcache.pipeline.verify import VerifyRequest, run_entry, verify
+
+    got = candidates_from_cache(str(cache), "sm_90", "fp16")
+    (spec,) = got.specs
+    p = ConvProblem.parse(V)
+    resident = got.resident[spec.identity_key()]
+    want = plan_split_k(spec, p, resident_ctas=resident).degree
+    assert (want, plan_split_k(spec, p).degree) == (18, 16)
+    rep = verify(VerifyRequest(cache_dir=str(cache), targets=("sm_90",), level="numerics",
+                               problems=(V,), device="emulator"))
+    assert rep.ok, rep.failures
+    (res,) = rep.numerics
+    assert [(r.degree, r.policy) for r in res.runs if r.policy] == [(18, True)]
+    assert all(r.passed for r in res.runs)
+    launched = []
+    run_entry(lambda q, d: launched.append(d) or _Passed(), spec, [p], resident)
+    assert launched[0] == 18
+    launched.clear()
+    run_entry(lambda q, d: launched.append(d) or _Passed(), spec, [p])
+    assert launched[0] is None  # no residency: the launcher's own rule (16)
+
+
+class _Passed:
+    passed = True
+
+    def summary(self) -> str:
+        return ""

@@ -484,8 +484,8 @@ def _numerics(cache: TargetCache, rows: list[_Row], req: VerifyRequest, rep: Ver
             hooks.on_result(rep.numerics[-1])
             hooks.advance(1)
             continue
-        runs, bad = run_entry(launcher(cache, dev, row, req.seed),
-                               spec, cases)
+        resident = backend_of(spec.target).resident_ctas(row.entry.code_object, spec.target)
+        runs, bad = run_entry(launcher(cache, dev, row, req.seed), spec, cases, resident)
         if bad:
             rep.failures.append(Failure(ik, label, "numerics", "; ".join(bad)))
         else:

@@ -140,15 +140,18 @@ def _small_c_probe(spec: KernelSpec, min_k: int):
                        Y=side, X=side, stride=2, pad=pad, dilation=1, groups=1)
 
 
-def split_degrees(spec: KernelSpec, problem) -> list[tuple[int, bool]]:
+def split_degrees(spec: KernelSpec, problem, resident: int | None = None
+                  ) -> list[tuple[int, bool]]:
     """(degree, chosen by the policy) for each launch of ``spec`` on ``problem``, the policy's
     first: unsplit kernels run degree 1; split-K ones also ``EXPLICIT_DEGREES`` and one past
     the K tiles, each where ``serves`` admits it. A degree equal to the policy's is one
-    launch (the plan is a function of the degree), so it runs once."""
+    launch (the plan is a function of the degree), so it runs once. ``resident``: the
+    entry's CTAs per CU (``Backend.resident_ctas``), so the policy's degree is the one select
+    and ``serve`` launch (None: the split rule's default residency)."""
     from wgradcache.wgrad.capability import serves
     from wgradcache.wgrad.split_k import plan_split_k
 
-    policy = plan_split_k(spec, problem).degree
+    policy = plan_split_k(spec, problem, resident_ctas=resident).degree
     out = [(policy, True)]
     if spec.reduction == "none":
         return out
@@ -177,15 +180,17 @@ def launcher(cache, dev, row, seed: int) -> Callable:
     return lambda p, d: run_on_device(dev, kernel, p, split_k=d, seed=seed)
 
 
-def run_entry(launch: Callable, spec: KernelSpec, cases: list
+def run_entry(launch: Callable, spec: KernelSpec, cases: list, resident: int | None = None
               ) -> tuple[list[NumericsRun], list[str]]:
-    """Every (problem, degree) launch of one entry: the runs and the failed ones' reasons."""
+    """Every (problem, degree) launch of one entry: the runs and the failed ones' reasons.
+    The policy's launch goes through the launcher's own split rule (degree None) unless
+    ``resident`` moves the policy off the default residency: then its degree is given."""
     runs: list[NumericsRun] = []
     bad: list[str] = []
     for p in cases:
-        for degree, policy in split_degrees(spec, p):
+        for degree, policy in split_degrees(spec, p, resident):
             try:
-                r = launch(p, None if policy else degree)
+                r = launch(p, None if policy and resident is None else degree)
             except Exception as e:  # a kernel that broke the emulator
                 bad.append(f"{p.short()} at split {degree}: {type(e).__name__}: {e}")
                 runs.append(NumericsRun(p.short(), degree, policy, False))
