@@ -130,7 +130,7 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
         label = {s.identity_key(): s.label() for s in got.specs}
         for text in sorted({k[1] for k in m.times if k[2] == dtype}):
             p = ConvProblem.parse(text)
-            times = {k[0]: v for k, v in m.times.items() if k[1:3] == (text, dtype)}
+            times = {(k[0], k[3]): v for k, v in m.times.items() if k[1:3] == (text, dtype)}
             best = min(times.values())
             ways = {"measured": m, "formula": Measurements()}
             if m.constants:
@@ -141,14 +141,16 @@ def evaluate(cache_dir: str, target: str, device_class: str | None, layers_file:
                 ways["one out"] = Measurements(constants=one_out[text])
             for way, meas in ways.items():
                 ranked = select(target, p, got.specs, costs=got.costs(meas))
-                pick = times.get(ranked[0].key) if ranked else None
+                pick = times.get((ranked[0].key, ranked[0].degree)) if ranked else None
                 if pick is None:
                     unmeasured[way] += 1
                 else:
                     rankings[way].append(pick / best)
                     per_pair[way][f"{text} {dtype}"] = {
                         "ratio": pick / best, "pick": ranked[0].spec.label(),
-                        "best": label.get(k := min(times, key=times.get), k)}
+                        "pick_degree": ranked[0].degree,
+                        "best": label.get((k := min(times, key=times.get))[0], k[0]),
+                        "best_degree": k[1]}
     out["rankings"] = {way: _summary(rankings[way], unmeasured[way])
                        for way in dict.fromkeys([*rankings, *unmeasured])}
     out["pairs"] = dict(per_pair)

@@ -265,3 +265,53 @@ def test_a_device_speed_file_joins_a_named_class(cache, tmp_path):
     assert (r.exit_code, r.output) == (2, "error: --device-class amd-other-0123456789ab: no "
                                           f"such class in the {T} cache (it has: "
                                           f"{DEV.slug()})\n")
+
+
+def test_select_launches_the_fastest_measured_degree(cache):
+    """Rows of one split-K kernel at several degrees (a sweep, or an earlier policy's tune):
+    select launches the fastest that serves, with that degree's plan; a row at a degree the
+    kernel cannot run (split on a kernel without a split-K reduction) is ignored."""
+    from wgradcache.wgrad.split_k import plan_split_k
+
+    got, p, cands = _served(cache, P)
+    split = next(c for c in cands if c.reduction == "atomic")
+    plain = next(c for c in cands if c.reduction == "none")
+    other = next(d for d in (3, 2, 4) if d != split.degree)
+    rows = _rows(cache, P, lambda c: 1.0)
+    extra = [TimingRow(split.key, got.blobs[split.key], p.short(), "fp16", other, 0.5, 0.0,
+                       10, 100.0),
+             TimingRow(plain.key, got.blobs[plain.key], p.short(), "fp16", 4, 0.01, 0.0,
+                       10, 100.0)]
+    _write(cache, rows + extra)
+    r, doc = _select(cache)
+    assert r.exit_code == 0, r.output
+    top, *rest = doc["candidates"]
+    want = plan_split_k(split.spec, p, split_k=other)
+    assert (top["label"], top["split_k"], top["slice_k"], top["grid"], top["cost_from"],
+            top["expected_ms"]) == (split.spec.label(), other, want.slice_k, list(want.grid),
+                                    "measured", 0.5)
+    mine = next(c for c in rest if c["label"] == plain.spec.label())
+    assert (mine["split_k"], mine["expected_ms"]) == (1, 1.0)
+    # the policy's degree measured faster than the other: the policy's degree again
+    _write(cache, rows + [TimingRow(split.key, got.blobs[split.key], p.short(), "fp16",
+                                    other, 2.0, 0.0, 10, 100.0)])
+    _, doc = _select(cache)
+    mine = next(c for c in doc["candidates"] if c["label"] == split.spec.label())
+    assert (mine["split_k"], mine["expected_ms"]) == (split.degree, 1.0)
+
+
+def test_a_measured_kernel_ranks_before_every_fitted_one(cache):
+    """A fit that guesses every other kernel faster than the one measured still ranks the
+    measured kernel first: a measured time is known, a fitted one is a guess."""
+    from wgradcache.cache.timings import Fit
+
+    got, p, cands = _served(cache, P)
+    slow = cands[-1]
+    rows = [TimingRow(slow.key, got.blobs[slow.key], p.short(), "fp16", slow.degree, 50.0,
+                      0.0, 10, 100.0)]
+    _write(cache, rows, fit=Fit(dict(TRUE), 0.1, 8, 8, 1, "0" * 64, 100.0))
+    _, doc = _select(cache)
+    order = [(c["label"], c["cost_from"]) for c in doc["candidates"]]
+    assert order[0] == (slow.spec.label(), "measured")
+    assert [f for _, f in order[1:]] == ["fitted"] * (len(cands) - 1)
+    assert all(c["expected_ms"] < 50.0 for c in doc["candidates"][1:])
