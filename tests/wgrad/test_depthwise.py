@@ -70,6 +70,12 @@ def test_empty_last_slice_is_empty():
     ("gfx1201", 7, 64, 2, 1, "atomic", "fp16", None, "1,66,9,9,66,7,7,1,2,1,66", None),
     ("gfx1151", 3, 32, 4, 1, "none", "fp16", None, "2,37,6,7,37,3,3,1,1,1,37", None),
     ("sm_90", 3, 32, 4, 1, "atomic", "fp16", "fp32", "2,37,6,7,37,3,3,2,1,1,37", 3),
+    # the 256-thread entries: 16-channel blocks with a partial one (38 = 2 x 16 + 6), 16
+    # and 32 rows a step with a tail (162 = 10 x 16 + 2), slices past wg_K (49 at degree 7)
+    ("sm_90", 3, 16, 16, 1, "atomic", "fp16", None, "2,38,9,9,38,3,3,1,1,1,38", 3),
+    ("gfx1250", 3, 16, 32, 2, "atomic", "bf16", "fp32", "1,34,13,13,34,3,3,2,1,1,34", 7),
+    ("gfx942", 3, 32, 8, 1, "none", "fp16", None, "2,33,9,9,33,3,3,1,1,1,33", None),
+    ("sm_90", 5, 32, 8, 1, "atomic", "fp16", None, "1,40,12,12,40,5,5,1,2,1,40", 2),
 ], ids=lambda c: f"{c[0]}-t{c[1]}-v{c[4]}-{c[5]}-{c[6]}{c[7] or ''}-{c[8]}@{c[9]}")
 def test_other_filters_dtypes_and_reductions(case):
     *shape, dtype, dw, problem, degree = case
