@@ -288,8 +288,8 @@ def test_select_launches_the_fastest_measured_degree(cache):
     top, *rest = doc["candidates"]
     want = plan_split_k(split.spec, p, split_k=other)
     assert (top["label"], top["split_k"], top["slice_k"], top["grid"], top["cost_from"],
-            top["expected_ms"]) == (split.spec.label(), other, want.slice_k, list(want.grid),
-                                    "measured", 0.5)
+            top["expected_ms"], top["degree_from"]) == (
+        split.spec.label(), other, want.slice_k, list(want.grid), "measured", 0.5, "measured")
     mine = next(c for c in rest if c["label"] == plain.spec.label())
     assert (mine["split_k"], mine["expected_ms"]) == (1, 1.0)
     # the policy's degree measured faster than the other: the policy's degree again
@@ -297,7 +297,8 @@ def test_select_launches_the_fastest_measured_degree(cache):
                                     other, 2.0, 0.0, 10, 100.0)])
     _, doc = _select(cache)
     mine = next(c for c in doc["candidates"] if c["label"] == split.spec.label())
-    assert (mine["split_k"], mine["expected_ms"]) == (split.degree, 1.0)
+    assert (mine["split_k"], mine["expected_ms"], mine["degree_from"]) == (split.degree, 1.0,
+                                                                           "policy")
 
 
 def test_a_measured_kernel_ranks_before_every_fitted_one(cache):

@@ -87,7 +87,7 @@ def test_cli_json_lists_candidates_in_rank_order():
     assert [c["score"] for c in doc] == sorted(c["score"] for c in doc)
     assert set(doc[0]) == {"label", "key", "split_k", "slice_k", "reduction", "grid", "block",
                            "lds_bytes", "dynamic_lds_bytes", "workspace_bytes", "score",
-                           "cost_from", "expected_ms"}
+                           "cost_from", "expected_ms", "degree_from"}
     assert {c["cost_from"] for c in doc} == {"formula"}  # the walk has no code objects
     assert {c["expected_ms"] for c in doc} == {None}  # nor timings: clocks, not ms
     assert doc[0]["grid"][2] == doc[0]["split_k"]

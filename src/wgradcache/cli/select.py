@@ -28,7 +28,8 @@ SHOWN_BY_DEFAULT = 10
 @cache_dir_option
 @click.option("--json", "as_json", is_flag=True,
               help="{candidates (in rank order; each with cost_from: measured, fitted, code "
-                   "object or formula, and expected_ms), served, skipped_corrupt, skipped}")
+                   "object or formula, expected_ms, and degree_from: policy or measured), "
+                   "served, skipped_corrupt, skipped}")
 def select_(limit, show_all, as_json, **options) -> None:
     """The cached kernels that serve a problem, ranked, with split degree and launch shape.
 

@@ -127,6 +127,8 @@ class Candidate:
     # kernel's own main-loop counts (CodeFacts); "formula": the formula alone
     cost_from: str = "formula"
     expected_ms: float | None = None  # measured or fitted; None for the formula (clocks)
+    # "policy": the split rule's degree; "measured": the fastest degree the class measured
+    degree_from: str = "policy"
 
     def to_json(self) -> dict:
         return {"label": self.spec.label(), "key": self.key, "split_k": self.degree,
@@ -134,7 +136,7 @@ class Candidate:
                 "block": self.block, "lds_bytes": self.lds_bytes,
                 "dynamic_lds_bytes": dynamic_lds_bytes(self.spec),
                 "workspace_bytes": self.workspace_bytes, "score": round(self.score, 6),
-                "cost_from": self.cost_from,
+                "cost_from": self.cost_from, "degree_from": self.degree_from,
                 "expected_ms": None if self.expected_ms is None else round(self.expected_ms, 6)}
 
 
@@ -478,8 +480,9 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
         plan = plan_split_k(s, problem, resident_ctas=costs.resident.get(key))
         timed = {d: ms for d, ms in measured.degrees(key, problem.short(), s.dtype_key).items()
                  if serves(s, problem, d)[0]}
+        degree_from = "policy"
         if timed and (fastest := min(timed, key=lambda d: (timed[d], d))) != plan.degree:
-            plan = plan_split_k(s, problem, split_k=fastest)
+            plan, degree_from = plan_split_k(s, problem, split_k=fastest), "measured"
         if not serves(s, problem, plan.degree)[0]:
             continue
         code = facts.get(key)
@@ -496,7 +499,7 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
                              block=s.block_size, lds_bytes=lds_bytes(s),
                              workspace_bytes=plan.workspace_bytes,
                              score=_score(s, problem, plan.slice_k, plan.grid, code),
-                             cost_from=cost_from, expected_ms=ms))
+                             cost_from=cost_from, expected_ms=ms, degree_from=degree_from))
     tier = {"measured": 0, "fitted": 1}
     out.sort(key=lambda c: (tier.get(c.cost_from, 2),
                             c.score if c.expected_ms is None else c.expected_ms,
