@@ -1,0 +1,28 @@
+#!/bin/sh
+# The second depthwise call: numerics of devcache/dw2.tar.xz's entries (64 and 32 positions
+# a step with 4-channel vectors, a 5x5 of channel pairs), then the depthwise layers against
+# cuDNN in fp16 and bf16 with every depthwise entry of dw.tar.xz and dw2.tar.xz added to the
+# full walk (select's top 6 plus the 16 best-ranked depthwise kernels a layer).
+[ -d /tmp/dc/cache ] || { mkdir -p /tmp/dc && tar -xJf devcache/sm90-new.tar.xz -C /tmp/dc; } || exit 3
+for c in dw dw2; do
+  [ -d /tmp/$c/cache ] || { mkdir -p /tmp/$c && tar -xJf devcache/$c.tar.xz -C /tmp/$c; } || exit 3
+done
+[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 D=/tmp/dc/cache
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } > $OUT/env.txt 2>&1
+timeout ${VERIFY_TIMEOUT:-60} python3 -m wgradcache verify --from-cache --cache-dir /tmp/dw2/cache \
+  --target sm_90 --level numerics --device cuda --no-reproduce --json \
+  > $OUT/verify.json 2> $OUT/verify.txt
+echo "verify exit $?" >> $OUT/verify.txt; tail -n 2 $OUT/verify.txt
+for c in dw dw2; do
+  cp -rn /tmp/$c/cache/sm_90/entries/. $D/sm_90/entries/ && cp -rn /tmp/$c/cache/sm_90/blobs/. $D/sm_90/blobs/
+done 2>/dev/null
+for dt in fp16 bf16; do
+  timeout ${SPEED_TIMEOUT:-90} python3 benchmarks/device_speed.py --cache-dir $D --dtype $dt --top 6 \
+    --include=depthwise --include-top 16 --prefix '' --layer mobilenetv2/dw112 \
+    --layer mobilenetv2/dw112.s2 --layer mobilenetv2/dw56 --layer mobilenetv2/dw28 \
+    --layer mobilenetv2/dw14 --layer mobilenetv2/dw7 --layer efficientnetb0/dw5x5.28 \
+    --layer efficientnetb0/dw5x5.14 --spin ${SPIN:-5} --out $OUT/speed-$dt.json > $OUT/speed-$dt.txt 2>&1
+  tail -n 10 $OUT/speed-$dt.txt
+done
+xz -9 $OUT/*.json; ls -la $OUT
