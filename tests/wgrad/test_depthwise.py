@@ -76,6 +76,10 @@ def test_empty_last_slice_is_empty():
     ("gfx1250", 3, 16, 32, 2, "atomic", "bf16", "fp32", "1,34,13,13,34,3,3,2,1,1,34", 7),
     ("gfx942", 3, 32, 8, 1, "none", "fp16", None, "2,33,9,9,33,3,3,1,1,1,33", None),
     ("sm_90", 5, 32, 8, 1, "atomic", "fp16", None, "1,40,12,12,40,5,5,1,2,1,40", 2),
+    # 4-channel vectors, 64 rows a step (2 steps and a tail of 34), a partial 4-vector block
+    ("gfx950", 3, 16, 64, 4, "atomic", "fp16", None, "2,36,9,9,36,3,3,1,1,1,36", 2),
+    ("sm_90", 3, 32, 32, 4, "atomic", "bf16", "fp32", "1,44,12,12,44,3,3,1,1,1,44", 3),
+    ("gfx1201", 5, 16, 16, 2, "none", "bf16", None, "1,18,11,11,18,5,5,1,2,1,18", None),
 ], ids=lambda c: f"{c[0]}-t{c[1]}-v{c[4]}-{c[5]}-{c[6]}{c[7] or ''}-{c[8]}@{c[9]}")
 def test_other_filters_dtypes_and_reductions(case):
     *shape, dtype, dw, problem, degree = case
