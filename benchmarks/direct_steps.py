@@ -40,7 +40,7 @@ def main() -> int:
         resident = candidates_from_cache(a.cache_dir, a.target, a.dtype).resident
     specs = [s for s in depthwise_jobs(default_jobdata(), get_target(a.target), a.dtype,
                                        a.dtype, VARIANT_KEYS) if s.reduction == "atomic"]
-    print("layer", *(s.label().split("-")[-6] for s in specs), sep="\t")
+    print("layer", *(f"t{s.tile_m}x{s.tile_n}x{s.tile_k}v{s.vec_b}" for s in specs), sep="\t")
     for ly in load_layers(a.layers):
         p = ly.problem
         if p.groups == 1 or p.groups != p.C:

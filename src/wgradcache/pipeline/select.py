@@ -462,7 +462,7 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
     the least of a hundred guesses is an optimistic one: ranked together with the measured
     times it picked an unmeasured kernel over the measured best on 14 of 51 ResNet-50 pairs.
     Where nothing of the problem was measured, the fit ranks every kernel (a tune times
-    select's top N: what it did not time, the ranking of then put lower)."""
+    select's top N: what it did not time, the ranking of that time put lower)."""
     costs = costs or CostSources()
     facts, measured = costs.facts, costs.measured
     served = []
