@@ -5,13 +5,11 @@
 # plus the 12 best-ranked depthwise kernels a layer), then tune rows of the networks other
 # than ResNet-50/ResNeXt-50 ($TUNE_ARGS, default fp16 --top 40) on top of the rows so far
 # (devcache/timings-h100.json.xz), for select's held-out figures. $OUT: at most 8 files.
-[ -d /tmp/dc/cache ] || { mkdir -p /tmp/dc && tar -xJf devcache/sm90-new.tar.xz -C /tmp/dc; } || exit 3
-[ -d /tmp/dw/cache ] || { mkdir -p /tmp/dw && tar -xJf devcache/dw.tar.xz -C /tmp/dw; } || exit 3
-[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 D=/tmp/dc/cache
-for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [ -d "$d" ] && PATH=$PATH:$d; done; export PATH
+. benchmarks/device_env.sh
+unpack dc sm90-new
+unpack dw dw
+export D=/tmp/dc/cache
 mkdir -p $D/sm_90/timings && xz -dc devcache/timings-h100.json.xz > $D/sm_90/timings/nvidia-h100-80gb-hbm3-2ad914e14e56.json
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } > $OUT/env.txt 2>&1
 timeout ${VERIFY_TIMEOUT:-120} python3 -m wgradcache verify --from-cache --cache-dir /tmp/dw/cache \
   --target sm_90 --level numerics --device cuda --no-reproduce --label depthwise --json \
   > $OUT/verify.json 2> $OUT/verify.txt

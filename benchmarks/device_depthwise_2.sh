@@ -3,13 +3,11 @@
 # a step with 4-channel vectors, a 5x5 of channel pairs), then the depthwise layers against
 # cuDNN in fp16 and bf16 with every depthwise entry of dw.tar.xz and dw2.tar.xz added to the
 # full walk (select's top 6 plus the 16 best-ranked depthwise kernels a layer).
-[ -d /tmp/dc/cache ] || { mkdir -p /tmp/dc && tar -xJf devcache/sm90-new.tar.xz -C /tmp/dc; } || exit 3
-for c in dw dw2; do
-  [ -d /tmp/$c/cache ] || { mkdir -p /tmp/$c && tar -xJf devcache/$c.tar.xz -C /tmp/$c; } || exit 3
-done
-[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 D=/tmp/dc/cache
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } > $OUT/env.txt 2>&1
+. benchmarks/device_env.sh
+unpack dc sm90-new
+unpack dw dw
+unpack dw2 dw2
+export D=/tmp/dc/cache
 timeout ${VERIFY_TIMEOUT:-60} python3 -m wgradcache verify --from-cache --cache-dir /tmp/dw2/cache \
   --target sm_90 --level numerics --device cuda --no-reproduce --json \
   > $OUT/verify.json 2> $OUT/verify.txt

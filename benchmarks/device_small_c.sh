@@ -3,12 +3,10 @@
 # sm_90 small_c entry of devcache/smallc.tar.xz on its probes (split degrees among them), then
 # the stems against cuDNN with those entries added to the full walk devcache/sm90-new.tar.xz
 # (select's top 6 plus the 6 best-ranked small_c kernels a layer), fp16 and bf16.
-[ -d /tmp/dc/cache ] || { mkdir -p /tmp/dc && tar -xJf devcache/sm90-new.tar.xz -C /tmp/dc; } || exit 3
-[ -d /tmp/sc/cache ] || { mkdir -p /tmp/sc && tar -xJf devcache/smallc.tar.xz -C /tmp/sc; } || exit 3
-[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 D=/tmp/dc/cache
-for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do [ -d "$d" ] && PATH=$PATH:$d; done; export PATH
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } > $OUT/env.txt 2>&1
+. benchmarks/device_env.sh
+unpack dc sm90-new
+unpack sc smallc
+export D=/tmp/dc/cache
 timeout ${VERIFY_TIMEOUT:-150} python3 -m wgradcache verify --from-cache --cache-dir /tmp/sc/cache \
   --target sm_90 --level numerics --device cuda --no-reproduce --json > $OUT/verify.json 2> $OUT/verify.txt
 echo "verify exit $?" >> $OUT/verify.txt; tail -n 5 $OUT/verify.txt

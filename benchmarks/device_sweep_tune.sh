@@ -4,10 +4,9 @@
 # the policy's degrees for select's measured ranking ($TUNE_ARGS, default bf16 --top 30 over
 # resnet50), and the first layers (C <= 4) with $STEM=1. Carries the full sm_90 walk
 # devcache/sm90-new.tar.xz and .whl/ (the device README's way); $OUT holds at most 8 files.
-[ -d /tmp/dc/cache ] || { mkdir -p /tmp/dc && tar -xJf devcache/sm90-new.tar.xz -C /tmp/dc; } || exit 3
-[ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 D=/tmp/dc/cache
-{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv; } > $OUT/env.txt 2>&1
+. benchmarks/device_env.sh
+unpack dc sm90-new
+export D=/tmp/dc/cache
 timeout ${SWEEP_TIMEOUT:-250} python3 benchmarks/device_speed.py --cache-dir $D --dtype fp16 --top 4 \
   --sweep ${SWEEP:-1,2,3,4,7,8,16,32,64,128} --out $OUT/sweep.json > $OUT/sweep.txt 2>&1
 tail -n 4 $OUT/sweep.txt
