@@ -71,8 +71,9 @@ def small_kernel():
 
 def test_kernel_signature_attributes_and_module_flag():
     text = lower(small_kernel(), "gfx1250")
-    assert ('define amdgpu_kernel void @"snip"(ptr addrspace(1) noalias nonnull readonly '
-            'align 16 %"a", ptr addrspace(1) nonnull align 4 %"c", i32 %"n") '
+    assert ('define amdgpu_kernel void @"snip"(ptr addrspace(1) noalias nonnull noundef '
+            'readonly align 16 %"a", ptr addrspace(1) nonnull noundef align 4 %"c", '
+            'i32 noundef %"n") '
             '"amdgpu-flat-work-group-size"="128,128" "uniform-work-group-size"="true"') in text
     assert '!{ i32 1, !"amdhsa_code_object_version", i32 500 }' in text
     assert code_object_version_flag(CODE_OBJECT_VERSION) == 500  # the flag has one source

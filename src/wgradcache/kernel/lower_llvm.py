@@ -11,7 +11,9 @@ Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
 * one ``addrspace(3)`` global per LDS allocation, sized exactly, undef, align 16: the code
   object's LDS is the sum of the allocations;
 * pointer arguments ``noalias`` (when the KernelArg says so), ``nonnull`` (the launcher never
-  passes null) and ``align`` (the KernelArg's base alignment);
+  passes null) and ``align`` (the KernelArg's base alignment); every argument ``noundef``
+  (the launcher passes each one defined; ``lower_common.Lowering.define_kernel`` says what
+  it saves);
 * atomics: ``atomicrmw fadd ... syncscope("agent") monotonic`` with
   ``!amdgpu.no.fine.grained.memory !{}`` (native f32 atomic on gfx1151), never the legacy
   ``llvm.amdgcn.global.atomic.fadd`` (auto-upgraded to seq_cst + cache maintenance);
