@@ -104,10 +104,14 @@ def test_a_kernel_slower_than_its_model_costs_the_held_out_pick(setup):
     assert r["measured"]["geomean"] == 1.0  # the measured ranking follows the measurement
     assert r["held out"]["pairs"] == 2 and r["held out"]["within_1p2"] == 0.5
     assert r["held out"]["geomean"] == pytest.approx(math.sqrt(want), rel=1e-9)
+    # the rows alone: the same pick (every kernel of the layer has a row)
+    assert r["held out (rows)"] == r["held out"]
     lines = bench.report_lines(out)
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         "measured: within 1.05x on 100.0% (goal >= 95%), geomean 1.000 (goal <= 1.02): met",
         f"held out: within 1.2x on 50.0% (goal >= 85%), geomean {math.sqrt(want):.3f} "
+        "(goal <= 1.10): NOT met",
+        f"held out (rows): within 1.2x on 50.0% (goal >= 85%), geomean {math.sqrt(want):.3f} "
         "(goal <= 1.10): NOT met"]
 
 
@@ -127,5 +131,8 @@ def test_leave_one_out_ranks_every_problem_by_a_fit_to_the_others(setup):
     assert "held out" not in r and r["in sample"]["pairs"] == 6
     assert r["one out"]["pairs"] == 6 and r["one out"]["within_1p2"] == pytest.approx(5 / 6)
     assert out["pairs"]["one out"][f"{held} fp16"]["ratio"] == pytest.approx(want, rel=1e-9)
-    assert all(p["ratio"] == pytest.approx(1.0, abs=1e-9)
-               for k, p in out["pairs"]["one out"].items() if k != f"{held} fp16")
+    # the other problems' fits see the slow row: that kernel's factor (fit.kernel_factors)
+    # puts it below a twin within 1 % of it on some, exactly 1.0 on the others
+    others = [p["ratio"] for k, p in out["pairs"]["one out"].items() if k != f"{held} fp16"]
+    assert len(others) == 5 and all(1.0 - 1e-9 <= x < 1.01 for x in others), others
+    assert any(x == pytest.approx(1.0, abs=1e-9) for x in others)

@@ -34,14 +34,14 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from wgradcache.cache.entry import CorruptEntry, is_key, parse_object
 
 __all__ = ["DeviceClass", "TimingRow", "VendorRow", "Fit", "TimingsFile", "read_timings",
            "timings_bytes", "timings_json", "check_timings_doc", "BadTimings", "merge_files",
-           "is_slug", "row_key", "merge_rows", "over_cap",
-           "row_is_current", "MAX_ROWS", "MAX_MS", "MAX_TIMINGS_FILE", "MAX_ITERATIONS"]
+           "is_slug", "row_key", "merge_rows", "over_cap", "row_is_current", "FACTOR_RANGE",
+           "MAX_ROWS", "MAX_MS", "MAX_TIMINGS_FILE", "MAX_ITERATIONS"]
 
 MAX_ROWS = 200_000
 """Rows of one class: ``tune --all`` over the ~46 distinct layers of ``layers/reference.yaml``
@@ -52,6 +52,8 @@ MAX_TIMINGS_FILE = 96 << 20
 MAX_MS = 1e6  # a launch of 1000 s is a broken clock, not a kernel time
 MAX_ITERATIONS = 1_000_000
 MAX_CONSTANTS = 32
+FACTOR_RANGE = (1e-3, 1e3)
+"""A kernel's factor over the fit: outside this the fit or the rows are broken, not slow."""
 _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,52})-[0-9a-f]{12}")
 # A device's name as drivers report it ("NVIDIA H100 80GB HBM3", "AMD Instinct MI300X"): no
 # path separator, no control character.
@@ -129,6 +131,10 @@ class Fit:
     problems: int
     digest: str
     when: float
+    # identity key -> the geometric mean of measured / fitted over that kernel's rows: what
+    # the model's terms miss of one kernel (its code's own speed) carried to the problems it
+    # was not timed on. Absent in files of before 2026-12-07: none.
+    factors: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -282,6 +288,8 @@ def _vendor(v, where: str, seen: dict[str, str]) -> VendorRow:
 def _fit(v, where: str) -> Fit | None:
     if v is None:
         return None
+    if type(v) is dict and "factors" not in v:
+        v = {**v, "factors": {}}  # a fit written before the factors
     f = _obj(v, {n: 0 for n in Fit.__dataclass_fields__}, where)
     consts = f["constants"]
     if type(consts) is not dict or not 0 < len(consts) <= MAX_CONSTANTS:
@@ -297,7 +305,16 @@ def _fit(v, where: str) -> Fit | None:
                _int(f["kernels"], 1, MAX_ROWS, f"{where}.kernels"),
                _int(f["problems"], 1, MAX_ROWS, f"{where}.problems"),
                _key(f["digest"], f"{where}.digest"),
-               _num(f["when"], f"{where}.when", hi=_WHEN_MAX))
+               _num(f["when"], f"{where}.when", hi=_WHEN_MAX),
+               _factors(f["factors"], f"{where}.factors"))
+
+
+def _factors(v, where: str) -> dict[str, float]:
+    if type(v) is not dict or len(v) > MAX_ROWS:
+        raise BadTimings(f"{where}: not an object of at most {MAX_ROWS} kernels")
+    return {_key(k, where): _num(f, f"{where}.{k[:12]}", lo=FACTOR_RANGE[0],
+                                 hi=FACTOR_RANGE[1], open_lo=False)
+            for k, f in v.items()}
 
 
 _TOP = {"device": 0, "rows": 0, "vendor": 0, "fit": 0}

@@ -302,7 +302,7 @@ def _score(spec: KernelSpec, problem: ConvProblem, slice_k: int, grid: tuple[int
     ``LDS_BYTES_PER_CLOCK`` where those take longer, then the epilogue's slots at the same
     rate; partial tiles count as full. Two-stage adds its stage-2 pass (10 %). The parts
     are ``cost_terms``'s, which a fit weighs by measured constants instead."""
-    t = cost_terms(spec, problem, slice_k, grid, facts)
+    t = cost_terms(spec, problem, slice_k, grid, facts)  # the hand-set residency: see there
     stage2 = 1.1 if spec.reduction == "two_stage" else 1.0
     return (max(t["issue"], t["lds"]) + t["epilogue"]) * stage2
 
@@ -316,25 +316,35 @@ the workspace elements stage 2 reads (two-stage only)."""
 
 
 def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
-               grid: tuple[int, int, int], facts: CodeFacts | None = None) -> dict[str, float]:
+               grid: tuple[int, int, int], facts: CodeFacts | None = None,
+               resident: int | None = None) -> dict[str, float]:
     """The value of each of ``COST_TERMS`` for one launch: the parts ``_score`` combines
     by its hand-set rates, kept apart so a least-squares fit to measured times
-    (``pipeline/fit.py``) sets one constant per part."""
+    (``pipeline/fit.py``) sets one constant per part.
+
+    ``resident``: the CTAs a CU runs at once by the code object (``Backend.resident_ctas``,
+    ``CacheCandidates.resident``), ``RESIDENT_CTAS`` where it is not known. Why: a 236-
+    register sm_90 kernel runs 2 CTAs an SM and a 64-register one 8; with one residency
+    for all, the fit to the H100's rows kept ranking the 4-warp 236-register kernel first,
+    1.3-2.3x slower than the best on a third of the ResNet-50 pairs. The formula's hand-set
+    rates keep ``RESIDENT_CTAS``: with the code objects' residency they ranked worse on the
+    same rows (within 1.2x of the best on 49 % of pairs, geomean 1.32, against 47 %, 1.28)."""
     t = get_target(spec.target)
     ctas = grid[0] * grid[1] * grid[2]
-    rounds = -(-ctas // (RESIDENT_CTAS * t.cu_count))
+    per_cu = resident or RESIDENT_CTAS
+    rounds = -(-ctas // (per_cu * t.cu_count))
     k_tiles = -(-slice_k // spec.tile_k)
     if is_direct(spec):  # no MMA, no LDS in its loop (k_tiles: its CTA steps)
         (per_tile, epilogue), lds_per_tile = _direct_slots(spec), 0
     else:
         per_tile, epilogue = issue_slots(spec, facts)
         lds_per_tile = lds_read_bytes_per_k_tile(spec)
-    resident_waves = RESIDENT_CTAS * spec.warp_m * spec.warp_n
+    resident_waves = per_cu * spec.warp_m * spec.warp_n
     rate = min(ISSUE_PER_CU, resident_waves * ISSUE_PER_WAVE)
     replicas = spec.ws_replicas if spec.reduction == "two_stage" else 0
     return {"launch": 1.0,
             "issue": rounds * resident_waves * k_tiles * per_tile / rate,
-            "lds": rounds * RESIDENT_CTAS * k_tiles * lds_per_tile / LDS_BYTES_PER_CLOCK,
+            "lds": rounds * per_cu * k_tiles * lds_per_tile / LDS_BYTES_PER_CLOCK,
             "epilogue": rounds * resident_waves * epilogue / rate,
             "stage2": float(problem.groups * replicas * problem.wg_M * problem.wg_N)}
 
@@ -421,12 +431,14 @@ def _prune_widest(specs: list[KernelSpec]) -> list[KernelSpec]:
 @dataclass(frozen=True)
 class Measurements:
     """One device class's timings as select ranks by them: the median ms of each current
-    row by (identity key, problem, dtype, degree), and the fitted constants (empty: no
-    fit). Rows of another blob than the entry's are stale and were left out."""
+    row by (identity key, problem, dtype, degree), the fitted constants (empty: no fit) and
+    the fit's per-kernel factors (``cache.timings.Fit.factors``). Rows of another blob than
+    the entry's are stale and were left out."""
 
     device_class: str = ""
     times: dict[tuple[str, str, str, int], float] = field(default_factory=dict)
     constants: dict[str, float] = field(default_factory=dict)
+    factors: dict[str, float] = field(default_factory=dict)
 
     @cached_property
     def _by_launch(self) -> dict[tuple[str, str, str], dict[int, float]]:
@@ -477,7 +489,8 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
     out = []
     for s in served:
         key = s.identity_key()
-        plan = plan_split_k(s, problem, resident_ctas=costs.resident.get(key))
+        resident = costs.resident.get(key)
+        plan = plan_split_k(s, problem, resident_ctas=resident)
         timed = {d: ms for d, ms in measured.degrees(key, problem.short(), s.dtype_key).items()
                  if serves(s, problem, d)[0]}
         degree_from = "policy"
@@ -492,8 +505,9 @@ def select(target: str, problem: ConvProblem, specs: list[KernelSpec],
             cost_from = "measured"
         elif measured.constants:
             ms = fitted_ms(measured.constants,
-                           cost_terms(s, problem, plan.slice_k, plan.grid, code))
-            cost_from = "fitted" if ms is not None else cost_from
+                           cost_terms(s, problem, plan.slice_k, plan.grid, code, resident))
+            if ms is not None:
+                ms, cost_from = ms * measured.factors.get(key, 1.0), "fitted"
         out.append(Candidate(spec=s, key=key, degree=plan.degree,
                              slice_k=plan.slice_k, reduction=plan.reduction, grid=plan.grid,
                              block=s.block_size, lds_bytes=lds_bytes(s),
@@ -580,7 +594,10 @@ def measurements(cache_dir: str, target: str, device_class: str | None,
         return Measurements(device_class)
     times = {(r.identity_key, r.problem, r.dtype, r.degree): r.median_ms
              for r in tf.rows if row_is_current(r, blobs)}
-    return Measurements(device_class, times, dict(tf.fit.constants) if tf.fit else {})
+    if tf.fit is None:
+        return Measurements(device_class, times)
+    factors = {k: f for k, f in tf.fit.factors.items() if k in blobs}
+    return Measurements(device_class, times, dict(tf.fit.constants), factors)
 
 
 def serve(req: SelectRequest) -> Served:
