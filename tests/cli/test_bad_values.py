@@ -45,8 +45,8 @@ VARIANTS = ("sync.default.none, sync.default.atomic, sync.default.two_stage, "
             "sync.cshuffle.none, sync.cshuffle.atomic, sync.cshuffle.two_stage, "
             "async.default.none, async.default.atomic, async.default.two_stage, "
             "async.cshuffle.none, async.cshuffle.atomic, async.cshuffle.two_stage, "
-            "depthwise.default.none, depthwise.default.atomic, small_c.default.none, "
-            "small_c.default.atomic")
+            "depthwise.default.none, depthwise.default.atomic, depthwise.default.two_stage, "
+            "small_c.default.none, small_c.default.atomic")
 EMPTY = "an empty path (give one; '' is not the current directory)"
 
 

@@ -49,7 +49,8 @@ def test_list_prints_every_label_once():
     (("--variant", "async"), "error: --variant: unknown variant 'async'; valid: " + ", ".join(
         f"{k}.{e}.{r}" for k in ("sync", "async") for e in ("default", "cshuffle")
         for r in ("none", "atomic", "two_stage")) + ", depthwise.default.none, "
-     "depthwise.default.atomic, small_c.default.none, small_c.default.atomic\n"),
+     "depthwise.default.atomic, depthwise.default.two_stage, small_c.default.none, "
+     "small_c.default.atomic\n"),
 ])
 def test_unknown_names_are_one_line_exit_2(args, msg):
     r = _run(*args)

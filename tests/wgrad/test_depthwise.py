@@ -37,8 +37,9 @@ EDGES_T3 = {
 
 def _spec(target: str, taps: int, tile_n: int, tile_k: int, vec: int, reduction: str,
           dtype: str = "fp16", dw: str | None = None) -> KernelSpec:
+    wsr = "-wsr8" if reduction == "two_stage" else ""
     label = (f"{target}-{dtype}{'-dw' + dw if dw else ''}-t{taps}x{tile_n}x{tile_k}"
-             f"-w{{}}x1-v{vec}x{vec}-depthwise-default-{reduction}")
+             f"-w{{}}x1-v{vec}x{vec}-depthwise-default-{reduction}{wsr}")
     spec = from_label(label.format(tile_n // vec * tile_k // get_target(target).wave_size))
     ok, why = validate(spec, limits=shipped_limits(target))
     assert ok, f"{spec.label()}: {why}"
@@ -80,11 +81,22 @@ def test_empty_last_slice_is_empty():
     ("gfx950", 3, 16, 64, 4, "atomic", "fp16", None, "2,36,9,9,36,3,3,1,1,1,36", 2),
     ("sm_90", 3, 32, 32, 4, "atomic", "bf16", "fp32", "1,44,12,12,44,3,3,1,1,1,44", 3),
     ("gfx1201", 5, 16, 16, 2, "none", "bf16", None, "1,18,11,11,18,5,5,1,2,1,18", None),
+    # two-stage (16-bit dW): f32 adds into slab (channel, z mod 8); degree 11 wraps the
+    # replicas, 19 leaves slices empty (162 = 19 x 9 - 9), a partial channel block
+    ("sm_90", 3, 64, 4, 2, "two_stage", "bf16", None, "2,70,9,9,70,3,3,1,1,1,70", 3),
+    ("sm_90", 3, 16, 64, 4, "two_stage", "bf16", None, "2,36,9,9,36,3,3,1,1,1,36", 11),
+    ("gfx1250", 3, 16, 16, 1, "two_stage", "fp16", None, "2,38,9,9,38,3,3,1,1,1,38", 19),
+    ("gfx942", 5, 16, 16, 2, "two_stage", "bf16", None, "1,40,12,12,40,5,5,1,2,1,40", None),
+    ("gfx950", 7, 64, 2, 1, "two_stage", "fp16", None, "1,66,10,10,66,7,7,2,3,1,66", 2),
 ], ids=lambda c: f"{c[0]}-t{c[1]}-v{c[4]}-{c[5]}-{c[6]}{c[7] or ''}-{c[8]}@{c[9]}")
 def test_other_filters_dtypes_and_reductions(case):
     *shape, dtype, dw, problem, degree = case
     spec = _spec(*shape, dtype=dtype, dw=dw)
-    check(run_emulated(spec, P(problem), split_k=degree, seed=1), dw or dtype)
+    r = run_emulated(spec, P(problem), split_k=degree, seed=1)
+    check(r, dw or dtype)
+    assert r.plan.reduction == spec.reduction
+    if degree is not None:
+        assert r.plan.degree == degree
 
 
 def _walked(dtype: str) -> list[KernelSpec]:
@@ -131,7 +143,13 @@ def test_label_round_trips_and_names_the_shape():
     (dict(epilogue="cshuffle"), "the depthwise kernel has the default epilogue, the row-major "
                                 "CTA order and no async chunks"),
     (dict(reduction="two_stage", ws_replicas=8),
-     "the depthwise kernel reduces by atomics (no two-stage workspace)"),
+     "gfx1201: float atomics not validated for two-stage split-K"),
+    (dict(reduction="two_stage", ws_replicas=8, dw_dtype="fp32"),
+     "an f32 dW takes the depthwise kernel's f32 atomics in place: a two-stage workspace "
+     "adds nothing"),
+    (dict(ws_replicas=8), "ws_replicas belongs to two-stage split-K, which needs at least 1"),
+    (dict(reduction="two_stage"), "ws_replicas belongs to two-stage split-K, which needs at "
+                                  "least 1"),
     (dict(tile_n=128, warp_m=16, vec_a=1, vec_b=1), "block size 512 over 256"),
     (dict(tile_m=7), "98 accumulator registers per lane exceed the budget 64"),
 ])

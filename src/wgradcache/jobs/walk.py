@@ -8,8 +8,8 @@ with the width pairs its loop takes, and each job with the CTA orders its geomet
 (``spec.cta_groups_for``: row-major, and the job data's grouped orders on its wide tiles)
 and the LDS stage counts its configuration gets (``spec.stages_for``: 2, and on the async
 loop of the wide tiles the job data's deeper rings that fit).
-Then each ``depthwise`` entry of the job data gets depthwise x default x {none, atomic}
-where ``validate`` admits it on the target under its budgets (``depthwise_jobs``: the few
+Then each ``depthwise`` entry of the job data gets depthwise x default x {none, atomic,
+two-stage} where ``validate`` admits it on the target under its budgets (``depthwise_jobs``: the few
 specs walk yields and count counts, the same function), and each ``small_c`` entry
 small_c x default x {none, atomic} alike (``small_c_jobs``).
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from wgradcache.jobs.geometries import JobData, default_jobdata
 from wgradcache.model.spec import (
+    DEFAULT_WS_REPLICAS,
     DEPTHWISE,
     DEPTHWISE_VARIANTS,
     DTYPE_KEYS,
@@ -126,16 +127,20 @@ def _geometries(data: JobData, target: Target, dtype: str) -> Iterator[tuple[Til
 def _direct_specs(target: Target, dtype: str, dw_dtype: str, variants: tuple[str, ...],
                   k_loop: str, kernel_variants: tuple[str, ...], limits: Limits,
                   **fields: int) -> Iterator[KernelSpec]:
-    """One direct kernel entry x {none, atomic}: the specs ``validate`` admits under the
-    target's budgets. ``fields``: its tile and vec fields; warp_m follows from the block
-    (a whole number of waves or validate refuses it)."""
+    """One direct kernel entry x its variants: the specs ``validate`` admits under the
+    target's budgets (two-stage with the default workspace replicas). ``fields``: its tile
+    and vec fields; warp_m follows from the block (a whole number of waves or validate
+    refuses it)."""
     lanes = fields["tile_n"] // fields["vec_a"]
     for v in kernel_variants:
         if v not in variants:
             continue
+        reduction = v.rsplit(".", 1)[1]
         spec = KernelSpec(target=target.name, dtype=dtype, dw_dtype=dw_dtype,
                           warp_m=lanes * fields["tile_k"] // target.wave_size, warp_n=1,
-                          k_loop=k_loop, reduction=v.rsplit(".", 1)[1], **fields)
+                          k_loop=k_loop, reduction=reduction,
+                          ws_replicas=DEFAULT_WS_REPLICAS if reduction == "two_stage" else 0,
+                          **fields)
         if validate(spec, limits=limits, target=target)[0]:
             yield spec
 
@@ -143,9 +148,9 @@ def _direct_specs(target: Target, dtype: str, dw_dtype: str, variants: tuple[str
 def depthwise_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
                    variants: tuple[str, ...]) -> Iterator[KernelSpec]:
     """The depthwise kernels of one target and dtype: every ``data.depthwise`` entry
-    [T, tile_n, tile_k, vec] x {none, atomic} that ``validate`` admits under the target's
-    budgets (a block that is no whole number of waves, too many accumulators, an atomic
-    the target lacks: left out, as every ladder filter leaves a geometry out)."""
+    [T, tile_n, tile_k, vec] x {none, atomic, two-stage} that ``validate`` admits under the
+    target's budgets (a block that is no whole number of waves, too many accumulators, an
+    atomic the target lacks: left out, as every ladder filter leaves a geometry out)."""
     limits = data.limits_for(target.name)
     for taps, tile_n, tile_k, vec in data.depthwise:
         yield from _direct_specs(target, dtype, dw_dtype, variants, DEPTHWISE,

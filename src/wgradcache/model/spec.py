@@ -49,7 +49,8 @@ REDUCTIONS = ("none", "atomic", "two_stage")
 # The direct depthwise kernel (groups = C = K): its ``k_loop`` names its loop, which streams
 # X and dY per channel block instead of feeding an MMA tile (``wgrad/depthwise.py``).
 DEPTHWISE = "depthwise"
-DEPTHWISE_VARIANTS = (f"{DEPTHWISE}.default.none", f"{DEPTHWISE}.default.atomic")
+DEPTHWISE_VARIANTS = (f"{DEPTHWISE}.default.none", f"{DEPTHWISE}.default.atomic",
+                      f"{DEPTHWISE}.default.two_stage")
 # The direct small-C kernel (groups = 1, C <= 4: network stems), where GEMM N = C·Y·X is
 # 27 and the reduction N·Ho·Wo huge (``wgrad/small_c.py``); the depthwise kernel's shape.
 SMALL_C = "small_c"
@@ -809,7 +810,15 @@ def _depthwise_reduction(spec: KernelSpec, target: Target, limits: Limits | None
                          ) -> tuple[bool, str]:
     kind = direct_kind(spec).name
     if spec.reduction == "two_stage" or spec.ws_replicas:
-        return False, f"the {kind} kernel reduces by atomics (no two-stage workspace)"
+        # depthwise only: a 16-bit dW's packed atomics lose what a high degree sums
+        # (bf16's caps dw112 at 24 CTAs), where f32 adds into the workspace do not
+        if kind != DEPTHWISE:
+            return False, f"the {kind} kernel reduces by atomics (no two-stage workspace)"
+        if spec.dw_dtype == "fp32":
+            return False, (f"an f32 dW takes the {kind} kernel's f32 atomics in place: a "
+                           "two-stage workspace adds nothing")
+        if spec.reduction != "two_stage" or spec.ws_replicas < 1:
+            return False, "ws_replicas belongs to two-stage split-K, which needs at least 1"
     ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction)
     if ok and spec.reduction == "atomic" and spec.dw_dtype != "fp32" and spec.tile_n % 2:
         return False, (f"packed {spec.dw_dtype} atomics write dword pairs of dW: the channel "

@@ -19,7 +19,9 @@ and the store or atomic add into dW; no MMA tile, so the same IR on every target
   for every degree): grid = (channel blocks, 1, degree), slice z reduces [z·ks, min(z·ks +
   ks, wg_K)), an empty slice adds zeros; ``reduction`` none stores, atomic adds (f32, or a
   packed 16-bit pair (e, e + 1) with e even: the channel block is even (validate) and
-  ``serves`` keeps the CTA's run even, so a pair never leaves a CTA's range nor dW).
+  ``serves`` keeps the CTA's run even, so a pair never leaves a CTA's range nor dW);
+  two-stage (depthwise, 16-bit dW) adds f32 into slab (group, z mod R) of the GEMM
+  kernels' workspace [groups, R, wg_M·wg_N], which their stage 2 sums and converts.
 """
 
 from __future__ import annotations
@@ -152,15 +154,20 @@ def reduce_and_write(d: DirectKernel, spec: KernelSpec, accs: list[Value], chann
     yx = a["wg_N"]  # Y·X·cpg
     here = kb.mul(kb.smin(kb.sub(a[channels], d.c0), tile_n), yx)  # dW elements of the CTA
     first = kb.mul(d.c0, yx)
+    two = spec.reduction == "two_stage"
+    replica = urem_const(kb, kb.workgroup_id(2), spec.ws_replicas) if two else None
     items = -(-tile_n * taps * taps * per_tap // per)
     for it in range(-(-items // block)):
         e0 = kb.mul(kb.add(d.tid, it * block), per)
-        sums, oks = [], []
+        sums, oks, slab = [], [], None
         for u in range(per):
             e = kb.add(e0, u)
             ok = kb.icmp("slt", e, here)
             e = kb.select(ok, e, 0)  # an element past the CTA's reads row 0 of LDS
             cl = kb.udiv(e, yx)
+            if two:  # group c0 + cl's replica slab, then the element's place in it
+                slab = kb.mul(kb.add(kb.mul(kb.add(d.c0, cl), spec.ws_replicas), replica), yx)
+                slab = kb.add(slab, kb.sub(e, kb.mul(cl, yx)))
             yy, xx = divmod_magic(kb, kb.sub(e, kb.mul(cl, yx)), a, "Xcpg")
             if per_tap > 1:  # xx is x·cpg + c
                 xx, c = divmod_magic(kb, xx, a, "cpg")
@@ -173,6 +180,9 @@ def reduce_and_write(d: DirectKernel, spec: KernelSpec, accs: list[Value], chann
                 s = kb.fadd(s, kb.load(kb.gep(part, kb.add(base, r * tile_n))))
             sums.append(s)
             oks.append(ok)
+        if two:  # f32 adds into the workspace [groups, replicas, Y·X·cpg]; stage 2 sums
+            kb.atomic_add(kb.gep(a["ws_ptr"], slab), sums[0], pred=oks[0])
+            continue
         out = kb.gep(a["dw_ptr"], kb.add(first, e0))
         if spec.reduction == "none":
             kb.store(out, kb.convert(sums[0], dwt), pred=oks[0])
