@@ -53,6 +53,7 @@ def _args():
     ap.add_argument("--top", type=int, default=8, help="select's candidates timed per layer")
     ap.add_argument("--include", default="",
                     help="also time, per layer, the best-ranked serving kernel of each geometry "
+                         "and reduction "
                          "whose label matches this regex (e.g. new tiles select's model has "
                          "not learnt), at most --include-top of them")
     ap.add_argument("--include-top", type=int, default=12)
@@ -288,8 +289,9 @@ def main() -> int:
                 pat, seen = re.compile(a.include), {c.spec.label() for c in ranked}
                 first: dict = {}
                 for c in everything:
-                    if pat.search(c.spec.label()) and c.spec.geometry not in first:
-                        first[c.spec.geometry] = c
+                    kind = (c.spec.geometry, c.reduction)
+                    if pat.search(c.spec.label()) and kind not in first:
+                        first[kind] = c
                 ranked += [c for c in list(first.values())[:a.include_top]
                            if c.spec.label() not in seen]
             measured = []
