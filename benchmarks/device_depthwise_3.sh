@@ -16,12 +16,5 @@ echo "verify exit $?" >> $OUT/verify.txt; tail -n 2 $OUT/verify.txt
 for c in dw dw2 ts; do
   cp -rn /tmp/$c/cache/sm_90/entries/. $D/sm_90/entries/ && cp -rn /tmp/$c/cache/sm_90/blobs/. $D/sm_90/blobs/
 done 2>/dev/null
-for dt in ${DTYPES:-bf16 fp16}; do
-  timeout ${SPEED_TIMEOUT:-90} python3 benchmarks/device_speed.py --cache-dir $D --dtype $dt --top 6 \
-    --include='depthwise-default-(two_stage|atomic)' --include-top 20 --prefix '' --layer mobilenetv2/dw112 \
-    --layer mobilenetv2/dw112.s2 --layer mobilenetv2/dw56 --layer mobilenetv2/dw28 \
-    --layer mobilenetv2/dw14 --layer mobilenetv2/dw7 --layer efficientnetb0/dw5x5.28 \
-    --layer efficientnetb0/dw5x5.14 --spin ${SPIN:-5} --out $OUT/speed-$dt.json > $OUT/speed-$dt.txt 2>&1
-  tail -n 12 $OUT/speed-$dt.txt
-done
+DTYPES=${DTYPES:-bf16 fp16} dw_speed 'depthwise-default-(two_stage|atomic)' 20
 xz -9 $OUT/*.json; ls -la $OUT
