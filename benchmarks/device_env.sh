@@ -4,7 +4,8 @@
 # $OUT/env.txt, `unpack NAME TARBALL`: devcache/TARBALL.tar.xz into /tmp/NAME once (a
 # warm machine keeps it), exit 3 when it cannot be, and `dw_speed REGEX N`: the eight
 # depthwise layers against cuDNN per dtype of $DTYPES on the cache $D, select's top 6 plus
-# up to N best-ranked kernels matching REGEX (speed-DTYPE.txt/json in $OUT).
+# up to N best-ranked kernels matching REGEX, with $SWEEP (degrees) the best split-K
+# kernel's sweep (speed-DTYPE.txt/json in $OUT).
 unpack() {
   [ -d "/tmp/$1/cache" ] || { mkdir -p "/tmp/$1" && tar -xJf "devcache/$2.tar.xz" -C "/tmp/$1"; } || exit 3
 }
@@ -14,7 +15,8 @@ dw_speed() {
       --top 6 --include="$1" --include-top $2 --prefix '' --layer mobilenetv2/dw112 \
       --layer mobilenetv2/dw112.s2 --layer mobilenetv2/dw56 --layer mobilenetv2/dw28 \
       --layer mobilenetv2/dw14 --layer mobilenetv2/dw7 --layer efficientnetb0/dw5x5.28 \
-      --layer efficientnetb0/dw5x5.14 --spin ${SPIN:-5} --out $OUT/speed-$dt.json \
+      --layer efficientnetb0/dw5x5.14 --spin ${SPIN:-5} ${SWEEP:+--sweep $SWEEP} \
+      --out $OUT/speed-$dt.json \
       > $OUT/speed-$dt.txt 2>&1
     tail -n 12 $OUT/speed-$dt.txt
   done
