@@ -4,6 +4,7 @@ cache, with synthetic timings (no device)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -11,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from wgradcache.cache.store import TargetCache
-from wgradcache.cache.timings import DeviceClass, TimingRow, TimingsFile, timings_json
+from wgradcache.cache.timings import DeviceClass, Fit, TimingRow, TimingsFile, timings_json
 from wgradcache.cli import main
 from wgradcache.model.problem import ConvProblem
 from wgradcache.pipeline.fit import FitSample, fit_samples
@@ -227,6 +228,15 @@ def test_show_prints_a_kernels_measured_times(cache):
     line = next(ln for ln in r.output.splitlines() if P in ln)
     assert line.split() == ["│", P, "│", "fp16", "│", "1", "│", "0.1250", "│", "0.0000",
                             "│", "10", "│", "cudnn", "0.2500", "│"]
+    assert "fit factor" not in r.output  # no fit yet
+    with c.lock():
+        tf = c.read_timings(DEV.slug())
+        c.write_timings(dataclasses.replace(tf, fit=Fit(dict(TRUE), 0.1, 8, 8, 1, "0" * 64,
+                                                        100.0, {cands[0].key: 1.375})))
+    r = CliRunner().invoke(main, ["show", cands[0].spec.label(), "--cache-dir", str(cache)])
+    assert r.exit_code == 0, r.output
+    assert ("; fit factor 1.375 (its measured over the fitted model's times)"
+            in " ".join(r.output.split()).replace("│ ", ""))
 
 
 def test_a_timings_file_that_is_not_whole_stops_select_in_one_line(cache):
@@ -304,7 +314,6 @@ def test_select_launches_the_fastest_measured_degree(cache):
 def test_a_measured_kernel_ranks_before_every_fitted_one(cache):
     """A fit that guesses every other kernel faster than the one measured still ranks the
     measured kernel first: a measured time is known, a fitted one is a guess."""
-    from wgradcache.cache.timings import Fit
 
     got, p, cands = _served(cache, P)
     slow = cands[-1]

@@ -139,6 +139,7 @@ class Measured:
     rows: tuple[TimingRow, ...]
     stale: int
     vendor: tuple[VendorRow, ...] = ()  # the vendor library's rows of the same problems
+    factor: float | None = None  # the class's fit's factor of the kernel (Fit.factors)
 
     def vendor_text(self, row: TimingRow) -> str:
         """The vendor libraries' times of ``row``'s problem and dtype: "cudnn 0.1234"."""
@@ -162,6 +163,7 @@ def measured_times(root: str | Path, found: FoundEntry) -> tuple[list[Measured],
         mine = [r for r in tf.rows if r.identity_key == found.identity_key]
         current = tuple(r for r in mine if r.blob == found.record.blob)
         if mine:
+            factor = tf.fit.factors.get(found.identity_key) if tf.fit else None
             out.append(Measured(slug, tf.device.describe(), current,
-                                len(mine) - len(current), tf.vendor))
+                                len(mine) - len(current), tf.vendor, factor))
     return out, bad

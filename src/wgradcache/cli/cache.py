@@ -119,7 +119,9 @@ def _show_measured(cache_dir, found) -> None:
         click.echo(printable(f"show: {line} (not read)"), err=True)
     for m in got:
         stale = f"; {m.stale} stale row(s) of an older blob, ignored" if m.stale else ""
-        table(f"measured on {m.device} [{m.device_class}]{stale}",
+        factor = ("" if m.factor is None else
+                  f"; fit factor {m.factor:.4g} (its measured over the fitted model's times)")
+        table(f"measured on {m.device} [{m.device_class}]{stale}{factor}",
               ("problem", "dtype", "split", "median ms", "spread ms", "iterations",
                "vendor ms"),
               [(r.problem, r.dtype, r.degree, f"{r.median_ms:.4f}", f"{r.spread_ms:.4f}",
