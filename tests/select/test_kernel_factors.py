@@ -135,3 +135,27 @@ def test_bad_factors_are_refused(factors, why):
     with pytest.raises(BadTimings) as e:
         check_timings_doc(doc)
     assert str(e.value) == why
+
+
+def test_a_rebuilt_kernels_factor_is_not_used(small_cache, tmp_path):
+    """A factor comes from its kernel's rows: once the entry's blob is another (rebuilt),
+    those rows are stale and the factor goes with them; a kernel with a current row keeps
+    its factor."""
+    import shutil
+
+    from wgradcache.cache.store import TargetCache
+    from wgradcache.cache.timings import TimingRow
+    from wgradcache.pipeline.select import candidates_from_cache, measurements
+
+    cache = tmp_path / "cache"
+    shutil.copytree(small_cache["cache"], cache)
+    got = candidates_from_cache(str(cache), T, "fp16")
+    a, b = sorted(got.blobs)[:2]
+    rows = (TimingRow(a, got.blobs[a], PROBLEMS[0], "fp16", 1, 0.5, 0.0, 10, 1.0),
+            TimingRow(b, "ab" * 32, PROBLEMS[0], "fp16", 1, 0.5, 0.0, 10, 1.0))  # b rebuilt
+    fit = Fit(dict(TRUE), 0.1, 8, 2, 1, "0" * 64, 100.0, {a: 1.5, b: 2.0})
+    c = TargetCache(cache, T)
+    with c.lock():
+        c.write_timings(TimingsFile(DEV, rows, (), fit))
+    m = measurements(str(cache), T, None, got.blobs)
+    assert m.factors == {a: 1.5} and m.constants == TRUE

@@ -596,7 +596,10 @@ def measurements(cache_dir: str, target: str, device_class: str | None,
              for r in tf.rows if row_is_current(r, blobs)}
     if tf.fit is None:
         return Measurements(device_class, times)
-    factors = {k: f for k, f in tf.fit.factors.items() if k in blobs}
+    # a factor describes the code its rows timed: a kernel rebuilt since (no current row
+    # left) runs other code, so its factor is dropped until a refit
+    timed = {key for key, _, _, _ in times}
+    factors = {k: f for k, f in tf.fit.factors.items() if k in timed}
     return Measurements(device_class, times, dict(tf.fit.constants), factors)
 
 
