@@ -147,9 +147,8 @@ def test_label_round_trips_and_names_the_shape():
     (dict(reduction="two_stage", ws_replicas=8, dw_dtype="fp32"),
      "an f32 dW takes the depthwise kernel's f32 atomics in place: a two-stage workspace "
      "adds nothing"),
-    (dict(ws_replicas=8), "ws_replicas belongs to two-stage split-K, which needs at least 1"),
-    (dict(reduction="two_stage"), "ws_replicas belongs to two-stage split-K, which needs at "
-                                  "least 1"),
+    (dict(ws_replicas=8), "ws_replicas belongs to two-stage split-K"),
+    (dict(reduction="two_stage"), "ws_replicas 0 must be >= 1 for two-stage"),
     (dict(tile_n=128, warp_m=16, vec_a=1, vec_b=1), "block size 512 over 256"),
     (dict(tile_m=7), "98 accumulator registers per lane exceed the budget 64"),
 ])

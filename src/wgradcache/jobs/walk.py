@@ -9,9 +9,9 @@ with the width pairs its loop takes, and each job with the CTA orders its geomet
 and the LDS stage counts its configuration gets (``spec.stages_for``: 2, and on the async
 loop of the wide tiles the job data's deeper rings that fit).
 Then each ``depthwise`` entry of the job data gets depthwise x default x {none, atomic,
-two-stage} where ``validate`` admits it on the target under its budgets (``depthwise_jobs``: the few
-specs walk yields and count counts, the same function), and each ``small_c`` entry
-small_c x default x {none, atomic} alike (``small_c_jobs``).
+two-stage} where ``validate`` admits it on the target under its budgets
+(``depthwise_jobs``: the few specs walk yields and count counts, the same function), and
+each ``small_c`` entry small_c x default x {none, atomic} alike (``small_c_jobs``).
 
 ``walk`` and ``count`` share the slot list and the predicates of ``spec.py`` and nothing
 else: ``count`` multiplies, ``walk`` builds specs. No hidden pruning, so the two agree by

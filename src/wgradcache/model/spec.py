@@ -817,8 +817,9 @@ def _depthwise_reduction(spec: KernelSpec, target: Target, limits: Limits | None
         if spec.dw_dtype == "fp32":
             return False, (f"an f32 dW takes the {kind} kernel's f32 atomics in place: a "
                            "two-stage workspace adds nothing")
-        if spec.reduction != "two_stage" or spec.ws_replicas < 1:
-            return False, "ws_replicas belongs to two-stage split-K, which needs at least 1"
+        ok, why = _replicas_ok(spec, target, limits)
+        if not ok:
+            return ok, why
     ok, why = reduction_admitted(target, spec.dw_dtype, spec.reduction)
     if ok and spec.reduction == "atomic" and spec.dw_dtype != "fp32" and spec.tile_n % 2:
         return False, (f"packed {spec.dw_dtype} atomics write dword pairs of dW: the channel "

@@ -165,10 +165,11 @@ def reduce_and_write(d: DirectKernel, spec: KernelSpec, accs: list[Value], chann
             ok = kb.icmp("slt", e, here)
             e = kb.select(ok, e, 0)  # an element past the CTA's reads row 0 of LDS
             cl = kb.udiv(e, yx)
-            if two:  # group c0 + cl's replica slab, then the element's place in it
+            within = kb.sub(e, kb.mul(cl, yx))  # the element's place in its channel's run
+            if two:  # group c0 + cl's replica slab, then that place in it
                 slab = kb.mul(kb.add(kb.mul(kb.add(d.c0, cl), spec.ws_replicas), replica), yx)
-                slab = kb.add(slab, kb.sub(e, kb.mul(cl, yx)))
-            yy, xx = divmod_magic(kb, kb.sub(e, kb.mul(cl, yx)), a, "Xcpg")
+                slab = kb.add(slab, within)
+            yy, xx = divmod_magic(kb, within, a, "Xcpg")
             if per_tap > 1:  # xx is x·cpg + c
                 xx, c = divmod_magic(kb, xx, a, "cpg")
             tap = kb.add(kb.mul(yy, taps), xx)
