@@ -67,6 +67,34 @@ def test_a_name_from_input_never_becomes_a_path(tmp_path):
                             "(1 to 100 of A-Z a-z 0-9 space . _ ( ) + -)")
 
 
+def test_graph_timed_rows_are_a_class_of_their_own_and_older_files_keep_their_name(tmp_path):
+    """Rows timed from the host (before 12-07) measured the host for short kernels: a
+    class timed by graph replay is another class and another file, while a file of the
+    earlier method reads as it was written (no ``timing`` field) under its old name."""
+    old = DeviceClass("NVIDIA H100 80GB HBM3", 132, "13000", "13.3.1")
+    assert old.slug() == "nvidia-h100-80gb-hbm3-2ad914e14e56"  # the H100 file of 12-07
+    new = replace(old, timing="graph")
+    assert new.slug() != old.slug() and new.slug().startswith("nvidia-h100-80gb-hbm3-")
+    assert old.describe().endswith("runtime 13.3.1; timed from the host)")
+    assert new.describe().endswith("runtime 13.3.1; graph replay)")
+    assert "timing" not in timings_json(TimingsFile(old))["device"]
+    assert timings_json(TimingsFile(new))["device"]["timing"] == "graph"
+    c = _cache(tmp_path)
+    with c.lock():
+        c.write_timings(TimingsFile(old, (_row(ik("a"), key("blob-a")),)))
+        c.write_timings(TimingsFile(new, (_row(ik("a"), key("blob-a"), ms=0.25),)))
+    assert sorted(c.timing_classes()) == sorted([old.slug(), new.slug()])
+    assert c.read_timings(old.slug()).device == old
+    assert [r.median_ms for r in c.read_timings(new.slug()).rows] == [0.25]
+    for bad, shown in (("eager", "'eager'"), ("../x", "'../x'"), (1, "'1'"), (None, "'None'")):
+        doc = timings_json(TimingsFile(new))
+        doc["device"]["timing"] = bad
+        with pytest.raises(CorruptEntry) as e:
+            read_timings(json.dumps(doc), "f.json")
+        assert str(e.value) == (f"f.json: corrupt: device.timing: {shown} is not a timing "
+                                "method (graph, or empty)")
+
+
 @pytest.mark.parametrize("field, value, why", [
     ("median_ms", -1.0, "rows[0].median_ms: -1.0 is not a number in (0, 1e+06]"),
     ("median_ms", 0, "rows[0].median_ms: 0 is not a number in (0, 1e+06]"),

@@ -53,8 +53,10 @@ class CUresult(IntEnum):
     CUDA_ERROR_INVALID_IMAGE = 200
     CUDA_ERROR_NO_BINARY_FOR_GPU = 209
     CUDA_ERROR_INVALID_HANDLE = 400
+    CUDA_ERROR_ILLEGAL_STATE = 401
     CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_LAUNCH_FAILED = 719
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
 
 
 class CUdevice_attribute(IntEnum):  # noqa: N801 - cuda-bindings' names
@@ -92,6 +94,14 @@ class CUfunction_attribute(IntEnum):
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
+class CUstream_flags(IntEnum):  # noqa: N801
+    CU_STREAM_NON_BLOCKING = 1
+
+
+class CUstreamCaptureMode(IntEnum):  # noqa: N801
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+
+
 @dataclass
 class FakeCuda:
     archs: tuple[str, ...] = ("sm_90",)
@@ -108,10 +118,21 @@ class FakeCuda:
     events: dict = field(default_factory=dict)
     sm_count: int = 132
     driver_version: int = 13000
+    # streams made (cuStreamCreate) and destroyed; captures in progress (stream -> the
+    # nodes recorded), captured graphs, replays, destroyed executables, eager memsets
+    created_streams: list = field(default_factory=list)
+    destroyed_streams: list = field(default_factory=list)
+    capturing: dict = field(default_factory=dict)
+    graphs: list = field(default_factory=list)
+    replays: int = 0
+    destroyed_graphs: list = field(default_factory=list)
+    memsets: list = field(default_factory=list)
 
     CUresult = CUresult
     CUdevice_attribute = CUdevice_attribute
     CUfunction_attribute = CUfunction_attribute
+    CUstream_flags = CUstream_flags
+    CUstreamCaptureMode = CUstreamCaptureMode
 
     def cuInit(self, flags):
         return OK
@@ -221,6 +242,60 @@ class FakeCuda:
         d[:] = value & 0xFF
         return OK
 
+    def cuMemsetD8Async(self, dst, value, n, stream):
+        if self._span(int(dst), n) is None:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        if stream in self.capturing:  # a memset node: run at each replay
+            self.capturing[stream].append(lambda: self.cuMemsetD8(dst, value, n))
+            return OK
+        self.memsets.append((int(dst), n, stream))
+        return self.cuMemsetD8(dst, value, n)
+
+    # -- streams and graphs: a capture records the stream's calls, a replay runs them ---
+    def cuStreamCreate(self, flags):
+        handle = 0x5000 + len(self.created_streams) + 1
+        self.created_streams.append(handle)
+        return CUresult.CUDA_SUCCESS, handle
+
+    def cuStreamDestroy(self, stream):
+        if stream not in self.created_streams or stream in self.destroyed_streams:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self.destroyed_streams.append(stream)
+        return OK
+
+    def cuStreamBeginCapture(self, stream, mode):
+        if not stream or stream in self.capturing:  # the NULL stream cannot be captured
+            return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+        self.capturing[stream] = []
+        return OK
+
+    def cuStreamEndCapture(self, stream):
+        if stream not in self.capturing:
+            return CUresult.CUDA_ERROR_ILLEGAL_STATE, None
+        nodes = self.capturing.pop(stream)
+        self.graphs.append(nodes)
+        return CUresult.CUDA_SUCCESS, ("graph", len(self.graphs) - 1)
+
+    def cuGraphInstantiate(self, graph, flags):
+        return CUresult.CUDA_SUCCESS, ("exec", graph[1])
+
+    def cuGraphLaunch(self, exe, stream):
+        if stream in self.capturing:
+            raise NotImplementedError("a graph launched into a capture")
+        self.replays += 1
+        for node in self.graphs[exe[1]]:
+            err = node()
+            if err != OK:
+                return err
+        return OK
+
+    def cuGraphExecDestroy(self, exe):
+        self.destroyed_graphs.append(exe)
+        return OK
+
+    def cuGraphDestroy(self, graph):
+        return OK
+
     def cuModuleLoadData(self, image):
         try:
             co = read_cubin(bytes(image))
@@ -263,6 +338,16 @@ class FakeCuda:
         if (bx, by, bz) != (kd.block_size, 1, 1) or min(gx, gy, gz) < 1 or \
                 shared > f.max_dynamic_shared or shared != need:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        if stream in self.capturing:  # a kernel node: its arguments copied now
+            raw = [ctypes.create_string_buffer(ctypes.string_at(params[i], a.size), a.size)
+                   for i, a in enumerate(co.args)]
+            kept = (ctypes.c_void_p * max(1, len(raw)))(*[ctypes.addressof(b) for b in raw])
+
+            def node(raw=raw, kept=kept):  # ``raw`` kept alive as long as the node
+                return self.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream,
+                                           ctypes.addressof(kept), 0)
+            self.capturing[stream].append(node)
+            return OK
         values, bound = {}, {}
         for i, (a, ka) in enumerate(zip(co.args, kd.args, strict=True)):
             v = int.from_bytes(ctypes.string_at(params[i], a.size), "little")

@@ -23,7 +23,7 @@ from wgradcache.pipeline.tune import TuneRequest, plan_tune, tune
 from wgradcache.wgrad.kernel import kernel_symbol
 
 P = "2,32,8,8,32,1,1"
-CLASS = DeviceClass("Fake H200", 132, "13000", "")
+CLASS = DeviceClass("Fake H200", 132, "13000", "", "graph")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,8 @@ def test_tune_writes_a_row_per_kernel_and_select_ranks_by_them(built, cache, fak
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["target"] == "sm_90" and doc["device"] == {
-        "name": "Fake H200", "sm_count": 132, "driver": "13000", "runtime": ""}
+        "name": "Fake H200", "sm_count": 132, "driver": "13000", "runtime": "",
+            "timing": "graph"}
     assert doc["failures"] == [] and doc["vendor"] == []
     got = {row["identity_key"]: row for row in doc["rows"]}
     assert set(got) == set(ms)
@@ -79,9 +80,13 @@ def test_tune_writes_a_row_per_kernel_and_select_ranks_by_them(built, cache, fak
         assert (row["problem"], row["degree"], row["iterations"], row["spread_ms"]) == (
             P, 1, 3, pytest.approx(0.0, abs=1e-12))
         assert row["median_ms"] == pytest.approx(ms[k])
-    # 1 warm-up + 3 samples of 2 back-to-back launches per kernel (the median per launch),
-    # nothing left allocated
-    assert len(fake.launches) == 3 * (1 + 3 * 2) and fake.allocations == {} and fake.retained == 0
+    # per kernel one graph of 2 launches, replayed for 1 warm-up + 3 samples (the median
+    # per launch), all on the stream tune made; nothing left allocated or undestroyed
+    assert (len(fake.launches), fake.replays, len(fake.graphs)) == (3 * 4 * 2, 3 * 4, 3)
+    assert len(fake.destroyed_graphs) == 3 and fake.capturing == {}
+    assert set(fake.streams) == {fake.created_streams[0]}
+    assert fake.destroyed_streams == fake.created_streams
+    assert fake.allocations == {} and fake.retained == 0
     stored = TargetCache(cache, "sm_90").read_timings(CLASS.slug())
     assert {r.identity_key for r in stored.rows} == set(ms)
     r = CliRunner().invoke(main, ["select", "--target", "sm_90", "--problem", P,
@@ -170,13 +175,15 @@ def test_the_vendor_row_is_reported_when_adding_it_flushes(built, cache, fake, m
     """On the H100 (12-06) tune died with an IndexError on the first layer whose cuDNN row
     arrived after the flush interval: the writer had emptied its list before the report
     read the row back from it. Every add flushes here (flush_s=0)."""
+    from contextlib import nullcontext
     from types import SimpleNamespace
 
     import wgradcache.pipeline.tune as tune_mod
     from wgradcache.cache.timings import VendorRow
 
-    stream = SimpleNamespace(cuda_stream=0)
-    torch = SimpleNamespace(cuda=SimpleNamespace(current_stream=lambda: stream))
+    stream = SimpleNamespace(cuda_stream=0x77)  # torch's stream: the session launches on it
+    torch = SimpleNamespace(cuda=SimpleNamespace(Stream=lambda: stream,
+                                                 stream=lambda s: nullcontext()))
     monkeypatch.setattr(tune_mod, "_cudnn", lambda req: torch)
     monkeypatch.setattr(tune_mod, "_cudnn_row", lambda t, job, req, now: VendorRow(
         "cudnn", job.problem.short(), job.dtype, 0.25, 0.0, 3, now))

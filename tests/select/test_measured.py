@@ -176,7 +176,8 @@ def test_import_of_tune_json_then_select_ranks_by_it(cache, tmp_path):
                                   "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == {"target": T, "device_class": DEV.slug(),
-                                    "device": "AMD Fake GPU (256 SMs/CUs, driver 6.4, runtime 6.4)",
+                                    "device": "AMD Fake GPU (256 SMs/CUs, driver 6.4, "
+                                              "runtime 6.4; timed from the host)",
                                     "imported": 8, "added": 8, "rows": 8,
                                     "refit": "fitted on 8 rows (8 kernels, 1 problems), RMS "
                                              "relative residual 0.000"}
@@ -223,8 +224,8 @@ def test_show_prints_a_kernels_measured_times(cache):
             VendorRow("cudnn", P, "fp16", 0.25, 0.0, 10, 1.0),)))
     r = CliRunner().invoke(main, ["show", cands[0].spec.label(), "--cache-dir", str(cache)])
     assert r.exit_code == 0, r.output
-    assert f"measured on AMD Fake GPU (256 SMs/CUs, driver 6.4, runtime 6.4) [{DEV.slug()}]" \
-        in r.output
+    assert ("measured on AMD Fake GPU (256 SMs/CUs, driver 6.4, runtime 6.4; timed from the "
+            f"host) [{DEV.slug()}]") in r.output
     line = next(ln for ln in r.output.splitlines() if P in ln)
     assert line.split() == ["│", P, "│", "fp16", "│", "1", "│", "0.1250", "│", "0.0000",
                             "│", "10", "│", "cudnn", "0.2500", "│"]
@@ -253,6 +254,37 @@ def test_a_fit_that_predicts_no_time_falls_back_to_the_formula():
     assert fitted_ms({"launch": 0.01, "issue": 1e-4, "lds": 1.0}, terms) == pytest.approx(0.02)
     assert fitted_ms({"launch": -0.02, "issue": 1e-4}, terms) is None  # -0.01 ms
     assert fitted_ms({"launch": 0.01}, terms) is None  # issue was never fitted
+
+
+def test_a_graph_timed_speed_file_is_a_class_of_its_own(cache, tmp_path):
+    """device_speed.py files say how they timed (``timing``; none: from the host, before
+    12-07): a graph-timed file makes a class of its own and never joins a host-timed one;
+    any other value is refused in one line with nothing imported."""
+    _write(cache, _rows(cache, P, lambda c: 1.0)[:1])  # DEV: a class timed from the host
+    _, p, cands = _served(cache, P)
+    doc = {"device": "gfx1250 device 0 (AMD Fake GPU)", "iters": 5, "timing": "graph",
+           "timings": [{"layer": "net/a", "problem": p.short(), "dtype": "fp16",
+                        "label": c.spec.label(), "split_k": c.degree, "ms": 0.5}
+                       for c in cands[1:3]]}
+    f = tmp_path / "speed.json"
+    f.write_text(json.dumps(doc))
+    r = CliRunner().invoke(main, ["tune", "--import", str(f), "--cache-dir", str(cache),
+                                  "--device-class", DEV.slug()])
+    assert (r.exit_code, r.output) == (2, f"error: {f}: timed by graph replay, class "
+                                          f"{DEV.slug()} from the host: rows of two timing "
+                                          "methods are not ranked together\n")
+    r = CliRunner().invoke(main, ["tune", "--import", str(f), "--cache-dir", str(cache),
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    slug = DeviceClass("AMD Fake GPU", 0, "", "", "graph").slug()
+    assert json.loads(r.stdout)["device_class"] == slug
+    assert sorted(TargetCache(cache, T).timing_classes()) == sorted([DEV.slug(), slug])
+    for bad in ("GRAPH", "../x", 3):
+        f.write_text(json.dumps({**doc, "timing": bad}))
+        r = CliRunner().invoke(main, ["tune", "--import", str(f), "--cache-dir", str(cache)])
+        assert (r.exit_code, r.output) == (2, f"error: {f}: timing: {str(bad)!r} is not "
+                                              "'graph' or 'eager'\n")
+    assert len(TargetCache(cache, T).read_timings(slug).rows) == 2
 
 
 def test_a_device_speed_file_joins_a_named_class(cache, tmp_path):

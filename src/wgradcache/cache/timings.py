@@ -59,6 +59,7 @@ _SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,52})-[0-9a-f]{12}")
 # path separator, no control character.
 _NAME = re.compile(r"[A-Za-z0-9 ._()+-]{1,100}")
 _VERSION = re.compile(r"[A-Za-z0-9._+-]{0,40}")
+_TIMING = re.compile(r"(graph)?")
 _PROBLEM = re.compile(r"[0-9]{1,9}(?:,[0-9]{1,9}){6,10}")
 _DTYPE = re.compile(r"[a-z0-9_]{1,16}")
 _LIBRARY = re.compile(r"[a-z0-9_.-]{1,40}")
@@ -73,24 +74,38 @@ def is_slug(value: object) -> bool:
 @dataclass(frozen=True)
 class DeviceClass:
     """What makes two devices time a kernel alike. ``sm_count`` 0 and empty versions: not
-    known (a benchmark file that named only the device)."""
+    known (a benchmark file that named only the device). ``timing``: how the rows were
+    timed (``runtime/timing.TIMING``); "" for events around launches from the host, the
+    method before 2026-12-07, which times the host for a kernel shorter than its launch:
+    such rows are another class's, not ranked beside graph-replayed ones."""
 
     name: str
     sm_count: int
     driver: str
     runtime: str
+    timing: str = ""
+
+    def as_dict(self) -> dict:
+        """The stored form: ``timing`` only where it is set, so a class of the earlier
+        method keeps its file name (``slug``) and its file's bytes."""
+        d = asdict(self)
+        if not self.timing:
+            del d["timing"]
+        return d
 
     def slug(self) -> str:
         """``nvidia-h100-80gb-hbm3-<12 hex digits of the class's sha256>``."""
         fold = re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")[:40].strip("-")
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        digest = hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode())
         return f"{fold or 'device'}-{digest.hexdigest()[:12]}"
 
     def describe(self) -> str:
         sms = f"{self.sm_count} SMs/CUs" if self.sm_count else "SM count not known"
         ver = ", ".join(f"{k} {v}" for k, v in (("driver", self.driver),
                                                 ("runtime", self.runtime)) if v)
-        return f"{self.name} ({sms}{', ' + ver if ver else ''})"
+        how = "graph replay" if self.timing == "graph" else (
+            f"timing {self.timing}" if self.timing else "timed from the host")
+        return f"{self.name} ({sms}{', ' + ver if ver else ''}; {how})"
 
 
 @dataclass(frozen=True)
@@ -237,12 +252,16 @@ _WHEN_MAX = 1e11  # seconds since 1970: year 5138
 
 
 def _device(v, where: str) -> DeviceClass:
-    d = _obj(v, {"name": 0, "sm_count": 0, "driver": 0, "runtime": 0}, where)
+    if type(v) is dict and "timing" not in v:
+        v = {**v, "timing": ""}  # a class of the earlier method
+    d = _obj(v, {"name": 0, "sm_count": 0, "driver": 0, "runtime": 0, "timing": 0}, where)
     return DeviceClass(_str(d["name"], _NAME, f"{where}.name",
                             "a device name (1 to 100 of A-Z a-z 0-9 space . _ ( ) + -)"),
                        _int(d["sm_count"], 0, 100_000, f"{where}.sm_count"),
                        _str(d["driver"], _VERSION, f"{where}.driver", "a version"),
-                       _str(d["runtime"], _VERSION, f"{where}.runtime", "a version"))
+                       _str(d["runtime"], _VERSION, f"{where}.runtime", "a version"),
+                       _str(d["timing"], _TIMING, f"{where}.timing", "a timing method "
+                            "(graph, or empty)"))
 
 
 def _problem(v, where: str, seen: dict[str, str]) -> str:
@@ -358,7 +377,7 @@ def read_timings(data: bytes | str, where: str) -> TimingsFile:
 
 
 def timings_json(tf: TimingsFile) -> dict:
-    return {"device": asdict(tf.device), "rows": [asdict(r) for r in tf.rows],
+    return {"device": tf.device.as_dict(), "rows": [asdict(r) for r in tf.rows],
             "vendor": [asdict(r) for r in tf.vendor],
             "fit": None if tf.fit is None else asdict(tf.fit)}
 

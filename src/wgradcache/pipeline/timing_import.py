@@ -108,7 +108,7 @@ def _load(path: str) -> object:
 
 # -- benchmarks/device_speed.py's form ----------------------------------------------------
 _SPEED_TOP = {"device", "torch", "cudnn", "cache_dir", "warmup", "iters", "top", "layers",
-              "timings", "aggregate", "seconds"}
+              "timings", "aggregate", "seconds", "timing"}
 _SPEED_ROW = {"layer", "problem", "dtype", "rank", "label", "geometry", "split_k",
               "reduction", "ms", "tflops"}
 _SPEED_LAYER = {"layer", "problem", "dtype", "count", "flops", "cudnn_ms", "cudnn_tflops",
@@ -162,7 +162,11 @@ def _speed(doc: dict, now: float) -> _Parsed:
     if type(iters) is not int or not 1 <= iters <= MAX_ITERATIONS:
         raise BadTimings(f"iters: {str(iters)[:40]} is not an integer in [1, "
                          f"{MAX_ITERATIONS}]")
-    base = {"device": {"name": m["name"], "sm_count": 0, "driver": "", "runtime": ""},
+    timing = doc.get("timing", "eager")  # a file of before 12-07 timed from the host
+    if timing not in ("graph", "eager"):
+        raise BadTimings(f"timing: {str(timing)[:40]!r} is not 'graph' or 'eager'")
+    base = {"device": {"name": m["name"], "sm_count": 0, "driver": "", "runtime": "",
+                       "timing": "graph" if timing == "graph" else ""},
             "rows": [], "vendor": [], "fit": None}
     device = check_timings_doc(base).device  # the name's own check
     out, labels = [], []
@@ -299,6 +303,11 @@ def _class_of(cache: TargetCache, parsed: _Parsed, asked: str | None,
     if asked is not None and have is None and not parsed.named:
         raise ImportRefused(f"--device-class {asked}: no such class in the {cache.target} "
                             f"cache (it has: {', '.join(cache.timing_classes()) or 'none'})")
+    if have is not None and have.device.timing != parsed.device.timing:
+        how = {"": "from the host", "graph": "by graph replay"}
+        raise ImportRefused(f"{where}: timed {how.get(parsed.device.timing, '?')}, class "
+                            f"{slug} {how.get(have.device.timing, '?')}: rows of two timing "
+                            "methods are not ranked together")
     return (have.device if have is not None else parsed.device), have
 
 

@@ -7,11 +7,14 @@ timings: a tune re-measures what the model thinks best), its top N or all of the
 launched with its contract (``runtime/launch.PreparedLaunch``: dW zeroed before an atomic
 split-K launch, the workspace zeroed and stage 2 after a two-stage one; the zeroing is
 part of what is timed, as a user's launch pays it) and timed with CUDA events
-(``runtime/timing.py``): ``warmup`` untimed launches, then the median of ``iters`` samples of
-``batch`` launches back to back (per launch).
+(``runtime/timing.py``): ``batch`` launches captured into a graph, ``warmup`` untimed
+replays, then the median of ``iters`` replays (per launch). A graph, not launches from the
+host: those time the host for a kernel shorter than its launch's host work, so rows of the
+earlier method are another device class's (``DeviceClass.timing``).
 Before the first layer the device is kept busy for ``spin_s`` seconds so its clocks are up.
 Where PyTorch with CUDA is importable, cuDNN's time of the layer is taken beside (its
-``convolution_backward`` with only the weight gradient, channels-last).
+``convolution_backward`` with only the weight gradient, channels-last), the same way: a
+``torch.cuda.CUDAGraph`` of ``batch`` calls, replayed.
 
 Rows are written as they finish (merged into the class's file under the writer lock at
 least every ``flush_s`` seconds and after every layer), so a killed run keeps every row it
@@ -205,8 +208,11 @@ def _device_class(name: str, sms: int, driver: str, runtime: str) -> DeviceClass
     """The class, its texts folded to what a timings file may hold."""
     def fold(text: str, allowed: str, n: int) -> str:
         return re.sub(f"[^{allowed}]", "-", text)[:n]
+    from wgradcache.runtime.timing import TIMING
+
     return DeviceClass(fold(name, "A-Za-z0-9 ._()+-", 100).strip() or "device", sms,
-                       fold(driver, "A-Za-z0-9._+-", 40), fold(runtime, "A-Za-z0-9._+-", 40))
+                       fold(driver, "A-Za-z0-9._+-", 40), fold(runtime, "A-Za-z0-9._+-", 40),
+                       TIMING)
 
 
 class _Writer:
@@ -262,17 +268,25 @@ def _cudnn_row(torch, job: _Job, req: TuneRequest, now: float) -> VendorRow:
         torch.ops.aten.convolution_backward(dy, x, w, None, [p.stride] * 2, [p.pad] * 2,
                                             [p.dilation] * 2, False, [0, 0], p.groups,
                                             [False, True, False])
-    for _ in range(req.warmup):
+    stream = torch.cuda.current_stream()  # tune's own (``tune``), never the NULL stream
+    for _ in range(max(1, req.warmup)):  # before the capture: cuDNN picks and allocates
         run()
-    times = []
-    for _ in range(req.iters):  # as time_launches: ``batch`` back to back per sample
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):  # as time_launches: ``batch`` a replay
         for _ in range(req.batch):
             run()
-        b.record()
+    for _ in range(req.warmup):
+        graph.replay()
+    times = []
+    for _ in range(req.iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(stream)
+        graph.replay()
+        b.record(stream)
         b.synchronize()
         times.append(a.elapsed_time(b) / req.batch)
+    del graph
     times.sort()
     return VendorRow("cudnn", p.short(), job.dtype, times[len(times) // 2],
                      times[-1] - times[0], len(times), now)
@@ -314,9 +328,13 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
     if on_total is not None:
         on_total(sum(len(j.candidates) for j in jobs))
     deadline = None if req.max_seconds is None else started + req.max_seconds
-    stream = torch.cuda.current_stream().cuda_stream if torch is not None and jobs else 0
+    # a stream of tune's own: the NULL stream cannot be captured into a graph; with PyTorch,
+    # torch's, so cuDNN's graphs and ours run in one order
+    stream = torch.cuda.Stream() if torch is not None and jobs else None
     try:
-        with CudaSession(dev, stream=stream) if jobs else nullcontext() as s:
+        with (CudaSession(dev, stream=stream.cuda_stream if stream else None) if jobs
+              else nullcontext()) as s, (torch.cuda.stream(stream) if stream
+                                         else nullcontext()):
             run = _TuneRun(s, cache, req, rep, writer, advance, deadline, clock)
             spun = False
             for i, job in enumerate(jobs):
@@ -329,9 +347,14 @@ def tune(req: TuneRequest, advance: Callable[[int], None] | None = None,
                     rep.remaining_layers = len(jobs) - i
                     break
                 if torch is not None and job.vendor:
-                    vendor = _cudnn_row(torch, job, req, time.time())
-                    rep.vendor.append(vendor)  # before add: a flush empties the writer
-                    writer.add(vendor)
+                    try:
+                        vendor = _cudnn_row(torch, job, req, time.time())
+                    except Exception as e:  # torch's own errors: one failure line, go on
+                        rep.failures.append(f"cudnn on {job.problem.short()} {job.dtype}: "
+                                            f"{type(e).__name__}: {str(e)[:200]}")
+                    else:
+                        rep.vendor.append(vendor)  # before add: a flush empties the writer
+                        writer.add(vendor)
                 writer.flush()
     finally:
         writer.flush()  # a killed run (KeyboardInterrupt, an error) keeps what it timed

@@ -21,13 +21,14 @@ cuda-bindings takes an int as an already-built ``void**`` (its ``_HelperKernelPa
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from wgradcache.runtime import LaunchDims
 
-__all__ = ["CudaDevice", "CudaError", "CudaKernel", "CudaSession", "device_for",
+__all__ = ["CudaDevice", "CudaError", "CudaGraph", "CudaKernel", "CudaSession", "device_for",
            "cuda_driver"]
 
 
@@ -104,6 +105,14 @@ def device_for(target: str) -> tuple[CudaDevice | None, str]:
         return None, f"CUDA driver unavailable ({type(e).__name__}: {e})"
 
 
+@dataclass(frozen=True)
+class CudaGraph:
+    """A captured graph and its executable (``CudaSession.capture``)."""
+
+    graph: object
+    exe: object
+
+
 @dataclass
 class CudaKernel:
     symbol: str
@@ -118,17 +127,19 @@ class CudaSession:
     primary context; everything is freed / unloaded on exit, also after a failed launch.
 
     ``stream``: the CUstream handle (an int) launches go to; 0 is the legacy default
-    stream. A benchmark passes PyTorch's current stream to order our launches with
-    cuDNN's.
+    stream; None: a non-blocking stream of the session's own (what ``capture`` needs). A
+    benchmark passes PyTorch's stream to order our launches with cuDNN's.
     """
 
-    def __init__(self, device: CudaDevice, stream: int = 0):
+    def __init__(self, device: CudaDevice, stream: int | None = 0):
         self.device = device
         self.cu = cuda_driver()
-        self.stream = stream
+        self.stream = stream or 0
+        self._own_stream = stream is None  # made on entry, destroyed on close
         self._buffers: dict[int, object] = {}
         self._kernels: list[CudaKernel] = []
         self._pending: list[tuple] = []
+        self._graphs: list[CudaGraph] = []
         self._ctx = None
         self._dev = None
 
@@ -138,6 +149,9 @@ class CudaSession:
         self._dev = _check(cu.cuDeviceGet(self.device.index), "cuDeviceGet")
         self._ctx = _check(cu.cuDevicePrimaryCtxRetain(self._dev), "cuDevicePrimaryCtxRetain")
         _check(cu.cuCtxSetCurrent(self._ctx), "cuCtxSetCurrent")
+        if self._own_stream:
+            flags = int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+            self.stream = int(_check(cu.cuStreamCreate(flags), "cuStreamCreate"))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -161,6 +175,13 @@ class CudaSession:
         cu = self.cu
         attempt(cu.cuCtxSynchronize(), "cuCtxSynchronize")
         self._pending.clear()
+        for g in self._graphs:
+            attempt(cu.cuGraphExecDestroy(g.exe), "cuGraphExecDestroy")
+            attempt(cu.cuGraphDestroy(g.graph), "cuGraphDestroy")
+        self._graphs.clear()
+        if self._own_stream and self.stream:
+            attempt(cu.cuStreamDestroy(self.stream), "cuStreamDestroy")
+            self.stream = 0
         for handle in self._buffers.values():
             attempt(cu.cuMemFree(handle), "cuMemFree")
         self._buffers.clear()
@@ -206,7 +227,10 @@ class CudaSession:
                "cuMemcpyDtoH")
 
     def memset(self, addr: int, value: int, nbytes: int) -> None:
-        _check(self.cu.cuMemsetD8(self._handle(addr), value, nbytes), "cuMemsetD8")
+        """Queued on the session's stream, in order with its launches (a graph captures
+        it; the legacy ``cuMemsetD8`` runs on the NULL stream, which no capture takes)."""
+        _check(self.cu.cuMemsetD8Async(self._handle(addr), value, nbytes, self.stream),
+               "cuMemsetD8Async")
 
     # -- kernels ---------------------------------------------------------------------------
     def load_kernel(self, cubin: bytes, symbol: str) -> CudaKernel:
@@ -247,3 +271,48 @@ class CudaSession:
     def synchronize(self) -> None:
         _check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize")
         self._pending.clear()
+
+    # -- graphs ----------------------------------------------------------------------------
+    def capture(self, run: Callable[[], None], times: int) -> CudaGraph:
+        """``run()`` ``times`` times captured into one graph on the session's stream (the
+        memsets and launches it queues become the graph's nodes, kernel arguments copied
+        at capture), not executed; ``replay`` runs it. Why: a replay is one host call for
+        all of them, so a kernel shorter than the host's work per launch (Python, ctypes,
+        the driver: about 30 us a launch on the H100's host, 12-07) is timed at its own
+        rate, not the host's. The legacy NULL stream (``stream`` 0) cannot be captured."""
+        if not self.stream:
+            raise ValueError("a graph needs a stream of its own: the session runs on the "
+                             "legacy default stream (stream 0)")
+        cu = self.cu
+        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        _check(cu.cuStreamBeginCapture(self.stream, mode), "cuStreamBeginCapture")
+        try:
+            for _ in range(times):
+                run()
+        except BaseException:  # end the capture, or the stream stays capturing
+            err, *graph = cu.cuStreamEndCapture(self.stream)
+            if err == cu.CUresult.CUDA_SUCCESS and graph:
+                cu.cuGraphDestroy(graph[0])
+            raise
+        graph = _check(cu.cuStreamEndCapture(self.stream), "cuStreamEndCapture")
+        try:
+            exe = _check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        except CudaError:
+            cu.cuGraphDestroy(graph)
+            raise
+        g = CudaGraph(graph, exe)
+        self._graphs.append(g)
+        return g
+
+    def replay(self, graph: CudaGraph) -> None:
+        """Queue one run of ``graph`` (``capture``) on the session's stream."""
+        _check(self.cu.cuGraphLaunch(graph.exe, self.stream), "cuGraphLaunch")
+
+    def release(self, graph: CudaGraph) -> None:
+        """Destroy ``graph`` before the session ends (close destroys the rest)."""
+        self._graphs.remove(graph)
+        self._destroy(graph)
+
+    def _destroy(self, graph: CudaGraph) -> None:
+        _check(self.cu.cuGraphExecDestroy(graph.exe), "cuGraphExecDestroy")
+        _check(self.cu.cuGraphDestroy(graph.graph), "cuGraphDestroy")

@@ -3,10 +3,11 @@
 launch surface of ``runtime/cuda.py``.
 
 Events, not host clocks: a launch is queued, so the host sees when it was enqueued, not
-when it ran. Each timed launch is bracketed by two events on the session's stream
-(``cuEventRecord``) and waited for (``cuEventSynchronize``); ``cuEventElapsedTime`` is the
-GPU's time between them, in ms (resolution about 0.5 us, CUDA driver API reference,
-"Event Management"). The median of the launches is the row's time, max - min its spread.
+when it ran. Each sample is one replay of a graph of ``batch`` launches, bracketed by two
+events on the session's stream (``cuEventRecord``) and waited for
+(``cuEventSynchronize``); ``cuEventElapsedTime`` is the GPU's time between them, in ms
+(resolution about 0.5 us, CUDA driver API reference, "Event Management"). The median of
+the samples over ``batch`` is the row's time, max - min its spread.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from dataclasses import dataclass
 
 from wgradcache.runtime.cuda import CudaDevice, CudaSession, _check
 
-__all__ = ["Timed", "time_launches", "device_class_of", "spin"]
+__all__ = ["Timed", "TIMING", "time_launches", "device_class_of", "spin"]
+
+# the method of ``time_launches``, part of a device class (``DeviceClass.timing``): rows
+# timed another way are another class's, never ranked together
+TIMING = "graph"
 
 
 @dataclass(frozen=True)
@@ -30,28 +35,33 @@ class Timed:
 
 def time_launches(session: CudaSession, run: Callable[[], None], warmup: int,
                   iters: int, batch: int = 1) -> Timed:
-    """``run()`` ``warmup`` times untimed, then ``iters`` samples, each ``batch`` launches
-    back to back between two events, per launch. One event pair per launch also times the
-    host's gap before each launch: on the H100 (12-06) that doubled a 47 us kernel's time
-    and cuDNN's alike, and ranked kernels by their launch's host work."""
+    """``batch`` runs of ``run()`` captured into one graph (``CudaSession.capture``), the
+    graph replayed ``warmup`` times untimed, then ``iters`` samples of one replay between
+    two events, per launch. Launches from the host, even back to back, time the host when
+    the kernel is the shorter: on the H100 (12-07) every pointwise layer of 28-62 us
+    measured 57-60 us in one run and 28-31 in another whatever the kernel, so the ranking
+    was noise. ``TIMING`` names this method in the device class the rows are filed under."""
     cu = session.cu
-    for _ in range(warmup):
-        run()
-    start = _check(cu.cuEventCreate(0), "cuEventCreate")
-    end = _check(cu.cuEventCreate(0), "cuEventCreate")
+    graph = session.capture(run, batch)
+    start = end = None
     times = []
     try:
+        for _ in range(warmup):
+            session.replay(graph)
+        start = _check(cu.cuEventCreate(0), "cuEventCreate")
+        end = _check(cu.cuEventCreate(0), "cuEventCreate")
         for _ in range(iters):
             _check(cu.cuEventRecord(start, session.stream), "cuEventRecord")
-            for _ in range(batch):
-                run()
+            session.replay(graph)
             _check(cu.cuEventRecord(end, session.stream), "cuEventRecord")
             _check(cu.cuEventSynchronize(end), "cuEventSynchronize")
             times.append(float(_check(cu.cuEventElapsedTime(start, end),
                                       "cuEventElapsedTime")) / batch)
     finally:
-        cu.cuEventDestroy(start)
-        cu.cuEventDestroy(end)
+        for ev in (start, end):
+            if ev is not None:
+                cu.cuEventDestroy(ev)
+        session.release(graph)
     return Timed(statistics.median(times), max(times) - min(times), len(times))
 
 
