@@ -196,6 +196,32 @@ def test_the_vendor_row_is_reported_when_adding_it_flushes(built, cache, fake, m
     assert len(stored.rows) == 2
 
 
+def test_a_cudnn_timing_that_fails_is_one_failure_line_and_the_rows_stay(built, cache, fake,
+                                                                          monkeypatch):
+    """torch's graph capture of cuDNN may refuse (a cuDNN version that cannot be captured):
+    that layer has no vendor row and a failure line, and every kernel row is kept."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    import wgradcache.pipeline.tune as tune_mod
+
+    stream = SimpleNamespace(cuda_stream=0x78)
+    torch = SimpleNamespace(cuda=SimpleNamespace(Stream=lambda: stream,
+                                                 stream=lambda s: nullcontext()))
+
+    def refuses(t, job, req, now):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    monkeypatch.setattr(tune_mod, "_cudnn", lambda req: torch)
+    monkeypatch.setattr(tune_mod, "_cudnn_row", refuses)
+    rep = tune(TuneRequest("sm_90", str(built[1]), cache_dir=str(cache), top=2, warmup=0,
+                           iters=1, spin_s=0))
+    assert rep.failures == [f"cudnn on {P} fp16: RuntimeError: operation not permitted when "
+                            "stream is capturing"]
+    assert rep.vendor == [] and len(rep.rows) == 2
+    stored = TargetCache(cache, "sm_90").read_timings(CLASS.slug())
+    assert (len(stored.rows), stored.vendor) == (2, ())
+
+
 Q = "2,32,8,8,64,1,1"
 
 
