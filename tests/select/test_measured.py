@@ -260,14 +260,7 @@ def test_a_graph_timed_speed_file_is_a_class_of_its_own(cache, tmp_path):
     """device_speed.py files say how they timed (``timing``; none: from the host, before
     12-07): a graph-timed file makes a class of its own and never joins a host-timed one;
     any other value is refused in one line with nothing imported."""
-    _write(cache, _rows(cache, P, lambda c: 1.0)[:1])  # DEV: a class timed from the host
-    _, p, cands = _served(cache, P)
-    doc = {"device": "gfx1250 device 0 (AMD Fake GPU)", "iters": 5, "timing": "graph",
-           "timings": [{"layer": "net/a", "problem": p.short(), "dtype": "fp16",
-                        "label": c.spec.label(), "split_k": c.degree, "ms": 0.5}
-                       for c in cands[1:3]]}
-    f = tmp_path / "speed.json"
-    f.write_text(json.dumps(doc))
+    doc, f = _speed_file(cache, tmp_path, timing="graph")  # DEV: timed from the host
     r = CliRunner().invoke(main, ["tune", "--import", str(f), "--cache-dir", str(cache),
                                   "--device-class", DEV.slug()])
     assert (r.exit_code, r.output) == (2, f"error: {f}: timed by graph replay, class "
@@ -287,15 +280,21 @@ def test_a_graph_timed_speed_file_is_a_class_of_its_own(cache, tmp_path):
     assert len(TargetCache(cache, T).read_timings(slug).rows) == 2
 
 
-def test_a_device_speed_file_joins_a_named_class(cache, tmp_path):
+def _speed_file(cache, tmp_path, **extra):
+    """One DEV row in the cache, and a device_speed.py file of two other kernels' rows."""
     _write(cache, _rows(cache, P, lambda c: 1.0)[:1])
     _, p, cands = _served(cache, P)
-    doc = {"device": "gfx1250 device 0 (AMD Fake GPU)", "iters": 5,
+    doc = {"device": "gfx1250 device 0 (AMD Fake GPU)", "iters": 5, **extra,
            "timings": [{"layer": "net/a", "problem": p.short(), "dtype": "fp16",
                         "label": c.spec.label(), "split_k": c.degree, "ms": 0.5}
                        for c in cands[1:3]]}
     f = tmp_path / "speed.json"
     f.write_text(json.dumps(doc))
+    return doc, f
+
+
+def test_a_device_speed_file_joins_a_named_class(cache, tmp_path):
+    _, f = _speed_file(cache, tmp_path)
     r = CliRunner().invoke(main, ["tune", "--import", str(f), "--cache-dir", str(cache),
                                   "--device-class", DEV.slug(), "--json"])
     assert r.exit_code == 0, r.output
