@@ -25,9 +25,11 @@ from wgradcache.cli.params import FloatParam
 @click.option("--iters", type=click.IntRange(1, 10_000), default=10, show_default=True,
               help="timed samples per kernel (the median is kept)")
 @click.option("--batch", type=click.IntRange(1, 10_000), default=10, show_default=True,
-              help="launches per sample, back to back between one pair of events (one "
-                   "pair per launch times the host's gap before each launch too)")
-@click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True)
+              help="launches per sample: captured into one CUDA graph, a sample is one "
+                   "replay between two events (launches from the host would time the host "
+                   "for a kernel shorter than its launch)")
+@click.option("--warmup", type=click.IntRange(0, 10_000), default=3, show_default=True,
+              help="untimed replays of the graph before the samples")
 @click.option("--spin", "spin_s", type=click.FloatRange(0, 600), default=30.0,
               show_default=True, help="seconds of device work before the first timing")
 @click.option("--remeasure", is_flag=True,
