@@ -140,6 +140,25 @@ def test_fit_stores_the_fit_and_select_ranks_unmeasured_problems_by_it(cache):
     assert [c["label"] for c in doc["candidates"]] == [c.spec.label() for c in truth]
 
 
+def test_a_graph_timed_class_supersedes_the_same_devices_host_timed_one(cache):
+    """A re-tune by graph replay of the device the host-timed rows came from: select reads
+    the graph rows without --device-class; another device's class still has to be named."""
+    graphed = dataclasses.replace(DEV, timing="graph")
+    _write(cache, _rows(cache, P, lambda c: 1.0))  # DEV: timed from the host
+    _write(cache, _rows(cache, P, lambda c: 0.5), device=graphed)
+    r, doc = _select(cache)
+    assert r.exit_code == 0, r.output
+    assert {c["expected_ms"] for c in doc["candidates"]} == {0.5}
+    r, doc = _select(cache, P, "--device-class", DEV.slug())  # still there when named
+    assert {c["expected_ms"] for c in doc["candidates"]} == {1.0}
+    other = DeviceClass("AMD Other GPU", 128, "6.4", "6.4")
+    _write(cache, _rows(cache, P, lambda c: 2.0), device=other)
+    r, _ = _select(cache)
+    a, b = sorted([graphed.slug(), other.slug()])
+    assert (r.exit_code, r.output) == (2, f"error: the {T} cache has timings of 2 device "
+                                          f"classes ({a}, {b}): name one with --device-class\n")
+
+
 def test_too_few_rows_store_no_fit(cache):
     _write(cache, _rows(cache, P, lambda c: 1.0)[:3])
     r = CliRunner().invoke(main, ["fit", "--target", T, "--cache-dir", str(cache)])

@@ -29,7 +29,8 @@ def _max_factor() -> float:
 @click.option("--target", default=None, type=TargetParam(),
               help="with --from-cache: whose timings")
 @click.option("--device-class", default=None, metavar="C",
-              help="with --from-cache: whose timings (default: the cache's only class)")
+              help="with --from-cache: whose timings (default: the cache's only class; "
+                   "a device's graph-timed class before its host-timed one)")
 @cache_dir_option
 @click.option("--size", type=IntParam(1, _max_cover), default=19, show_default=True,
               help="at most this many geometries (1 to 256)")

@@ -23,7 +23,8 @@ SHOWN_BY_DEFAULT = 10
               help=f"show the best N (default: {SHOWN_BY_DEFAULT} in the table, all in --json)")
 @click.option("--all", "show_all", is_flag=True, help="show every kernel that serves")
 @click.option("--device-class", default=None, metavar="C",
-              help="rank by this device class's timings (default: the cache's only class)")
+              help="rank by this device class's timings (default: the cache's only class; "
+                   "a device's graph-timed class before its host-timed one)")
 @geometries_option
 @cache_dir_option
 @click.option("--json", "as_json", is_flag=True,

@@ -139,7 +139,8 @@ def _import(path, device_class, options: dict, as_json: bool) -> None:
 @main.command(name="fit")
 @click.option("--target", required=True, type=TargetParam(), help="the GPU whose kernels")
 @click.option("--device-class", default=None, metavar="C",
-              help="whose timings (default: the cache's only class)")
+              help="whose timings (default: the cache's only class; "
+                   "a device's graph-timed class before its host-timed one)")
 @cache_dir_option
 @click.option("--json", "as_json", is_flag=True, help="the fit as JSON")
 def fit(target, device_class, cache_dir, as_json) -> None:

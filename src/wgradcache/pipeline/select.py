@@ -56,7 +56,7 @@ a kernel computes a problem; this module only chooses among the kernels that do:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from wgradcache.kernel import mma
@@ -566,6 +566,8 @@ def pick_class(cache, device_class: str | None) -> str | None:
     classes = cache.timing_classes()
     if device_class is None:
         if len(classes) > 1:
+            classes = _superseded_left_out(cache, classes)
+        if len(classes) > 1:
             raise DeviceClassError(f"the {cache.target} cache has timings of {len(classes)} "
                                    f"device classes ({', '.join(classes)}): name one with "
                                    "--device-class")
@@ -575,6 +577,20 @@ def pick_class(cache, device_class: str | None) -> str | None:
                                f"the {cache.target} cache (it has: "
                                f"{', '.join(classes) or 'none'})")
     return device_class
+
+
+def _superseded_left_out(cache, classes: list[str]) -> list[str]:
+    """``classes`` without each host-timed class whose device has a graph-timed class too
+    (``DeviceClass.timing``): a re-tune of the same device by graph replay supersedes the
+    rows timed from the host, which timed the host for short kernels."""
+    devices = {}
+    for slug in classes:
+        tf = cache.read_timings(slug)
+        if tf is not None:
+            devices[slug] = tf.device
+    graphed = {replace(d, timing="") for d in devices.values() if d.timing}
+    return [s for s in classes if s not in devices or devices[s].timing
+            or devices[s] not in graphed]
 
 
 def measurements(cache_dir: str, target: str, device_class: str | None,
