@@ -127,24 +127,9 @@ class Bench:
         return start.elapsed_time(end) / iters
 
     def _replayed(self, fn, iters: int) -> float:
-        torch = self.torch
-        self.tstream.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.tstream):
-            for _ in range(iters):
-                fn()
-        graph.replay()  # the first replay uploads the graph
-        times = []
-        for _ in range(5):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record(self.tstream)
-            graph.replay()
-            end.record(self.tstream)
-            end.synchronize()
-            times.append(start.elapsed_time(end) / iters)
-        del graph
-        return sorted(times)[2]
+        from wgradcache.runtime.timing import torch_graph_samples
+
+        return torch_graph_samples(self.torch, self.tstream, fn, 1, 5, iters)[2]
 
 
 def spin_up(torch, seconds: float) -> None:

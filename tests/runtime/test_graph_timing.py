@@ -74,3 +74,48 @@ def test_time_launches_samples_one_replay_each_and_releases_its_graph(fake):
         t = time_launches(s, lambda: s.memset(addr, 1, 8), warmup=2, iters=5, batch=4)
         assert (t.iterations, fake.replays, len(fake.graphs)) == (5, 7, 1)
         assert fake.destroyed_graphs == [("exec", 0)] and t.spread_ms == 0.0
+
+
+def test_torch_graph_samples_captures_once_and_times_each_replay():
+    """cuDNN's side (tune's vendor row, device_speed.py): eager calls before the capture,
+    ``batch`` calls captured on the stream given, ``warmup`` untimed replays, then one
+    replay a sample, per call, ascending."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from wgradcache.runtime.timing import torch_graph_samples
+
+    log, clock = [], [0.0]
+    replay_ms = iter([8.0, 4.0, 6.0, 2.0, 10.0, 12.0])  # 2 warm-up replays, then 4 samples
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+            clock[0] += next(replay_ms)
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self, stream):
+            assert stream is side
+            self.at = clock[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return end.at - self.at
+
+    @contextmanager
+    def graph(g, stream):
+        assert stream is side
+        log.append("begin")
+        yield
+        log.append("end")
+
+    side = SimpleNamespace(synchronize=lambda: log.append("sync"))
+    torch = SimpleNamespace(cuda=SimpleNamespace(CUDAGraph=Graph, graph=graph, Event=Event))
+    times = torch_graph_samples(torch, side, lambda: log.append("run"), 2, 4, 2)
+    assert log == ["run", "run", "sync", "begin", "run", "run", "end"] + ["replay"] * 6
+    assert times == [1.0, 3.0, 5.0, 6.0]  # 6, 2, 10, 12 ms over 2 calls, ascending

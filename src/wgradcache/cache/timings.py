@@ -103,8 +103,7 @@ class DeviceClass:
         sms = f"{self.sm_count} SMs/CUs" if self.sm_count else "SM count not known"
         ver = ", ".join(f"{k} {v}" for k, v in (("driver", self.driver),
                                                 ("runtime", self.runtime)) if v)
-        how = "graph replay" if self.timing == "graph" else (
-            f"timing {self.timing}" if self.timing else "timed from the host")
+        how = "graph replay" if self.timing else "timed from the host"  # the only two
         return f"{self.name} ({sms}{', ' + ver if ver else ''}; {how})"
 
 

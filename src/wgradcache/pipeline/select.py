@@ -562,7 +562,9 @@ class DeviceClassError(ValueError):
 def pick_class(cache, device_class: str | None) -> str | None:
     """The device class whose timings a command reads: ``device_class`` when the cache
     (a ``TargetCache``) has timings of it, else the cache's only class, None when it has
-    none; DeviceClassError when it has several and none was named, or not the one named."""
+    none; DeviceClassError when it has several and none was named, or not the one named.
+    Unnamed, a host-timed class is passed over where the same device has a graph-timed
+    class (``_superseded_left_out``)."""
     classes = cache.timing_classes()
     if device_class is None:
         if len(classes) > 1:

@@ -256,6 +256,8 @@ def _cudnn(req: TuneRequest):
 
 def _cudnn_row(torch, job: _Job, req: TuneRequest, now: float) -> VendorRow:
     """cuDNN's weight gradient of the layer, timed with torch's events."""
+    from wgradcache.runtime.timing import torch_graph_samples
+
     p = job.problem
     td = {"fp16": torch.float16, "bf16": torch.bfloat16}[job.dtype[:4]]
     cl = torch.channels_last
@@ -268,26 +270,9 @@ def _cudnn_row(torch, job: _Job, req: TuneRequest, now: float) -> VendorRow:
         torch.ops.aten.convolution_backward(dy, x, w, None, [p.stride] * 2, [p.pad] * 2,
                                             [p.dilation] * 2, False, [0, 0], p.groups,
                                             [False, True, False])
-    stream = torch.cuda.current_stream()  # tune's own (``tune``), never the NULL stream
-    for _ in range(max(1, req.warmup)):  # before the capture: cuDNN picks and allocates
-        run()
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):  # as time_launches: ``batch`` a replay
-        for _ in range(req.batch):
-            run()
-    for _ in range(req.warmup):
-        graph.replay()
-    times = []
-    for _ in range(req.iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(stream)
-        graph.replay()
-        b.record(stream)
-        b.synchronize()
-        times.append(a.elapsed_time(b) / req.batch)
-    del graph
-    times.sort()
+    # on tune's own stream (``tune``), the same way as time_launches times ours
+    times = torch_graph_samples(torch, torch.cuda.current_stream(), run, req.warmup,
+                                req.iters, req.batch)
     return VendorRow("cudnn", p.short(), job.dtype, times[len(times) // 2],
                      times[-1] - times[0], len(times), now)
 

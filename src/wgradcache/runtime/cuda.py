@@ -311,8 +311,5 @@ class CudaSession:
     def release(self, graph: CudaGraph) -> None:
         """Destroy ``graph`` before the session ends (close destroys the rest)."""
         self._graphs.remove(graph)
-        self._destroy(graph)
-
-    def _destroy(self, graph: CudaGraph) -> None:
         _check(self.cu.cuGraphExecDestroy(graph.exe), "cuGraphExecDestroy")
         _check(self.cu.cuGraphDestroy(graph.graph), "cuGraphDestroy")

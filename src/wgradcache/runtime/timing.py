@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from wgradcache.runtime.cuda import CudaDevice, CudaSession, _check
 
-__all__ = ["Timed", "TIMING", "time_launches", "device_class_of", "spin"]
+__all__ = ["Timed", "TIMING", "time_launches", "torch_graph_samples", "device_class_of",
+           "spin"]
 
 # the method of ``time_launches``, part of a device class (``DeviceClass.timing``): rows
 # timed another way are another class's, never ranked together
@@ -63,6 +64,34 @@ def time_launches(session: CudaSession, run: Callable[[], None], warmup: int,
                 cu.cuEventDestroy(ev)
         session.release(graph)
     return Timed(statistics.median(times), max(times) - min(times), len(times))
+
+
+def torch_graph_samples(torch, stream, run: Callable[[], None], warmup: int, iters: int,
+                        batch: int) -> list[float]:
+    """``time_launches`` for work PyTorch queues (cuDNN's): ``max(1, warmup)`` eager calls
+    (cuDNN picks its algorithm and allocates before a capture may), ``batch`` calls captured
+    into a ``torch.cuda.CUDAGraph`` on ``stream`` (a ``torch.cuda.Stream``, never the NULL
+    stream), ``warmup`` untimed replays, then ``iters`` replays each between two events:
+    the per-call milliseconds of each sample, ascending (the caller takes its middle)."""
+    for _ in range(max(1, warmup)):
+        run()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(batch):
+            run()
+    for _ in range(warmup):
+        graph.replay()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(stream)
+        graph.replay()
+        b.record(stream)
+        b.synchronize()
+        times.append(a.elapsed_time(b) / batch)
+    del graph
+    return sorted(times)
 
 
 def spin(session: CudaSession, run: Callable[[], None], seconds: float) -> int:
