@@ -219,10 +219,11 @@ def test_depthwise_entry_errors_name_file_line_and_field(tmp_path, new, field, p
     assert str(e.value) == f"{p}:{line}: {field}: {problem}"
 
 
-def test_depthwise_entries_are_the_shipped_twelve_and_optional(tmp_path):
+def test_depthwise_entries_are_the_shipped_sixteen_and_optional(tmp_path):
     assert load().depthwise == ((3, 64, 4, 2), (3, 32, 4, 1), (5, 64, 4, 2), (5, 64, 2, 1),
                                 (7, 64, 2, 1), (3, 32, 8, 1), (3, 16, 16, 1), (3, 16, 32, 2),
-                                (5, 32, 8, 1), (3, 16, 64, 4), (3, 32, 32, 4), (5, 16, 16, 2))
+                                (5, 32, 8, 1), (3, 16, 64, 4), (3, 32, 32, 4), (5, 16, 16, 2),
+                                (5, 16, 32, 4), (5, 32, 16, 4), (3, 16, 64, 8), (3, 32, 32, 8))
     head = SHIPPED.index("\ndepthwise:")
     assert load(_write(tmp_path, SHIPPED[:head] + "\n")).depthwise == ()
     many = SHIPPED[:head] + "\ndepthwise:\n" + "".join(

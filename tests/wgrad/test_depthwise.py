@@ -81,6 +81,15 @@ def test_empty_last_slice_is_empty():
     ("gfx950", 3, 16, 64, 4, "atomic", "fp16", None, "2,36,9,9,36,3,3,1,1,1,36", 2),
     ("sm_90", 3, 32, 32, 4, "atomic", "bf16", "fp32", "1,44,12,12,44,3,3,1,1,1,44", 3),
     ("gfx1201", 5, 16, 16, 2, "none", "bf16", None, "1,18,11,11,18,5,5,1,2,1,18", None),
+    # 5x5 at 4-channel vectors (100 accumulators) and 3x3 at 8-channel (16-byte) ones: a
+    # partial vector block (C 40 = 2 x 16 + 8; 24 = 16 + 8), tails of 16 and 32 rows a step,
+    # stride 2, dilation, slices past wg_K (degree 7 over 4 steps)
+    ("sm_90", 5, 16, 32, 4, "atomic", "fp16", None, "1,40,12,12,40,5,5,1,2,1,40", 7),
+    ("gfx950", 5, 32, 16, 4, "atomic", "bf16", "fp32", "2,36,13,12,36,5,5,2,2,1,36", 3),
+    ("gfx1250", 5, 16, 32, 4, "two_stage", "bf16", None, "1,20,11,11,20,5,5,1,4,2,20", 2),
+    ("sm_90", 3, 16, 64, 8, "two_stage", "fp16", None, "2,24,9,9,24,3,3,1,1,1,24", 3),
+    ("gfx942", 3, 32, 32, 8, "atomic", "fp16", None, "1,40,14,13,40,3,3,2,2,2,40", 2),
+    ("sm_90", 3, 32, 32, 8, "none", "bf16", None, "1,72,11,11,72,3,3,1,1,1,72", None),
     # two-stage (16-bit dW): f32 adds into slab (channel, z mod 8); degree 11 wraps the
     # replicas, 19 leaves slices empty (162 = 19 x 9 - 9), a partial channel block
     ("sm_90", 3, 64, 4, 2, "two_stage", "bf16", None, "2,70,9,9,70,3,3,1,1,1,70", 3),

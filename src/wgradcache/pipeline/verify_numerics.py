@@ -108,7 +108,8 @@ def split_probe(spec: KernelSpec):
 
 def _depthwise_probe(spec: KernelSpec, min_k: int):
     """A depthwise problem (groups = C = K) that a depthwise spec serves: a partial last
-    channel block (C = tile_n + 2·vec, even: dword pairs of dW), padding, the spec's filter
+    channel block (C = tile_n + 2·vec, even: dword pairs of dW; tile_n + vec where 2·vec
+    fills a block, as 8-channel vectors do 16-channel ones), padding, the spec's filter
     up to 3x3, batch 1, and N·Ho·Wo = hw² at least 49 and ``min_k``, with a tail of its CTA
     step (tile_k) where the step has one (Ho = Wo = hw)."""
     from wgradcache.model.problem import ConvProblem
@@ -117,6 +118,8 @@ def _depthwise_probe(spec: KernelSpec, min_k: int):
     while hw * hw < min_k or (spec.tile_k > 1 and hw * hw % spec.tile_k == 0):
         hw += 1
     c = spec.tile_n + 2 * spec.vec_b
+    if c % spec.tile_n == 0:
+        c = spec.tile_n + spec.vec_b
     side = min(3, spec.tile_m)
     return ConvProblem(N=1, C=c, H=hw, W=hw, K=c, Y=side, X=side, stride=1, pad=side // 2,
                        dilation=1, groups=c)
