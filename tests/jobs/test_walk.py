@@ -195,8 +195,8 @@ def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
         assert grouped == (wide if t == "sm_90" else set()), t
         totals[t] = (len(specs), len(grouped))
     # 96 depthwise kernels on each target (48 on gfx1201: float atomics not validated for
-    # two-stage, 64 accumulators; 14 on gfx1151: no 16-bit atomic, 32 accumulators, no two-stage) and 28
-    # small-C (16 on gfx1201: 64 accumulators; 4 on gfx1151)
+    # two-stage, 64 accumulators; 14 on gfx1151: no 16-bit atomic, 32 accumulators, no
+    # two-stage) and 28 small-C (16 on gfx1201: 64 accumulators; 4 on gfx1151)
     assert totals == {"gfx1250": (2636, 0), "gfx1201": (804, 0), "gfx1151": (282, 0),
                       "gfx950": (1416, 0), "gfx942": (996, 0), "sm_90": (3190, 520)}
 
