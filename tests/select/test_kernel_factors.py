@@ -31,7 +31,7 @@ from wgradcache.pipeline.select import (
 )
 
 T = "gfx1250"
-TRUE = {"launch": 0.004, "issue": 2.5e-6, "lds": 1.2e-6, "epilogue": 4e-6}
+TRUE = {"launch": 0.004, "issue": 2.5e-6, "lds": 1.2e-6, "epilogue": 4e-6, "l2": 1e-9}
 PROBLEMS = ["2,32,8,8,32,3,3,1,1", "1,32,16,16,64,1,1", "4,64,8,8,32,3,3,1,1",
             "1,16,32,32,32,3,3,1,1", "8,32,8,8,64,1,1", "2,64,16,16,32,1,1,2"]
 DEV = DeviceClass("AMD Fake GPU", 256, "6.4", "6.4")

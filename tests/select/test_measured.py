@@ -28,7 +28,7 @@ from wgradcache.pipeline.select import (
 T = "gfx1250"
 DEV = DeviceClass("AMD Fake GPU", 256, "6.4", "6.4")
 P = "2,32,8,8,32,3,3,1,1"
-TRUE = {"launch": 0.004, "issue": 2.5e-6, "lds": 1.2e-6, "epilogue": 4e-6}
+TRUE = {"launch": 0.004, "issue": 2.5e-6, "lds": 1.2e-6, "epilogue": 4e-6, "l2": 1e-9}
 PROBLEMS = ["2,32,8,8,32,3,3,1,1", "1,32,16,16,64,1,1", "4,64,8,8,32,3,3,1,1",
             "1,16,32,32,32,3,3,1,1", "8,32,8,8,64,1,1", "2,64,16,16,32,1,1,2"]
 
@@ -163,7 +163,7 @@ def test_too_few_rows_store_no_fit(cache):
     _write(cache, _rows(cache, P, lambda c: 1.0)[:3])
     r = CliRunner().invoke(main, ["fit", "--target", T, "--cache-dir", str(cache)])
     assert r.exit_code == 0, r.output
-    assert r.output == (f"{DEV.slug()}: not fitted: 3 current row(s), too few to fit 4 "
+    assert r.output == (f"{DEV.slug()}: not fitted: 3 current row(s), too few to fit 5 "
                         "constants (at least 8)\n")
 
 
@@ -375,3 +375,38 @@ def test_a_measured_kernel_ranks_before_every_fitted_one(cache):
     assert order[0] == (slow.spec.label(), "measured")
     assert [f for _, f in order[1:]] == ["fitted"] * (len(cands) - 1)
     assert all(c["expected_ms"] < 50.0 for c in doc["candidates"][1:])
+
+
+def test_a_stored_fit_of_the_model_before_the_l2_term_is_not_used(cache):
+    """A fit stored before the ``l2`` term (its constants lack it) cannot price a launch
+    of today's terms: select ranks by the code objects, as with no fit, until a refit."""
+    got, p, cands = _served(cache, P)
+    slow = cands[-1]
+    rows = [TimingRow(slow.key, got.blobs[slow.key], p.short(), "fp16", slow.degree, 50.0,
+                      0.0, 10, 100.0)]
+    old = {k: v for k, v in TRUE.items() if k != "l2"}
+    _write(cache, rows, fit=Fit(old, 0.1, 8, 8, 1, "0" * 64, 100.0))
+    _, doc = _select(cache)
+    assert [c["cost_from"] for c in doc["candidates"]] == (
+        ["measured"] + ["code object"] * (len(cands) - 1))
+    _write(cache, rows, fit=Fit(dict(TRUE), 0.1, 8, 8, 1, "0" * 64, 100.0))
+    _, doc = _select(cache)
+    assert [c["cost_from"] for c in doc["candidates"]] == (
+        ["measured"] + ["fitted"] * (len(cands) - 1))
+
+
+def test_the_fit_keeps_every_constant_at_zero_or_above():
+    """Times of exactly 2·issue − 1 ms: the unconstrained fit is launch −1, issue 2 with
+    no residual, a negative launch cost that prices a short launch at no time. The fit
+    keeps launch at 0 and gives issue the relative least squares of the rest."""
+    import numpy as np
+
+    xs = np.arange(1.0, 9.0)
+    ys = 2 * xs - 1
+    got = fit_samples([FitSample({"launch": 1.0, "issue": float(x)}, float(y))
+                       for x, y in zip(xs, ys, strict=True)])
+    assert not isinstance(got, str), got
+    c = float(np.sum(xs / ys) / np.sum(xs * xs / (ys * ys)))  # min Σ((c·x − y) / y)²
+    # the support {launch} alone fits worse: every time is one constant
+    assert got.constants == pytest.approx({"launch": 0.0, "issue": c}, rel=1e-9)
+    assert got.residual == pytest.approx(float(np.sqrt(np.mean(((c * xs - ys) / ys) ** 2))))

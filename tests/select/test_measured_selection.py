@@ -28,7 +28,8 @@ from wgradcache.pipeline.select import (
 _SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "measured_selection.py"
 T = "gfx1250"
 DEV = DeviceClass("AMD Fake GPU", 256, "6.4", "6.4")
-TRUE = {"launch": 0.004, "issue": 2.5e-6, "lds": 1.2e-6, "epilogue": 4e-6, "stage2": 2e-8}
+TRUE = {"launch": 0.004, "issue": 2.5e-6, "lds": 1.2e-6, "epilogue": 4e-6, "stage2": 2e-8,
+        "l2": 1e-9}
 NETS = {"neta": ["2,32,8,8,32,3,3,1,1", "1,32,16,16,64,1,1"],
         "netb": ["4,64,8,8,32,3,3,1,1", "1,16,32,32,32,3,3,1,1"],
         "netc": ["8,32,8,8,64,1,1", "2,64,16,16,32,1,1,2"]}

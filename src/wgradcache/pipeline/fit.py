@@ -2,15 +2,17 @@
 after every ``tune`` and ``tune --import``).
 
 select's formula weighs the parts of a launch (``select.COST_TERMS``: the launch itself,
-the loop's issue clocks, its LDS clocks, the epilogue, stage 2's workspace reads) by rates
+the loop's issue clocks, its LDS clocks, the epilogue, stage 2's workspace reads; the fit
+adds the bytes the loads move from L2) by rates
 set by hand on one device and one version of the kernels; a kernel change or another
 device moves them (issue 33: 85-91 % of picks within 1.2x of the best on the H200 that
 set them, 39-43 % on the H100 two days later). Here each part gets the constant, in ms
 per unit, that best explains the class's measured times: linear least squares over the
 terms of every current row (a row of the blob its entry names now), each row weighted by
 1 / its time, so the fit minimises the *relative* error: a 20 us layer counts as much as
-a 2 ms one, as a ranking needs. A term no row has (no two-stage kernel measured) is not
-fitted, and select ranks a launch that has it by the formula instead.
+a 2 ms one, as a ranking needs; no constant below zero (a part of a launch costs time).
+A term no row has (no two-stage kernel measured) is not fitted, and select ranks a launch
+that has it by the formula instead.
 
 The fit is stored with the timings (``cache/timings.Fit``): the constants, the residual
 (RMS relative error over the rows fitted on), what it was fitted on and a digest of those
@@ -21,6 +23,7 @@ no fit, and the stored one is removed (it described other rows).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -75,9 +78,32 @@ def kernel_factors(samples: list[FitSample], fitted: np.ndarray) -> dict[str, fl
             for k, v in sorted(logs.items())}
 
 
+def _nonnegative_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """argmin |a·c − y| over c >= 0, exactly, for the few columns a cost model has: the
+    unconstrained least squares on every subset of the columns (2^6 for six terms), the
+    best one whose constants are all >= 0 (the constrained optimum is the unconstrained
+    one on its support). Why not the unconstrained fit: a negative cost per unit of a term
+    priced launches outside the rows at no time or less (the H100's 12-07 rows fitted lds
+    and stage2 below zero), and the held-out ranking lost up to 12 points within 1.2x."""
+    n = a.shape[1]
+    best, best_r = np.zeros(n), float(y @ y)
+    for k in range(1, n + 1):
+        for cols in itertools.combinations(range(n), k):
+            sub = a[:, list(cols)]
+            c, *_ = np.linalg.lstsq(sub, y, rcond=None)
+            if (c < 0).any():
+                continue
+            r = y - sub @ c
+            if (res := float(r @ r)) < best_r:
+                best_r, best = res, np.zeros(n)
+                best[list(cols)] = c
+    return best
+
+
 def fit_samples(samples: list[FitSample]) -> FitResult | str:
-    """Least squares of ms over the terms, weighted by 1/ms; the reason when there are too
-    few samples for the terms that occur."""
+    """Least squares of ms over the terms, weighted by 1/ms, every constant >= 0
+    (``_nonnegative_lstsq``); the reason when there are too few samples for the terms that
+    occur."""
     used = [t for t in COST_TERMS if any(s.terms.get(t) for s in samples)]
     if len(samples) < max(MIN_ROWS, len(used) + 1):
         return (f"{len(samples)} current row(s), too few to fit {len(used)} constants "
@@ -87,8 +113,7 @@ def fit_samples(samples: list[FitSample]) -> FitResult | str:
     w = 1.0 / y
     scale = np.abs(a).max(axis=0)  # columns differ by 10^6: scale them for the solver
     scale[scale == 0] = 1.0
-    coef, *_ = np.linalg.lstsq(a * w[:, None] / scale, y * w, rcond=None)
-    coef = coef / scale
+    coef = _nonnegative_lstsq(a * w[:, None] / scale, y * w) / scale
     fitted = a @ coef
     rel = (fitted - y) / y
     return FitResult({t: float(c) for t, c in zip(used, coef, strict=True)},

@@ -307,12 +307,17 @@ def _score(spec: KernelSpec, problem: ConvProblem, slice_k: int, grid: tuple[int
     return (max(t["issue"], t["lds"]) + t["epilogue"]) * stage2
 
 
-COST_TERMS = ("launch", "issue", "lds", "epilogue", "stage2")
+COST_TERMS = ("launch", "issue", "lds", "epilogue", "stage2", "l2")
 """The cost model's terms, each a count the fitted constant turns into milliseconds:
 ``launch`` 1 per launch (its fixed cost), ``issue`` and ``lds`` the rounds x one round's
 loop clocks of ``_score`` at the issue rate and at the LDS rate (the formula takes the
 larger; a fit weighs both), ``epilogue`` the rounds x the epilogue's clocks, ``stage2``
-the workspace elements stage 2 reads (two-stage only)."""
+the workspace elements stage 2 reads (two-stage only), ``l2`` the bytes of the sectors
+the CTAs' loads touch (``operand_sectors_per_k_tile``; the formula leaves it out)."""
+
+FIT_NEEDS = "l2"
+"""Every launch has an ``l2`` term, so a stored fit without its constant is of the model
+before it (files of before 2026-12-08): ``measurements`` ignores it until a refit."""
 
 
 def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
@@ -346,7 +351,45 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
             "issue": rounds * resident_waves * k_tiles * per_tile / rate,
             "lds": rounds * per_cu * k_tiles * lds_per_tile / LDS_BYTES_PER_CLOCK,
             "epilogue": rounds * resident_waves * epilogue / rate,
-            "stage2": float(problem.groups * replicas * problem.wg_M * problem.wg_N)}
+            "stage2": float(problem.groups * replicas * problem.wg_M * problem.wg_N),
+            "l2": float(ctas * k_tiles * operand_sectors_per_k_tile(spec, problem)
+                        * SECTOR_BYTES)}
+
+
+SECTOR_BYTES = 32
+"""The unit a load moves between L2 and an SM (NVIDIA's 32-byte sector; the size of a
+gfx9/gfx12 L2-to-L1 request of a dword per lane over 8 lanes, too)."""
+
+
+def operand_sectors_per_k_tile(spec: KernelSpec, problem: ConvProblem) -> int:
+    """Sectors one CTA's loads touch per K tile (a direct kernel's CTA step): the reduction
+    runs over pixels, so each of its ``tile_k`` rows is a separate run of memory, and a run
+    of n elements takes ceil(n · bytes / 32) sectors. A GEMM tile's A row is the useful M
+    rows (kpg, at most tile_m) of one pixel's dY, its B row one run per filter tap of the
+    useful N columns (cpg channels each, contiguous in NHWC); a direct kernel reads per
+    position its channel block of dY and of X at each tap. Why: the issue slots count a
+    vector load as one slot whatever it moves, so a GEMM tile on a depthwise layer (kpg =
+    cpg = 1: a 32-byte sector for 2 useful bytes) looked cheap, and on the large layers,
+    which run at the rate L2 feeds the SMs (benchmarks/README.md), a tile moving fewer
+    bytes per MAC did not look faster. Fitted to the H100's graph-timed rows of 12-07, the
+    term took the held-out ranking (fit on ResNet-50 and ResNeXt-50, rank the other
+    networks by their measured launches) from 83 % of pairs within 1.2x of the best,
+    geomean 1.19, to 96 %, 1.05."""
+    eb = elem_bytes(spec.dtype)
+
+    def sectors(n: int) -> int:
+        return -(-n * eb // SECTOR_BYTES)
+
+    if is_direct(spec):
+        taps = problem.Y * problem.X
+        if is_small_c(spec):  # dY: tile_n output channels; X: C (<= 4) channels a tap
+            return spec.tile_k * (sectors(min(spec.tile_n, problem.K))
+                                  + taps * sectors(problem.cpg))
+        n = min(spec.tile_n, problem.C)
+        return spec.tile_k * (1 + taps) * sectors(n)
+    m, n = min(spec.tile_m, problem.wg_M), min(spec.tile_n, problem.wg_N)
+    run = min(problem.cpg, n)
+    return spec.tile_k * (sectors(m) + -(-n // run) * sectors(run))
 
 
 # The direct depthwise kernel (``wgrad/depthwise.py``), per thread and reduction position:
@@ -612,7 +655,7 @@ def measurements(cache_dir: str, target: str, device_class: str | None,
         return Measurements(device_class)
     times = {(r.identity_key, r.problem, r.dtype, r.degree): r.median_ms
              for r in tf.rows if row_is_current(r, blobs)}
-    if tf.fit is None:
+    if tf.fit is None or FIT_NEEDS not in tf.fit.constants:
         return Measurements(device_class, times)
     # a factor describes the code its rows timed: a kernel rebuilt since (no current row
     # left) runs other code, so its factor is dropped until a refit
