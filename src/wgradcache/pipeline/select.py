@@ -371,10 +371,11 @@ def operand_sectors_per_k_tile(spec: KernelSpec, problem: ConvProblem) -> int:
     vector load as one slot whatever it moves, so a GEMM tile on a depthwise layer (kpg =
     cpg = 1: a 32-byte sector for 2 useful bytes) looked cheap, and on the large layers,
     which run at the rate L2 feeds the SMs (benchmarks/README.md), a tile moving fewer
-    bytes per MAC did not look faster. Fitted to the H100's graph-timed rows of 12-07, the
-    term took the held-out ranking (fit on ResNet-50 and ResNeXt-50, rank the other
-    networks by their measured launches) from 83 % of pairs within 1.2x of the best,
-    geomean 1.19, to 96 %, 1.05."""
+    bytes per MAC did not look faster. On the H100's graph-timed rows (12-07, 4320 rows,
+    fp16 and bf16), with the non-negative fit, the held-out ranking (fit on two networks,
+    rank the others' measured launches) met issue 33's goal (85 % within 1.2x of the best,
+    geomean <= 1.10) on 6 of 7 two-network splits, against 1 of 7 without the term
+    (benchmarks/README.md)."""
     eb = elem_bytes(spec.dtype)
 
     def sectors(n: int) -> int:
