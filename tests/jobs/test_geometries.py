@@ -199,13 +199,19 @@ _DW = "  - [3, 64, 4, 2]   # the 3x3 of MobileNetV2 / EfficientNet (and every sm
 
 
 @pytest.mark.parametrize("new, field, problem", [
-    ("  - [3, 64, 4]", "depthwise[0]", "expected 4 integers [T, tile_n, tile_k, vec], got 3"),
+    ("  - [3, 64, 4]", "depthwise[0]",
+     "expected 4 or 5 integers [T, tile_n, tile_k, vec, wo_run], got 3"),
+    ("  - [3, 64, 4, 2, 1, 1]", "depthwise[0]",
+     "expected 4 or 5 integers [T, tile_n, tile_k, vec, wo_run], got 6"),
+    ("  - [3, 64, 4, 2, 3]", "depthwise[0][4]", "wo_run 3 not one of (1, 2, 4)"),
+    ("  - [3, 64, 4, 2, 8]", "depthwise[0][4]", "must be in [1, 4], got 8"),
+    ("  - [3, 64, 4, 2, x]", "depthwise[0][4]", "expected an integer in [1, 4], got a string 'x'"),
     ("  - [10, 64, 4, 2]", "depthwise[0][0]", "must be in [1, 9], got 10"),
     ("  - [3, 8, 4, 2]", "depthwise[0][1]", "must be in [16, 1024], got 8"),
     ("  - [3, 64, 65, 2]", "depthwise[0][2]", "must be in [1, 64], got 65"),
     ("  - [3, 64, 4, 3]", "depthwise[0][3]", "vec 3 not one of (1, 2, 4, 8)"),
     ("  - [3, 64, 4, -2]", "depthwise[0][3]", "must be in [1, 8], got -2"),
-    ("  - [3, 32, 4, 1]", "depthwise[1]", "repeated entry [3, 32, 4, 1]"),
+    ("  - [3, 32, 4, 1]", "depthwise[1]", "repeated entry [3, 32, 4, 1, 1]"),
     ("  - {T: 3}", "depthwise[0]", "expected a list, got a mapping"),
 ])
 def test_depthwise_entry_errors_name_file_line_and_field(tmp_path, new, field, problem):
@@ -219,16 +225,19 @@ def test_depthwise_entry_errors_name_file_line_and_field(tmp_path, new, field, p
     assert str(e.value) == f"{p}:{line}: {field}: {problem}"
 
 
-def test_depthwise_entries_are_the_shipped_sixteen_and_optional(tmp_path):
-    assert load().depthwise == ((3, 64, 4, 2), (3, 32, 4, 1), (5, 64, 4, 2), (5, 64, 2, 1),
-                                (7, 64, 2, 1), (3, 32, 8, 1), (3, 16, 16, 1), (3, 16, 32, 2),
-                                (5, 32, 8, 1), (3, 16, 64, 4), (3, 32, 32, 4), (5, 16, 16, 2),
-                                (5, 16, 32, 4), (5, 32, 16, 4), (3, 16, 64, 8), (3, 32, 32, 8))
+def test_depthwise_entries_are_the_shipped_twenty_two_and_optional(tmp_path):
+    one = ((3, 64, 4, 2), (3, 32, 4, 1), (5, 64, 4, 2), (5, 64, 2, 1), (7, 64, 2, 1),
+           (3, 32, 8, 1), (3, 16, 16, 1), (3, 16, 32, 2), (5, 32, 8, 1), (3, 16, 64, 4),
+           (3, 32, 32, 4), (5, 16, 16, 2), (5, 16, 32, 4), (5, 32, 16, 4), (3, 16, 64, 8),
+           (3, 32, 32, 8))
+    runs = ((3, 16, 64, 4, 4), (3, 32, 32, 4, 4), (3, 32, 32, 8, 2), (3, 16, 64, 8, 2),
+            (5, 32, 16, 4, 2), (5, 16, 32, 2, 4))
+    assert load().depthwise == tuple((*e, 1) for e in one) + runs  # four fields: wo_run 1
     head = SHIPPED.index("\ndepthwise:")
     assert load(_write(tmp_path, SHIPPED[:head] + "\n")).depthwise == ()
     many = SHIPPED[:head] + "\ndepthwise:\n" + "".join(
-        f"  - [3, {16 + i}, 4, 1]\n" for i in range(17))
-    with pytest.raises(GeometryFileError, match=r": depthwise: at most 16 items, got 17"):
+        f"  - [3, {16 + i}, 4, 1]\n" for i in range(25))
+    with pytest.raises(GeometryFileError, match=r": depthwise: at most 24 items, got 25"):
         load(_write(tmp_path, many))
 
 
@@ -266,8 +275,8 @@ def test_small_c_entries_are_the_shipped_seven_and_optional(tmp_path):
     head = SHIPPED.index("\nsmall_c:")
     assert load(_write(tmp_path, SHIPPED[:head] + "\n")).small_c == ()
     many = SHIPPED[:head] + "\nsmall_c:\n" + "".join(
-        f"  - [3, 3, {16 + i}, 4, 1]\n" for i in range(17))
-    with pytest.raises(GeometryFileError, match=r": small_c: at most 16 items, got 17"):
+        f"  - [3, 3, {16 + i}, 4, 1]\n" for i in range(25))
+    with pytest.raises(GeometryFileError, match=r": small_c: at most 24 items, got 25"):
         load(_write(tmp_path, many))
 
 

@@ -106,7 +106,7 @@ def test_mfma_counts_are_pinned():
     assert c950["sync.default.two_stage"] == c950["sync.cshuffle.none"] == 42
     assert c950["sync.cshuffle.atomic"] == 36
     assert sum(sum(count(t)[d].values()) for t in ("gfx942", "gfx950") for d in ("fp16", "bf16")
-               ) == 784 + 88 + 1172 + 120 + 2 * 96 + 2 * 28  # and 96 depthwise, 28 small-C
+               ) == 784 + 88 + 1172 + 120 + 2 * 132 + 2 * 28  # and 132 depthwise, 28 small-C
 
 
 def test_mfma_load_bounds_are_the_measured_ones():
@@ -145,7 +145,7 @@ def test_sm90_measured_stack_frame_exclusions():
     assert all(d.limits_for(t).exclude == () for t in ("gfx1250", "gfx942", "gfx950"))
     specs = list(_gemm(walk("sm_90")))
     # 2026-12-06: sm_90's own ladder (256-wide tiles, 128 accumulators, dynamic shared)
-    assert len(specs) + 96 + 28 == sum(sum(v.values()) for v in count("sm_90").values()) == 3190
+    assert len(specs) + 132 + 28 == sum(sum(v.values()) for v in count("sm_90").values()) == 3226
     # + 360 grouped (cta_orders), + 320 deeper async rings (stages)
     row_major = [s for s in specs if s.cta_group == 1 and s.stages == 2]
     assert len(row_major) == 2386 and sum(s.k_loop == "sync" for s in row_major) == 2034
@@ -175,12 +175,12 @@ def test_shipped_counts_are_pinned():
     assert c["sync.cshuffle.none"] == c["sync.default.two_stage"] == 20 * 4
     assert c["sync.cshuffle.atomic"] == 20 * 2  # pairs with an even vec_b
     assert c["async.default.none"] == (20 + 3) * 2  # two chunk pairs
-    # the sixteen depthwise entries x {none, atomic, two-stage}, the seven small-C ones x
-    # {none, atomic}
-    assert c["depthwise.default.none"] == c["depthwise.default.atomic"] == 16
-    assert c["depthwise.default.two_stage"] == 16
+    # the twenty-two depthwise entries x {none, atomic, two-stage}, the seven small-C ones
+    # x {none, atomic}
+    assert c["depthwise.default.none"] == c["depthwise.default.atomic"] == 22
+    assert c["depthwise.default.two_stage"] == 22
     assert c["small_c.default.none"] == c["small_c.default.atomic"] == 7
-    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4) + (20 + 3) * 4 * 2 + 48 + 14
+    assert sum(c.values()) == 109 * 8 + 20 * (4 + 2 + 4) + (20 + 3) * 4 * 2 + 66 + 14
 
 
 def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
@@ -194,11 +194,11 @@ def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
                 if s.cta_group == 1 and min(s.tile_m, s.tile_n) >= 128}
         assert grouped == (wide if t == "sm_90" else set()), t
         totals[t] = (len(specs), len(grouped))
-    # 96 depthwise kernels on each target (48 on gfx1201: float atomics not validated for
+    # 132 depthwise kernels on each target (60 on gfx1201: float atomics not validated for
     # two-stage, 64 accumulators; 14 on gfx1151: no 16-bit atomic, 32 accumulators, no
     # two-stage) and 28 small-C (16 on gfx1201: 64 accumulators; 4 on gfx1151)
-    assert totals == {"gfx1250": (2636, 0), "gfx1201": (804, 0), "gfx1151": (282, 0),
-                      "gfx950": (1416, 0), "gfx942": (996, 0), "sm_90": (3190, 520)}
+    assert totals == {"gfx1250": (2672, 0), "gfx1201": (816, 0), "gfx1151": (282, 0),
+                      "gfx950": (1452, 0), "gfx942": (1032, 0), "sm_90": (3226, 520)}
 
 
 def test_deeper_rings_are_the_wide_async_jobs_of_the_targets_named():

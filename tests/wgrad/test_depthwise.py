@@ -210,3 +210,73 @@ def test_policy_grid_is_channel_blocks_by_the_split():
     assert (plan.degree, plan.grid) == (97, (3, 1, 97))
     one = plan_split_k(_spec("sm_90", 3, 64, 4, 2, "none"), p)
     assert (one.degree, one.grid, one.slice_k) == (1, (3, 1, 1), 200704)
+
+
+def _run_spec(target: str, taps: int, tile_n: int, tile_k: int, vec: int, reduction: str,
+              run: int, dtype: str = "fp16", dw: str | None = None) -> KernelSpec:
+    spec = dataclasses.replace(_spec(target, taps, tile_n, tile_k, vec, reduction, dtype, dw),
+                               wo_run=run)
+    ok, why = validate(spec, limits=shipped_limits(target))
+    assert ok, f"{spec.label()}: {why}"
+    return spec
+
+
+@pytest.mark.parametrize("case", [
+    # runs of 4 over Wo 12 (3 a row), 36 positions a row of the image; k_step 256 over wg_K
+    # 288: degree 2 ends mid-step, 7 leaves five slices empty
+    ("sm_90", 3, 16, 64, 4, 4, "atomic", "fp16", None, "2,40,12,12,40,3,3,1,1,1,40", 2),
+    ("sm_90", 3, 16, 64, 4, 4, "atomic", "fp16", None, "2,40,12,12,40,3,3,1,1,1,40", 7),
+    ("gfx1250", 3, 32, 32, 4, 4, "none", "bf16", None, "1,36,9,8,36,3,3,1,1,1,36", None),
+    # 8-channel vectors in runs of 2: a partial vector block (C 24 of 32), a 1x3 filter
+    ("gfx1250", 3, 32, 32, 8, 2, "atomic", "fp16", None, "1,24,10,10,24,1,3,1,1,1,24", 3),
+    ("sm_90", 3, 16, 64, 8, 2, "two_stage", "bf16", None, "2,24,9,10,24,3,3,1,1,1,24", 3),
+    # 5x5 in runs of 2 (pad 2) and channel pairs in runs of 4 on a 3x3 problem (the taps
+    # past it computed, never stored), the wave64 targets
+    ("gfx950", 5, 32, 16, 4, 2, "atomic", "bf16", "fp32", "2,36,13,12,36,5,5,1,2,1,36", 3),
+    ("gfx942", 5, 16, 32, 2, 4, "atomic", "fp16", None, "1,18,11,8,18,3,3,1,1,1,18", 2),
+    ("gfx1201", 5, 16, 32, 2, 4, "none", "fp16", None, "1,18,9,12,18,5,5,1,2,1,18", None),
+], ids=lambda c: f"{c[0]}-t{c[1]}-v{c[4]}-r{c[5]}-{c[6]}-{c[9]}@{c[10]}")
+def test_runs_of_output_columns_on_their_edges(case):
+    """A depthwise kernel with ``wo_run`` > 1 (each thread row a run of output columns,
+    their pixels loaded once) against float64: runs that fill a row, slices that end mid
+    step or are empty, partial channel blocks, padding, filters below the compiled taps."""
+    *shape, run, reduction, dtype, dw, problem, degree = case
+    spec = _run_spec(*shape, reduction, run, dtype, dw)
+    r = run_emulated(spec, P(problem), split_k=degree, seed=3)
+    check(r, dw or dtype)
+    assert (r.plan.slice_k % spec.k_step, spec.k_step) == (0, spec.tile_k * run)
+    if degree is not None:
+        assert r.plan.degree == degree
+
+
+def test_a_run_kernel_serves_stride_1_dilation_1_and_whole_runs_only():
+    spec = _run_spec("sm_90", 3, 16, 64, 4, "atomic", 4)
+    assert serves(spec, P("1,32,12,12,32,3,3,1,1,1,32")) == (True, "")
+    for text, got in (("1,32,12,12,32,3,3,2,1,1,32", "stride 2, dilation 1, Wo 6"),
+                      ("1,32,12,12,32,3,3,1,2,2,32", "stride 1, dilation 2, Wo 12"),
+                      ("1,32,10,10,32,3,3,1,1,1,32", "stride 1, dilation 1, Wo 10")):
+        assert serves(spec, P(text)) == (False, (
+            "a run of 4 output columns shares its pixels at stride 1 and dilation 1 with Wo "
+            f"a multiple of it (got {got})"))
+
+
+def test_a_run_is_the_depthwise_kernels_own_and_its_label_says_it():
+    spec = _run_spec("gfx942", 5, 16, 32, 2, "atomic", 4)
+    assert spec.label() == "gfx942-fp16-t5x16x32-w4x1-v2x2-depthwise-default-atomic-r4"
+    assert from_label(spec.label()) == spec and spec.k_step == 128
+    assert "wo_run" in spec.canonical()
+    assert "wo_run" not in dataclasses.replace(spec, wo_run=1).canonical()  # keys kept
+    assert validate(dataclasses.replace(spec, wo_run=3), limits=None) == (
+        False, "wo_run 3 not one of (1, 2, 4)")
+    gemm = from_label("sm_90-fp16-t64x64x32-w2x2-v8x8-sync-default-none")
+    assert validate(dataclasses.replace(gemm, wo_run=2), limits=None) == (
+        False, "a run of output columns (wo_run 2) is the depthwise kernel's alone")
+    with pytest.raises(ValueError, match="one column a step has no -r part"):
+        from_label(spec.label().replace("-r4", "-r1"))
+
+
+def test_a_planted_tap_offset_is_caught_in_a_run(monkeypatch):
+    """Every pixel one column along: a run's shared pixels all move, and the comparison
+    fails far outside its bound."""
+    assert_planted_pixel_shift_caught(monkeypatch, _run_spec("sm_90", 3, 32, 32, 8, "none", 2),
+                                      P("1,40,10,10,40,3,3,1,1,1,40"), 0, 1)

@@ -143,7 +143,7 @@ def test_label_round_trips_and_names_the_shape():
         spec, 256, "small_c.default.atomic", 27 * 32 * 16 * 4)
     # no IDENTITY_DEFAULTS field: a small-C identity names exactly the spec's fields
     assert set(spec.canonical()) == {"schema", *(f.name for f in dataclasses.fields(spec))} - {
-        "cta_group", "stages"}
+        "cta_group", "stages", "wo_run"}
 
 
 # the base every change edits: 3x3 C 4, 16 k per CTA at vec 1, 8 rows (128 threads, 36

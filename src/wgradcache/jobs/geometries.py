@@ -24,6 +24,7 @@ from wgradcache.model.spec import (
     SMALL_C_CHANNELS,
     STAGE_RANGE,
     VEC_WIDTHS,
+    WO_RUNS,
     Geometry,
     Limits,
     LoadWidths,
@@ -67,8 +68,9 @@ class JobData:
     wave_ladders: tuple[tuple[int, dict[str, tuple[int, ...]]], ...] = ()
     # per target, a ladder of its own (``ladder_targets``), before its wave size's
     target_ladders: tuple[tuple[str, dict[str, tuple[int, ...]]], ...] = ()
-    # the direct depthwise kernels (``depthwise``): [T, tile_n, tile_k, vec] each
-    depthwise: tuple[tuple[int, int, int, int], ...] = ()
+    # the direct depthwise kernels (``depthwise``): [T, tile_n, tile_k, vec, wo_run] each
+    # (a file's four-element entry has wo_run 1)
+    depthwise: tuple[tuple[int, int, int, int, int], ...] = ()
     # the direct small-C kernels (``small_c``): [T, C, tile_n, tile_k, vec] each
     small_c: tuple[tuple[int, int, int, int, int], ...] = ()
 
@@ -139,11 +141,12 @@ _CHUNK_RANGE = (1, max(ASYNC_CHUNK_BYTES))
 _TOP = ("schema", "ladder", "ladder_wave64", "ladder_targets", "filters", "cta_orders",
         "stages", "vec_pairs", "async_chunk_pairs", "ws_replicas", "dtypes", "cover",
         "depthwise", "small_c")
-# A depthwise entry's [T, tile_n, tile_k, vec] ranges (the exact rules are spec.py's, per
-# target: the walk keeps what validate admits); at most MAX_DEPTHWISE entries.
-_DEPTHWISE_FIELDS = ("T", "tile_n", "tile_k", "vec")
-_DEPTHWISE_RANGES = (DEPTHWISE_TAPS, TILE_RANGE, (1, 64), _VEC_RANGE)
-MAX_DEPTHWISE = 16
+# A depthwise entry's [T, tile_n, tile_k, vec, wo_run] ranges (the exact rules are spec.py's,
+# per target: the walk keeps what validate admits), wo_run optional (1); at most
+# MAX_DEPTHWISE entries.
+_DEPTHWISE_FIELDS = ("T", "tile_n", "tile_k", "vec", "wo_run")
+_DEPTHWISE_RANGES = (DEPTHWISE_TAPS, TILE_RANGE, (1, 64), _VEC_RANGE, (1, max(WO_RUNS)))
+MAX_DEPTHWISE = 24
 # A small-C entry's [T, C, tile_n, tile_k, vec] (C: the compiled channel count), alike.
 _SMALL_C_FIELDS = ("T", "C", "tile_n", "tile_k", "vec")
 _SMALL_C_RANGES = (DEPTHWISE_TAPS, SMALL_C_CHANNELS, TILE_RANGE, (1, 64), _VEC_RANGE)
@@ -201,7 +204,7 @@ def load(path: str | os.PathLike | None = None) -> JobData:
                    cover=(), target_limits=target_limits, wave_ladders=wave_ladders,
                    target_ladders=target_ladders,
                    depthwise=_direct(r, top, "depthwise", _DEPTHWISE_RANGES,
-                                     _DEPTHWISE_FIELDS),
+                                     _DEPTHWISE_FIELDS, optional_last=True),
                    small_c=_direct(r, top, "small_c", _SMALL_C_RANGES, _SMALL_C_FIELDS))
     return replace(data, cover=_cover(r, section("cover"), data))
 
@@ -347,18 +350,32 @@ def _pairs(r: NodeReader, node: yaml.Node, key: str, k_loop: str,
 
 
 def _direct(r: NodeReader, top: dict, key: str, rngs: tuple[tuple[int, int], ...],
-            names: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+            names: tuple[str, ...], optional_last: bool = False) -> tuple[tuple[int, ...], ...]:
     """A direct kernel's entries (``depthwise``, ``small_c``; none where the file has no
-    such key): rows of ``names``, each field in its range, the last (vec) one of
-    VEC_WIDTHS, at most MAX_DEPTHWISE, none repeated."""
+    such key): rows of ``names``, each field in its range, vec one of VEC_WIDTHS, at most
+    MAX_DEPTHWISE, none repeated. ``optional_last``: the last field (depthwise's wo_run,
+    one of WO_RUNS) may be left out, for 1; every row comes back whole."""
     if key not in top:
         return ()
     out: list[tuple[int, ...]] = []
     for i, item in enumerate(r.seq(top[key], key, max_len=MAX_DEPTHWISE)):
         field = f"{key}[{i}]"
-        e = _int_row(r, item, field, rngs, names)
-        if e[-1] not in VEC_WIDTHS:
-            raise r.fail(item, f"{field}[{len(e) - 1}]", f"vec {e[-1]} not one of {VEC_WIDTHS}")
+        short = False
+        if optional_last:
+            n = len(r.seq(item, field))
+            if n not in (len(rngs) - 1, len(rngs)):
+                raise r.fail(item, field, f"expected {len(rngs) - 1} or {len(rngs)} integers "
+                                          f"[{', '.join(names)}], got {n}")
+            short = n == len(rngs) - 1
+        e = _int_row(r, item, field, rngs[:-1] if short else rngs,
+                     names[:-1] if short else names)
+        vec_at = len(names) - 2 if optional_last else len(names) - 1
+        if e[vec_at] not in VEC_WIDTHS:
+            raise r.fail(item, f"{field}[{vec_at}]", f"vec {e[vec_at]} not one of {VEC_WIDTHS}")
+        if short:
+            e = (*e, 1)
+        elif optional_last and e[-1] not in WO_RUNS:
+            raise r.fail(item, f"{field}[{len(e) - 1}]", f"wo_run {e[-1]} not one of {WO_RUNS}")
         if e in out:
             raise r.fail(item, field, f"repeated entry {list(e)}")
         out.append(e)

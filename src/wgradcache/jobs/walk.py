@@ -148,14 +148,15 @@ def _direct_specs(target: Target, dtype: str, dw_dtype: str, variants: tuple[str
 def depthwise_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,
                    variants: tuple[str, ...]) -> Iterator[KernelSpec]:
     """The depthwise kernels of one target and dtype: every ``data.depthwise`` entry
-    [T, tile_n, tile_k, vec] x {none, atomic, two-stage} that ``validate`` admits under the
-    target's budgets (a block that is no whole number of waves, too many accumulators, an
-    atomic the target lacks: left out, as every ladder filter leaves a geometry out)."""
+    [T, tile_n, tile_k, vec, wo_run] x {none, atomic, two-stage} that ``validate`` admits
+    under the target's budgets (a block that is no whole number of waves, too many
+    accumulators, an atomic the target lacks: left out, as every ladder filter leaves a
+    geometry out)."""
     limits = data.limits_for(target.name)
-    for taps, tile_n, tile_k, vec in data.depthwise:
+    for taps, tile_n, tile_k, vec, run in data.depthwise:
         yield from _direct_specs(target, dtype, dw_dtype, variants, DEPTHWISE,
                                  DEPTHWISE_VARIANTS, limits, tile_m=taps, tile_n=tile_n,
-                                 tile_k=tile_k, vec_a=vec, vec_b=vec)
+                                 tile_k=tile_k, vec_a=vec, vec_b=vec, wo_run=run)
 
 
 def small_c_jobs(data: JobData, target: Target, dtype: str, dw_dtype: str,

@@ -35,7 +35,7 @@ __all__ = [
     "depthwise_lds_bytes", "depthwise_accumulators",
     "SMALL_C", "SMALL_C_VARIANTS", "SMALL_C_CHANNELS", "is_small_c", "is_direct",
     "direct_accumulators", "direct_lds_bytes", "DirectKind", "direct_kind",
-    "STAGE_RANGE", "async_ring_stages", "stages_fit", "stages_for", "ASYNC_COUNT_MAX",
+    "STAGE_RANGE", "async_ring_stages", "stages_fit", "stages_for", "ASYNC_COUNT_MAX", "WO_RUNS",
     "async_copies_per_tile", "ring_wait_depth",
 ]
 
@@ -68,7 +68,10 @@ SPEC_SCHEMA = 1  # bump when the meaning of a field changes: every identity key 
 CTA_GROUP_RANGE = (1, 64)
 # Fields added after identities were first written: ``canonical`` leaves each out at its
 # default, so every kernel that existed before the field keeps its identity key (and label).
-IDENTITY_DEFAULTS: dict[str, int] = {"cta_group": 1, "stages": 2}
+IDENTITY_DEFAULTS: dict[str, int] = {"cta_group": 1, "stages": 2, "wo_run": 1}
+# Consecutive output columns one depthwise thread takes a step (``wo_run``): their taps
+# share X pixels, loaded once (``depthwise.py``); 1 is every kernel before the field.
+WO_RUNS = (1, 2, 4)
 # (tile_m, tile_n, tile_k, warp_m, warp_n): a label's t..-w.. part, a ladder's point
 Geometry = tuple[int, int, int, int, int]
 # LDS stages of the async K loop's ring (``stages``): 2 is the ping-pong of every kernel
@@ -167,7 +170,12 @@ class KernelSpec:
 
     ``stages`` is the async loop's LDS ring: S stages, S - 1 K tiles of copies in flight
     (``kloop.async_k_loop``); 2 is the ping-pong, and the only value of the sync loop
-    (whose own 1 or 2 follows from the LDS, ``sync_stages``)."""
+    (whose own 1 or 2 follows from the LDS, ``sync_stages``).
+
+    ``wo_run`` (depthwise only) is the run of consecutive output columns a thread row takes
+    per CTA step: R positions of one output row, whose X T x (T + R - 1) pixels are loaded
+    once for R x T x T products (stride 1, dilation 1, Wo a multiple of R: ``serves``); a
+    step covers tile_k x R positions (``k_step``). 1: one position, every kernel before."""
 
     target: str
     dtype: str  # A and B
@@ -187,10 +195,16 @@ class KernelSpec:
     ws_replicas: int = 0
     cta_group: int = 1
     stages: int = 2
+    wo_run: int = 1
 
     @property
     def geometry(self) -> Geometry:
         return (self.tile_m, self.tile_n, self.tile_k, self.warp_m, self.warp_n)
+
+    @property
+    def k_step(self) -> int:
+        """Reduction positions one CTA step (a K tile) covers: tile_k, times ``wo_run``."""
+        return self.tile_k * self.wo_run
 
     @property
     def tile(self) -> Tile:
@@ -251,8 +265,10 @@ class KernelSpec:
         wsr = f"-wsr{self.ws_replicas}" if self.ws_replicas else ""
         order = f"-g{self.cta_group}" if self.cta_group != 1 else ""
         ring = f"-s{self.stages}" if self.stages != 2 else ""
+        run = f"-r{self.wo_run}" if self.wo_run != 1 else ""
         return (f"{self.target}-{self.dtype}{dw}-{geometry_tag(self.geometry)}"
-                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}{order}{ring}")
+                f"-{vec}-{self.k_loop}-{self.epilogue}-{self.reduction}{wsr}{order}{ring}"
+                f"{run}")
 
     @staticmethod
     def from_dict(d: dict) -> KernelSpec:
@@ -276,7 +292,7 @@ _LABEL = re.compile(
     r"-t(?P<tm>\d+)x(?P<tn>\d+)x(?P<tk>\d+)-w(?P<wm>\d+)x(?P<wn>\d+)"
     r"-(?:v(?P<va>\d+)x(?P<vb>\d+))?(?:c(?P<ca>\d+)x(?P<cb>\d+))?"
     r"-(?P<k_loop>[a-z_]+)-(?P<epilogue>[a-z]+)-(?P<reduction>[a-z_]+?)(?:-wsr(?P<wsr>\d+))?"
-    r"(?:-g(?P<grp>\d+))?(?:-s(?P<stg>\d+))?$"
+    r"(?:-g(?P<grp>\d+))?(?:-s(?P<stg>\d+))?(?:-r(?P<run>\d+))?$"
 )
 
 
@@ -306,13 +322,17 @@ def from_label(label: str) -> KernelSpec:
     if stg is not None and (str(int(stg)) != stg or int(stg) < 3):
         raise ValueError(f"not a kernel label: {label!r} (two LDS stages have no -s part; "
                          "a deeper async ring is -s<stages>, e.g. -s3)")
+    run = g["run"]
+    if run is not None and (str(int(run)) != run or int(run) < 2):
+        raise ValueError(f"not a kernel label: {label!r} (one column a step has no -r part; "
+                         "a run of output columns is -r<columns>, e.g. -r2)")
     return KernelSpec(
         target=g["target"], dtype=g["dtype"], dw_dtype=g["dw"] or g["dtype"],
         tile_m=num("tm"), tile_n=num("tn"), tile_k=num("tk"), warp_m=num("wm"), warp_n=num("wn"),
         vec_a=num("va"), vec_b=num("vb"), chunk_a=num("ca"), chunk_b=num("cb"),
         k_loop=g["k_loop"], epilogue=g["epilogue"], reduction=g["reduction"],
         ws_replicas=num("wsr"), cta_group=int(grp) if grp is not None else 1,
-        stages=int(stg) if stg is not None else 2,
+        stages=int(stg) if stg is not None else 2, wo_run=int(run) if run is not None else 1,
     )
 
 
@@ -659,6 +679,11 @@ def _names_ok(spec: KernelSpec, target: Target, limits: Limits | None) -> tuple[
                                  ("reduction", spec.reduction, REDUCTIONS)):
         if value not in allowed:
             return False, f"{name} {value!r} not one of {allowed}"
+    if spec.wo_run not in WO_RUNS:
+        return False, f"wo_run {spec.wo_run} not one of {WO_RUNS}"
+    if spec.wo_run != 1 and spec.k_loop != DEPTHWISE:
+        return False, (f"a run of output columns (wo_run {spec.wo_run}) is the depthwise "
+                       "kernel's alone")
     return True, ""
 
 

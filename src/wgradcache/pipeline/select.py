@@ -338,7 +338,7 @@ def cost_terms(spec: KernelSpec, problem: ConvProblem, slice_k: int,
     ctas = grid[0] * grid[1] * grid[2]
     per_cu = resident or RESIDENT_CTAS
     rounds = -(-ctas // (per_cu * t.cu_count))
-    k_tiles = -(-slice_k // spec.tile_k)
+    k_tiles = -(-slice_k // spec.k_step)
     if is_direct(spec):  # no MMA, no LDS in its loop (k_tiles: its CTA steps)
         (per_tile, epilogue), lds_per_tile = _direct_slots(spec), 0
     else:
@@ -386,8 +386,10 @@ def operand_sectors_per_k_tile(spec: KernelSpec, problem: ConvProblem) -> int:
         if is_small_c(spec):  # dY: tile_n output channels; X: C (<= 4) channels a tap
             return spec.tile_k * (sectors(min(spec.tile_n, problem.K))
                                   + taps * sectors(problem.cpg))
-        n = min(spec.tile_n, problem.C)
-        return spec.tile_k * (1 + taps) * sectors(n)
+        n = min(spec.tile_n, problem.C)  # a run: R dY vectors, T x (T + R - 1) pixels
+        run = spec.wo_run
+        pixels = taps if run == 1 else problem.Y * (problem.X + run - 1)
+        return spec.tile_k * (run + pixels) * sectors(n)
     m, n = min(spec.tile_m, problem.wg_M), min(spec.tile_n, problem.wg_N)
     run = min(problem.cpg, n)
     return spec.tile_k * (sectors(m) + -(-n // run) * sectors(run))
@@ -408,12 +410,21 @@ DEPTHWISE_CHANNEL_SLOTS = 3
 DEPTHWISE_ELEMENT_SLOTS = 40
 
 
+# A run of R > 1 output columns (``KernelSpec.wo_run``) adds per further column its dY
+# load (address, bound, load, convert), per tap row one more pixel (a tap's slots and a
+# convert per channel) and per tap and channel one FMA. Set to the sm_90 main loops
+# (12-07, compile: 3x3 v4 208 -> 479 instructions at R 4, 3x3 v8 298 -> 441 at R 2, 5x5 v4
+# 498 -> 704 at R 2, 5x5 v2 446 -> 739 at R 4; the formula gives 501, 485, 773, 799).
+DEPTHWISE_RUN_SLOTS = 8
+
+
 def depthwise_issue_per_step(spec: KernelSpec) -> int:
-    """Warp instructions of one CTA step (one reduction position per thread) of a
-    depthwise kernel."""
-    taps = spec.tile_m * spec.tile_m
+    """Warp instructions of one CTA step (one reduction position, or one run of ``wo_run``
+    columns, per thread) of a depthwise kernel."""
+    t, vec, more = spec.tile_m, spec.vec_b, spec.wo_run - 1
     return (DEPTHWISE_POSITION_SLOTS
-            + taps * (DEPTHWISE_TAP_SLOTS + DEPTHWISE_CHANNEL_SLOTS * spec.vec_b))
+            + t * t * (DEPTHWISE_TAP_SLOTS + DEPTHWISE_CHANNEL_SLOTS * vec)
+            + more * (DEPTHWISE_RUN_SLOTS + t * (DEPTHWISE_TAP_SLOTS + vec) + t * t * vec))
 
 
 # The direct small-C kernel (``wgrad/small_c.py``), per thread and reduction position: the

@@ -111,11 +111,13 @@ def _depthwise_probe(spec: KernelSpec, min_k: int):
     channel block (C = tile_n + 2·vec, even: dword pairs of dW; tile_n + vec where 2·vec
     fills a block, as 8-channel vectors do 16-channel ones), padding, the spec's filter
     up to 3x3, batch 1, and N·Ho·Wo = hw² at least 49 and ``min_k``, with a tail of its CTA
-    step (tile_k) where the step has one (Ho = Wo = hw)."""
+    step (``k_step``) where the step has one (Ho = Wo = hw, a multiple of its run of output
+    columns)."""
     from wgradcache.model.problem import ConvProblem
 
     hw = 7
-    while hw * hw < min_k or (spec.tile_k > 1 and hw * hw % spec.tile_k == 0):
+    while (hw * hw < min_k or hw % spec.wo_run
+           or (spec.k_step > 1 and hw * hw % spec.k_step == 0)):
         hw += 1
     c = spec.tile_n + 2 * spec.vec_b
     if c % spec.tile_n == 0:

@@ -164,17 +164,20 @@ def _direct_loop(spec: KernelSpec, isa: dict, need: Callable[[bool, str], None])
     """A direct kernel's main loop (``wgrad/direct.py``): no MMA, no async copy, no
     barrier (its one barrier follows the loop), and per step each thread's loads: its dY
     vector and, per compiled tap, one X vector (depthwise) or the pixel's Cc = vec_b
-    channels as scalars (small-C)."""
+    channels as scalars (small-C); a depthwise run of R output columns (``wo_run``) R dY
+    vectors and T x (T + R - 1) X vectors, each pixel of a tap row once."""
     dk = direct_kind(spec)
     kind, per_tap = dk.name, dk.per_tap
     need(isa.get("mma", 0) == 0, f"{isa.get('mma', 0)} MMA instructions in a {kind} kernel")
     need(isa.get("async_copies", 0) == 0, f"the {kind} loop issues async copies")
     got = isa.get("main_loop_barriers", 0)
     need(got == 0, f"{kind} loop takes {got} barriers per step, not 0")
-    loads = 1 + spec.tile_m * spec.tile_m * per_tap
+    run = spec.wo_run
+    loads = run + spec.tile_m * (spec.tile_m + run - 1) * per_tap
     have = isa.get("main_loop_global_loads", 0)
     taps = f"{spec.tile_m}x{spec.tile_m} taps" + ("" if per_tap == 1 else f" of {per_tap} "
                                                                           "channels")
+    taps += "" if run == 1 else f" over runs of {run} columns"
     need(have == loads, f"{have} global loads per {kind} step, its {taps} make {loads}")
 
 

@@ -65,7 +65,8 @@ def _gemm_serves(spec: KernelSpec, p: ConvProblem, degree: int | None) -> tuple[
 def _depthwise_serves(spec: KernelSpec, p: ConvProblem, degree: int | None
                       ) -> tuple[bool, str]:
     """The direct depthwise kernel (``wgrad/depthwise.py``): one channel per group, a
-    filter within its compiled taps, whole channel vectors, dword pairs of dW for a packed
+    filter within its compiled taps, whole channel vectors, a run of output columns only
+    where its pixels are shared (``KernelSpec.wo_run``), dword pairs of dW for a packed
     atomic, and grid z = the split degree alone."""
     if not p.groups == p.C == p.K:
         return False, (f"the depthwise kernel needs groups = C = K (got groups={p.groups}, "
@@ -75,6 +76,10 @@ def _depthwise_serves(spec: KernelSpec, p: ConvProblem, degree: int | None
                        "taps")
     if p.C % spec.vec_b:
         return False, f"vec_b {spec.vec_b} does not divide C={p.C}"
+    if spec.wo_run != 1 and (p.stride != 1 or p.dilation != 1 or p.Wo % spec.wo_run):
+        return False, (f"a run of {spec.wo_run} output columns shares its pixels at stride 1 "
+                       f"and dilation 1 with Wo a multiple of it (got stride {p.stride}, "
+                       f"dilation {p.dilation}, Wo {p.Wo})")
     if spec.reduction == "atomic" and spec.dw_dtype != "fp32" and p.C * p.Y * p.X % 2:
         return False, (f"packed {spec.dw_dtype} atomics write dword pairs: C*Y*X="
                        f"{p.C * p.Y * p.X} is odd")

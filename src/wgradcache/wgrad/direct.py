@@ -87,9 +87,15 @@ def stream(d: DirectKernel, spec: KernelSpec, px_chan: Value | None, per_tap: in
     row and d·C·eb per column (adds on the position's own offset, a few uniform values: the
     MFMA targets spilled SGPRs holding one per tap). A tap past the problem's Y x X is
     computed all the same and never stored (its dW element does not exist:
-    ``reduce_and_write`` stores Y·X taps per channel)."""
+    ``reduce_and_write`` stores Y·X taps per channel).
+
+    A run of R = ``spec.wo_run`` > 1 output columns a row (depthwise; ``serves``: stride
+    1, dilation 1, R | Wo): row r of step i takes positions k0 .. k0 + R − 1, k0 = k_begin
+    + i·tile_k·R + r·R, one output row (k_begin, the slice width and wg_K are multiples of
+    R, so a run is whole or past the slice); tap row y reads its T + R − 1 pixels once, and
+    column c feeds the products of every (j, x) with j + x = c."""
     kb, a = d.kb, d.a
-    taps, vec, eb = spec.tile_m, spec.vec_a, elem_bytes(spec.dtype)
+    taps, vec, eb, run = spec.tile_m, spec.vec_a, elem_bytes(spec.dtype), spec.wo_run
     acc_t = f32.vec(vec) if vec > 1 else f32
     past = kb.const(INVALID_OFFSET, i32)
     col_step = kb.mul(kb.mul(a["dilation"], a["C"]), eb)
@@ -97,40 +103,46 @@ def stream(d: DirectKernel, spec: KernelSpec, px_chan: Value | None, per_tap: in
     zero = kb.const(0.0, acc_t)
     # the steps are the CTA's (a uniform loop: a scalar branch, no exec-mask loop); the
     # last one's rows past the slice are invalid positions
-    with kb.for_(d.k_begin, d.k_end, spec.tile_k, carried=[zero] * (taps * taps * per_tap)
+    with kb.for_(d.k_begin, d.k_end, spec.k_step, carried=[zero] * (taps * taps * per_tap)
                  ) as lp:
-        k = kb.add(lp.index, d.row)
+        k = kb.add(lp.index, d.row if run == 1 else kb.mul(d.row, run))
         valid = kb.and_(d.chan_ok, kb.icmp("slt", k, d.k_end))
         img, _, _, hs, ws = pixel(kb, a, k)
-        # dY is NHWK over (Ho, Wo): position k's channel c is element k·K + c
-        dy_off = kb.select(valid, kb.mul(kb.add(kb.mul(k, a["K"]), d.chan), eb), past)
-        dy = kb.convert(kb.bounded_load(a["dy_ptr"], dy_off, a["dy_bytes"], vec,
-                                        align=vec * eb), acc_t)
+        dys = []
+        for j in range(run):
+            kj = k if j == 0 else kb.add(k, j)
+            # dY is NHWK over (Ho, Wo): position k's channel c is element k·K + c
+            dy_off = kb.select(valid, kb.mul(kb.add(kb.mul(kj, a["K"]), d.chan), eb), past)
+            dys.append(kb.convert(kb.bounded_load(a["dy_ptr"], dy_off, a["dy_bytes"], vec,
+                                                  align=vec * eb), acc_t))
         h0, w0 = kb.sub(hs, a["pad"]), kb.sub(ws, a["pad"])
         px = kb.mul(kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), h0), a["W"]), w0), a["C"])
         px = px if px_chan is None else kb.add(px, px_chan)
         hy, wx = [h0], [w0]
-        for _ in range(1, taps):
-            hy.append(kb.add(hy[-1], a["dilation"]))
+        for i in range(1, taps + run - 1):
+            if i < taps:
+                hy.append(kb.add(hy[-1], a["dilation"]))
             wx.append(kb.add(wx[-1], a["dilation"]))
         # a tap's bound as an integer mask (INVALID_OFFSET or 0) of its row and column, not
         # a predicate: ptxas spilled a 5x5 kernel's T + T predicates live across the taps
         bad_rows = [kb.select(kb.and_(valid, kb.icmp("ult", h, a["H"])), 0, past) for h in hy]
         bad_cols = [kb.select(kb.icmp("ult", w, a["W"]), 0, past) for w in wx]
-        nxt = []
+        acc = list(lp.carried)
         row_off = kb.mul(px, eb)
         for y in range(taps):
             off = row_off
-            for x in range(taps):
+            for c in range(taps + run - 1):
                 # valid: the offset (< 2^31); else INVALID_OFFSET exactly (umin of a value
                 # with bit 31 set), never an offset near 2^32 that an access could wrap past
-                at = kb.umin(kb.or_(off, kb.or_(bad_rows[y], bad_cols[x])), past)
-                first = (y * taps + x) * per_tap
-                for j, xv in enumerate(read_x(kb, a, at, acc_t)):
-                    nxt.append(kb.fma(dy, xv, lp.carried[first + j]))
+                at = kb.umin(kb.or_(off, kb.or_(bad_rows[y], bad_cols[c])), past)
+                xs = read_x(kb, a, at, acc_t)
+                for x in range(max(0, c - run + 1), min(taps, c + 1)):
+                    first = (y * taps + x) * per_tap
+                    for i, xv in enumerate(xs):
+                        acc[first + i] = kb.fma(dys[c - x], xv, acc[first + i])
                 off = kb.add(off, col_step)
             row_off = kb.add(row_off, row_step)
-        lp.yield_(*nxt)
+        lp.yield_(*acc)
     return list(lp.results)
 
 

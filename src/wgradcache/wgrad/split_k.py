@@ -118,7 +118,7 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
             raise ValueError(f"{spec.label()} has no split-K reduction: degree {split_k} "
                              "needs an atomic or two-stage kernel")
         return _plan(spec, p, 1, "none", "fixed")
-    k_tiles = -(-p.wg_K // spec.tile_k)
+    k_tiles = -(-p.wg_K // spec.k_step)
     z_groups = _z_groups(spec, p)
     if split_k is not None:
         if z_groups * split_k > MAX_GRID_Z:
@@ -146,7 +146,7 @@ def plan_split_k(spec: KernelSpec, problem: ConvProblem, *, split_k: int | None 
     else:
         degree = xcd_snap(min(max(1, fill // base), cap), base, size.xcd_count, cap)
     # no empty slices on an automatic split: the same slice width with fewer CTAs
-    width = slice_width(p.wg_K, spec.tile_k, degree)
+    width = slice_width(p.wg_K, spec.k_step, degree)
     degree = max(1, -(-p.wg_K // width))
     return _plan(spec, p, degree, red, "auto")
 
@@ -190,7 +190,7 @@ def _plan(spec: KernelSpec, p: ConvProblem, degree: int, reduction: str,
     if reduction == "two_stage":
         replicas = spec.ws_replicas or DEFAULT_WS_REPLICAS
         ws = p.groups * replicas * p.wg_M * p.wg_N * 4
-    return SplitPlan(degree=degree, slice_k=slice_width(p.wg_K, spec.tile_k, degree),
+    return SplitPlan(degree=degree, slice_k=slice_width(p.wg_K, spec.k_step, degree),
                      reduction=reduction,
                      grid=(n_tiles, m_tiles, _z_groups(spec, p) * degree),
                      workspace_bytes=ws, ws_replicas=replicas, source=source)
