@@ -6,11 +6,15 @@
 #         then the eight depthwise layers against cuDNN per dtype: select's top 6 plus
 #         the 12 best-ranked wide-vector kernels (speed-DTYPE.txt/json);
 #   tune  tune by graph replay over layers/reference.yaml, each dtype of $TUNE_DTYPES
-#         (select's top $TUNE_TOP a layer); a stopped run resumes (tune-DTYPE.txt/json).
+#         (select's top $TUNE_TOP a layer); a stopped run resumes (tune-DTYPE.txt/json);
+#   runs  the depthwise kernels with runs of output columns (devcache/dwruns.tar.xz, 36
+#         sm_90 entries): their numerics, then the depthwise layers against cuDNN on
+#         devcache/sm90-tuned.tar.xz (the walk with this session's tune rows, so select's
+#         top 6 are the measured best) with the 12 best-ranked run kernels beside them.
 # Run from the repo root with $OUT set, .whl carried.
 . benchmarks/device_env.sh
-unpack full sm90-full
-D=/tmp/full/cache
+case " ${STEPS:-dw} " in *" runs "*) unpack tuned sm90-tuned; D=/tmp/tuned/cache ;;
+  *) unpack full sm90-full; D=/tmp/full/cache ;; esac
 for step in ${STEPS:-dw}; do
 case $step in
 dw)
@@ -20,6 +24,16 @@ dw)
     > $OUT/verify.txt 2>&1
   echo "verify exit $?" >> $OUT/verify.txt; tail -n 2 $OUT/verify.txt
   DTYPES=${DTYPES:-fp16 bf16} dw_speed 't5x[0-9]+x[0-9]+-w4x1-v4x4-depthwise|v8x8-depthwise' 12
+  ;;
+runs)
+  unpack dwruns dwruns
+  timeout ${VERIFY_TIMEOUT:-120} python3 -m wgradcache verify --from-cache --cache-dir \
+    /tmp/dwruns/cache --target sm_90 --level numerics --device cuda --no-reproduce \
+    > $OUT/verify-runs.txt 2>&1
+  echo "verify exit $?" >> $OUT/verify-runs.txt; tail -n 2 $OUT/verify-runs.txt
+  cp -rn /tmp/dwruns/cache/sm_90/entries/. $D/sm_90/entries/
+  cp -rn /tmp/dwruns/cache/sm_90/blobs/. $D/sm_90/blobs/
+  DTYPES=${DTYPES:-fp16 bf16} dw_speed '-r[24]$' 12
   ;;
 tune)
   for dt in ${TUNE_DTYPES:-fp16 bf16}; do
