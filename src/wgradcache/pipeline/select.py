@@ -369,13 +369,13 @@ def operand_sectors_per_k_tile(spec: KernelSpec, problem: ConvProblem) -> int:
     useful N columns (cpg channels each, contiguous in NHWC); a direct kernel reads per
     position its channel block of dY and of X at each tap. Why: the issue slots count a
     vector load as one slot whatever it moves, so a GEMM tile on a depthwise layer (kpg =
-    cpg = 1: a 32-byte sector for 2 useful bytes) looked cheap, and on the large layers,
-    which run at the rate L2 feeds the SMs (benchmarks/README.md), a tile moving fewer
-    bytes per MAC did not look faster. On the H100's graph-timed rows (12-07, 4320 rows,
-    fp16 and bf16), with the non-negative fit, the held-out ranking (fit on two networks,
-    rank the others' measured launches) met issue 33's goal (85 % within 1.2x of the best,
-    geomean <= 1.10) on 6 of 7 two-network splits, against 1 of 7 without the term
-    (benchmarks/README.md)."""
+    cpg = 1: a 32-byte sector for 2 useful bytes) looked cheap, and a tile moving fewer
+    bytes per MAC did not look faster (each byte passes L2 and the SM's L1/shared-memory
+    path, which Nsight Compute finds 58-78 % busy on the large layers). On the H100's
+    graph-timed rows (12-07, 4320 rows, fp16 and bf16), with the non-negative fit, the
+    held-out ranking (fit on two networks, rank the others' measured launches) met issue
+    33's goal (85 % within 1.2x of the best, geomean <= 1.10) on 6 of 7 two-network splits,
+    against 1 of 7 without the term (benchmarks/README.md)."""
     eb = elem_bytes(spec.dtype)
 
     def sectors(n: int) -> int:
