@@ -369,7 +369,7 @@ def _direct(r: NodeReader, top: dict, key: str, rngs: tuple[tuple[int, int], ...
             short = n == len(rngs) - 1
         e = _int_row(r, item, field, rngs[:-1] if short else rngs,
                      names[:-1] if short else names)
-        vec_at = len(names) - 2 if optional_last else len(names) - 1
+        vec_at = names.index("vec")
         if e[vec_at] not in VEC_WIDTHS:
             raise r.fail(item, f"{field}[{vec_at}]", f"vec {e[vec_at]} not one of {VEC_WIDTHS}")
         if short:

@@ -386,10 +386,9 @@ def operand_sectors_per_k_tile(spec: KernelSpec, problem: ConvProblem) -> int:
         if is_small_c(spec):  # dY: tile_n output channels; X: C (<= 4) channels a tap
             return spec.tile_k * (sectors(min(spec.tile_n, problem.K))
                                   + taps * sectors(problem.cpg))
-        n = min(spec.tile_n, problem.C)  # a run: R dY vectors, T x (T + R - 1) pixels
-        run = spec.wo_run
-        pixels = taps if run == 1 else problem.Y * (problem.X + run - 1)
-        return spec.tile_k * (run + pixels) * sectors(n)
+        # per run of R columns (1: a position) R dY vectors and Y x (X + R - 1) pixels
+        pixels = problem.Y * (problem.X + spec.wo_run - 1)
+        return spec.tile_k * (spec.wo_run + pixels) * sectors(min(spec.tile_n, problem.C))
     m, n = min(spec.tile_m, problem.wg_M), min(spec.tile_n, problem.wg_N)
     run = min(problem.cpg, n)
     return spec.tile_k * (sectors(m) + -(-n // run) * sectors(run))

@@ -119,7 +119,7 @@ def stream(d: DirectKernel, spec: KernelSpec, px_chan: Value | None, per_tap: in
         px = kb.mul(kb.add(kb.mul(kb.add(kb.mul(img, a["H"]), h0), a["W"]), w0), a["C"])
         px = px if px_chan is None else kb.add(px, px_chan)
         hy, wx = [h0], [w0]
-        for i in range(1, taps + run - 1):
+        for i in range(1, taps + run - 1):  # interleaved: a run of 1 emits the IR it did
             if i < taps:
                 hy.append(kb.add(hy[-1], a["dilation"]))
             wx.append(kb.add(wx[-1], a["dilation"]))
