@@ -34,7 +34,11 @@ and per MMA, barriers; no VALU, wait or exec-branch counts), all and wide, and n
 
 With ``--cache-dir`` nothing is compiled: the figures are the ``isa`` of every entry of a
 built cache (the whole walk of each target in it; no llvm-mca, no checked-tail figure, as
-entries keep counts, not listings).
+entries keep counts, not listings). ``--layers FILE`` (with ``--cache-dir``) adds the
+"pick" rows: the same figures over the kernel ``select`` ranks first from that cache for
+each layer of FILE (``layers/reference.yaml``) and dtype of ``--dtypes``, each (layer, dtype)'s
+pick that runs MMAs counted once; the direct kernels (depthwise, small-C) run
+FMAs and are counted apart ("pick direct").
 
 Beside instructions per MMA, "essential instr/MMA" counts only what no loop can drop: its
 global loads or async copies, LDS stores and reads, MMAs, barriers and the branch. It
@@ -173,6 +177,27 @@ def from_cache(root: str, targets: list[str]) -> list[dict]:
     return docs
 
 
+def picks(root: str, docs: list[dict], layers_file: str, dtypes: list[str]) -> list[dict]:
+    """The docs of the kernels select ranks first for each layer x dtype, per target of
+    ``docs`` (one doc per pick: a kernel picked twice counts twice, as the layers do).
+    The cache is read once per target and dtype, as ``select.serve`` reads it per call."""
+    from wgradcache.numerics.layers import load_layers
+    from wgradcache.pipeline.select import candidates_from_cache, measurements, select
+
+    by_label = {(d["target"], d["label"]): d for d in docs}
+    layers = load_layers(layers_file)
+    out = []
+    for target in dict.fromkeys(d["target"] for d in docs):
+        for dtype in dtypes:
+            got = candidates_from_cache(root, target, dtype)
+            costs = got.costs(measurements(root, target, None, got.blobs))
+            for layer in layers:
+                ranked = select(target, layer.problem, got.specs, costs=costs)
+                if ranked:
+                    out.append(by_label[(target, ranked[0].spec.label())])
+    return out
+
+
 def _essential(isa: dict) -> int:
     """The main loop's instructions no address or predicate work can remove."""
     return (isa["main_loop_global_loads"] + isa["main_loop_async_copies"]
@@ -224,16 +249,22 @@ FIGURES = (
 )
 
 
-def summary(docs: list[dict]) -> dict[str, dict[str, str]]:
+def summary(docs: list[dict], picked: list[dict] | None = None) -> dict[str, dict[str, str]]:
     """Per target (the WMMA targets first, then the others in the order met), the rows of
-    ``FIGURES`` its kernels have, over all and over the wide-load ones."""
+    ``FIGURES`` its kernels have, over all and over the wide-load ones (and over
+    ``picked``, select's picks, where given)."""
     out: dict[str, dict[str, str]] = {}
     for target in dict.fromkeys([*TARGETS, *(d["target"] for d in docs)]):
         rows = [d for d in docs if d["target"] == target and d["isa"].get("main_loop_mma")]
         if not rows:
             continue
         t: dict[str, str] = {}
-        for name, sel in (("all", rows), ("wide", [d for d in rows if d["wide"]])):
+        mine = [d for d in picked or () if d["target"] == target]
+        sets = [("all", rows), ("wide", [d for d in rows if d["wide"]])]
+        if picked is not None:
+            sets.append(("pick", [d for d in mine if d["isa"].get("main_loop_mma")]))
+            t["pick direct n"] = str(sum(not d["isa"].get("main_loop_mma") for d in mine))
+        for name, sel in sets:
             t[f"{name} n"] = str(len(sel))
             for row, figure, needs in FIGURES:
                 if all(k in d["isa"] for d in rows for k in needs):
@@ -266,7 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", help="write per-kernel figures as JSON")
     ap.add_argument("--before", help="an earlier --save to print beside this run")
     ap.add_argument("--cache-dir", help="read every entry of this built cache, compile nothing")
+    ap.add_argument("--layers", help="with --cache-dir: also the figures of select's pick "
+                    "for each layer of this file")
+    ap.add_argument("--dtypes", default="fp16,bf16", help="the dtypes of --layers' picks")
     args = ap.parse_args(argv)
+    if args.layers and not args.cache_dir:
+        ap.error("--layers needs --cache-dir (select ranks a built cache's entries)")
     targets = args.targets.split(",")
     if args.cache_dir:
         docs = from_cache(args.cache_dir, targets)
@@ -287,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             docs = list(pool.map(measure, *zip(*jobs, strict=True)))
     if args.save:
         Path(args.save).write_text(json.dumps(docs, indent=1, sort_keys=True))
-    now = summary(docs)
+    picked = picks(args.cache_dir, docs, args.layers, args.dtypes.split(",")) \
+        if args.layers else None
+    now = summary(docs, picked)
     before = summary(json.loads(Path(args.before).read_text())) if args.before else {}
     for target, rows in now.items():
         print(f"\n{target}  (min median max)")

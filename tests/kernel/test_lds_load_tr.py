@@ -79,11 +79,13 @@ def test_ldmatrix_x4_trans_lane_map():
             assert got[32 * w + lane].tolist() == want, (w, lane)
 
 
+@pytest.mark.parametrize("operand", ("a", "b"))
 @pytest.mark.parametrize("name", sorted(mma.TRANSPOSED_READS))
-def test_a_transposing_read_of_a_k_outer_tile_gives_the_form_s_fragment(name):
-    """Each lane addresses the row ``addressed`` names (+ the read's k offset); what it
-    receives must be, slot for slot, the (row, k) that ``a_map`` of the form assigns it:
-    the generator's K-outer fragments are the atom's operands exactly."""
+def test_a_transposing_read_of_a_k_outer_tile_gives_the_form_s_fragment(name, operand):
+    """Each lane addresses the row ``addressed`` names for the operand (+ the read's k
+    offset); what it receives, in the operand's slot order (``slots``), must be, slot for
+    slot, the (row, k) that ``a_map`` of the form assigns it: the generator's K-outer
+    fragments are the atom's operands exactly."""
     read = mma.transposed_read(name)
     lay = mma.layout(read.form)
     kb = KernelBuilder("frag", 32)
@@ -96,18 +98,35 @@ def test_a_transposing_read_of_a_k_outer_tile_gives_the_form_s_fragment(name):
         k, col = kb.udiv(e, pitch), kb.urem(e, pitch)
         kb.store(kb.gep(lds, e), kb.trunc(kb.add(kb.mul(k, 64), col), i16))
     kb.barrier()
-    k_row, col = read.addressed(np.arange(32))
+    k_row, col = read.addressed(np.arange(32), operand)
     base = [int(r) * pitch + int(c) for r, c in zip(k_row, col, strict=True)]
     table = kb.arg("base", ptr(i32))
     at = kb.load(kb.gep(table, tid))
     for j, k_off in enumerate(read.k_reads):
         v = kb.lds_load_tr(kb.gep(lds, kb.add(at, k_off * pitch)), name)
+        if read.slots(operand):
+            v = kb.shuffle(v, v, read.slots(operand))
         kb.store(kb.gep(out, kb.add(kb.mul(tid, 8 * len(read.k_reads)), 8 * j)), v, align=16)
     got = np.zeros((32, 8 * len(read.k_reads)), np.int16)
     emulate(kb.finish(), (1, 1, 1), {"out": got, "base": np.asarray(base, np.int32)})
     lane = np.arange(32)[:, None]
     row, k = lay.a_map(lane, np.arange(lay.ab_elems)[None, :])
     assert np.array_equal(got, np.broadcast_to(64 * k + row, got.shape))
+
+
+def test_ldmatrix_a_registers_land_in_the_order_the_mma_takes_them():
+    """Why A is addressed apart on sm_90: HMMA reads A as one register quad, so A's four
+    registers (pairs of IR slots, ``MmaIntrinsic.a_regs``) must be the read's registers
+    0-3 in order; B's pairs already are, instruction by instruction. Addressed as B, A's
+    would land a0 a2 a1 a3 (what the old order gave: the move per fragment)."""
+    read = mma.transposed_read("ldmatrix_x4_trans")
+    intr = mma.intrinsic(read.form, "f16")
+    order = read.slots("a")
+    assert [tuple(order[s] for s in pair) for pair in intr.a_regs] == \
+        [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert [pair for regs in intr.b_regs for pair in regs] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert [intr.a_regs[i] for i in (0, 2, 1, 3)] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert read.bits("a") == (4, 3) and read.bits("b") == (3, 4)
 
 
 @pytest.mark.parametrize("read", sorted(mma.TRANSPOSED_READS))

@@ -356,6 +356,11 @@ class TransposedRead:
     elem_map: Callable  # lane -> the element (column, 0-7) of that row it receives
     source: str
     secondary_only: bool  # no vendor document states the lane map (say so in ``show``)
+    # A's own (row_bit, col_bit) where the MMA takes A's registers in another order than
+    # the read lands B's, and ``a_slots``: the IR's A slot s is the read's slot a_slots[s]
+    # (a shuffle the lowering folds away). Empty: A is addressed and ordered as B.
+    a_bits: tuple[int, int] = ()
+    a_slots: tuple[int, ...] = ()
 
     def provenance(self) -> str:
         """What ``wgradcache show`` says of this read's lane map."""
@@ -371,10 +376,20 @@ class TransposedRead:
         """The element (column, 0-7) of that row lane ``lane`` receives."""
         return self.elem_map(np.asarray(lane))
 
-    def addressed(self, lane):
-        """(k row, first column) lane ``lane`` addresses for read 0 of a fragment."""
+    def bits(self, operand: str) -> tuple[int, int]:
+        """(row_bit, col_bit) of ``operand`` ("a" or "b")."""
+        return self.a_bits if operand == "a" and self.a_bits else (self.row_bit, self.col_bit)
+
+    def slots(self, operand: str) -> tuple[int, ...]:
+        """The read's slot behind each IR slot of ``operand``'s fragment: () for as read."""
+        return self.a_slots if operand == "a" else ()
+
+    def addressed(self, lane, operand: str = "b"):
+        """(k row, first column) lane ``lane`` addresses for read 0 of ``operand``'s
+        fragment."""
         lane = np.asarray(lane)
-        return 8 * ((lane >> self.row_bit) & 1) + (lane & 7), 8 * ((lane >> self.col_bit) & 1)
+        row_bit, col_bit = self.bits(operand)
+        return 8 * ((lane >> row_bit) & 1) + (lane & 7), 8 * ((lane >> col_bit) & 1)
 
 
 TRANSPOSED_READS: dict[str, TransposedRead] = {
@@ -405,16 +420,22 @@ TRANSPOSED_READS: dict[str, TransposedRead] = {
     # DstLayout ((4,8),(16,2,4)):((256,16),(1,128,1024)): thread t, register r, half v holds
     # stored element [2(t%4)+v][t/4] of matrix r (decoded for all 32 lanes: the formula
     # above). Apache TVM's ldmatrix docs agree (lane 8·matrix + row gives the address).
-    # The matrices feed m16n8k16 as a0a1 (k 0-7, m 0-7), a2a3 (k 8-15, m 0-7), a4a5 (k 0-7,
-    # m 8-15), a6a7: lane l addresses k row 8·((l>>3)&1) + l%8 at column 8·(l>>4), one read
-    # per 16x16 fragment, and B's (k, n) the same way.
+    # B's matrices feed m16n8k16 as b0 b1 of instruction 0 (k 0-7, k 8-15 of n 0-7), then
+    # instruction 1's (n 8-15): lane l addresses k row 8·((l>>3)&1) + l%8 at column
+    # 8·(l>>4), one read per 16x16 fragment, registers in the order the MMAs take them.
+    # A's registers go a0 (rows 0-7, k 0-7), a1 (rows 8-15), a2 (rows 0-7, k 8-15), a3, and
+    # HMMA reads them as one aligned quad: addressed as B, the read lands a0 a2 a1 a3 and
+    # ptxas copies every fragment into a quad of its own before each use (110 IMAD.MOV a K
+    # tile, 64 HMMA, in t128x128x32-w4x1-v8x8). So A's lanes 8-15 address rows 8-15 and
+    # 16-23 k 8-15 (row bit 4, column bit 3), and the IR's slots (row g's four k, then row
+    # g+8's) are the read's in the order (0, 1, 4, 5, 2, 3, 6, 7).
     "ldmatrix_x4_trans": TransposedRead(
         "ldmatrix_x4_trans", "m16n8k16", row_bit=3, col_bit=4, k_reads=(0,),
         src_map=lambda lane, slot: 8 * (slot // 2) + 2 * (lane % 4) + slot % 2,
         elem_map=lambda lane: lane // 4,
         source="PTX ISA §9.7.14.5.15 ldmatrix (.x4, .trans; element layout in its figure); "
                "CUTLASS cute copy_traits_sm75.hpp SM75_U16x8_LDSM_T DstLayout",
-        secondary_only=False),
+        secondary_only=False, a_bits=(4, 3), a_slots=(0, 1, 4, 5, 2, 3, 6, 7)),
 }
 
 

@@ -123,11 +123,16 @@ def _tr_lane_bases(ctx: WgradContext, read: mma.TransposedRead) -> tuple[Value, 
     8·((l >> row_bit) & 1) + l % 8 at columns 8·((l >> col_bit) & 1) .. + 7 of the wave's
     sub-tile (gfx1250: row bit 4, the lane group; ldmatrix: row bit 3, column bit 4)."""
     kb = ctx.kb
-    k_row = kb.add(kb.mul(kb.and_(kb.lshr(ctx.lane, read.row_bit), 1), 8),
-                   kb.and_(ctx.lane, 7))
-    col = kb.mul(kb.and_(kb.lshr(ctx.lane, read.col_bit), 1), 8)
-    a = kb.add(kb.mul(k_row, ctx.row_a), kb.add(kb.mul(ctx.wave_m, ctx.sub_m), col))
-    b = kb.add(kb.mul(k_row, ctx.row_b), kb.add(kb.mul(ctx.wave_n, ctx.sub_n), col))
+    addressed: dict[tuple[int, int], tuple[Value, Value]] = {}
+    for operand in ("b", "a"):  # A's bits may differ (TransposedRead.a_bits)
+        bits = read.bits(operand)
+        if bits not in addressed:
+            addressed[bits] = (kb.add(kb.mul(kb.and_(kb.lshr(ctx.lane, bits[0]), 1), 8),
+                                      kb.and_(ctx.lane, 7)),
+                               kb.mul(kb.and_(kb.lshr(ctx.lane, bits[1]), 1), 8))
+    (a_row, a_col), (b_row, b_col) = addressed[read.bits("a")], addressed[read.bits("b")]
+    a = kb.add(kb.mul(a_row, ctx.row_a), kb.add(kb.mul(ctx.wave_m, ctx.sub_m), a_col))
+    b = kb.add(kb.mul(b_row, ctx.row_b), kb.add(kb.mul(ctx.wave_n, ctx.sub_n), b_col))
     return a, kb.add(b, ctx.b_offset)
 
 
@@ -158,7 +163,7 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
     align = _fragment_align(ctx) if ctx.k_contiguous else 0
     tr = _tr_read(ctx)
     for ks in range(sp.tile_k // lay.k):
-        def frag(base: Value, row: int, first: int, ks: int = ks) -> Value:
+        def frag(base: Value, row: int, first: int, operand: str, ks: int = ks) -> Value:
             # one run of ``lay.run`` k values (lds_k_order) per row block of the fragment;
             # ``first``: the atom's first row (A) or column (B) in the wave's sub-tile
             if ctx.k_contiguous:
@@ -168,11 +173,13 @@ def mma_tile(ctx: WgradContext, a_base: Value, b_base: Value, accs: list[Value])
             if tr is not None:  # base: _tr_lane_bases; one read per k offset of tr
                 reads = [kb.lds_load_tr(kb.gep(base, (ks * lay.k + j) * row + first), tr.name)
                          for j in tr.k_reads]
-                return reads[0] if len(reads) == 1 else kb.concat(*reads)
+                got = reads[0] if len(reads) == 1 else kb.concat(*reads)
+                order = tr.slots(operand)  # the IR's slot order where the read's differs
+                return kb.shuffle(got, got, order) if order else got
             return kb.vec(*(kb.load(kb.gep(base, (ks * lay.k + k) * row + first + r))
                             for r in lay.row_offsets for k in lay.k_offsets))
-        a_frags = [frag(a_base, ctx.row_a, i * lay.m) for i in range(am)]
-        b_frags = [frag(b_base, ctx.row_b, j * lay.n) for j in range(an)]
+        a_frags = [frag(a_base, ctx.row_a, i * lay.m, "a") for i in range(am)]
+        b_frags = [frag(b_base, ctx.row_b, j * lay.n, "b") for j in range(an)]
         for i in range(am):
             for j in range(an):
                 accs[i * an + j] = kb.mma(lay.form, a_frags[i], b_frags[j], accs[i * an + j])
