@@ -4,11 +4,14 @@
 # of the layer (devcache/sm90-tuned.tar.xz), each profiled three ways: the tables
 # (shared-memory wavefronts and bank conflicts, instruction mix, warp states), the same
 # with --print-details all (the stall reasons), and the two bank-conflict counters.
+# $NCU_CACHE: the tarball under devcache/ (default sm90-tuned; sm90-aorder: the kernels
+# with A read in the MMA's register order, whose top 40 the fit ranks).
 . benchmarks/device_env.sh
-unpack tuned sm90-tuned
+C=${NCU_CACHE:-sm90-tuned}
+unpack $C $C
 T="python3 -m wgradcache tune --target sm_90 --layers layers/reference.yaml --dtype fp16 \
   --layer vgg16/conv3_x --top 40 --iters 1 --batch 1 --warmup 0 --spin 0 --remeasure \
-  --cache-dir /tmp/tuned/cache"
+  --cache-dir /tmp/$C/cache"
 S="--section MemoryWorkloadAnalysis_Tables --section InstructionStats --section WarpStateStats \
   --section SourceCounters --section SpeedOfLight"
 for k in t128x128x32_w2x4_c16x16_async_default_atomic_g8 t128x128x32_w4x1_v8x8_sync_default_atomic \

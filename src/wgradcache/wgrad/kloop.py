@@ -28,10 +28,11 @@ Fragment reads, per loop:
   (``mma.TRANSPOSED_READS``); targets without it read each element at 16 bits.
 * sync, sm_90 (``Target.sync_k_outer``): K-outer LDS as in the async loop, each loaded
   vector stored as it came (a 16-byte row segment, adjacent lanes adjacent segments: no
-  bank conflict), fragments read by ``ldmatrix.x4.trans``, one per 16x16 fragment (lane
-  l addresses k row 8·((l >> 3) & 1) + l % 8 at columns 8·(l >> 4) ..; rows of tile_mn + 8
-  elements, an odd multiple of 16 bytes, so each 8x8 matrix's 8 rows hit 8 distinct
-  4-bank groups). Why not the K-contiguous route there: its register transpose stores each
+  bank conflict), fragments read by ``ldmatrix.x4.trans``, one per 16x16 fragment (B's
+  lane l addresses k row 8·((l >> 3) & 1) + l % 8 at columns 8·(l >> 4) ..; A's swaps the
+  two bits, so its four registers land in the order HMMA takes its A quad: no move per
+  fragment, ``mma.TransposedRead.a_bits``; rows of tile_mn + 8 elements, an odd multiple
+  of 16 bytes, so each 8x8 matrix's 8 rows hit 8 distinct 4-bank groups). Why not the K-contiguous route there: its register transpose stores each
   lane's k run into rows ``width`` apart, a multiple of 128 bytes across a warp, and on the
   H200 those stores took 24 wavefronts each (Nsight Compute on l3.conv2: 10.9 M store
   wavefronts against 2.7 M for the reads; benchmarks/README.md); and the K-outer stage is
@@ -121,7 +122,9 @@ def _tr_lane_bases(ctx: WgradContext, read: mma.TransposedRead) -> tuple[Value, 
     """Per-lane element index, in the K-outer A and B tiles, of the row this lane addresses
     for atom (0, 0), k-step 0, read 0 (``TransposedRead.addressed``): k row
     8·((l >> row_bit) & 1) + l % 8 at columns 8·((l >> col_bit) & 1) .. + 7 of the wave's
-    sub-tile (gfx1250: row bit 4, the lane group; ldmatrix: row bit 3, column bit 4)."""
+    sub-tile (gfx1250: row bit 4, the lane group; ldmatrix: row bit 3, column bit 4 for B,
+    the other way round for A). Each distinct (row_bit, col_bit) is computed once, so a
+    target whose A and B agree emits the IR it did before A could differ."""
     kb = ctx.kb
     addressed: dict[tuple[int, int], tuple[Value, Value]] = {}
     for operand in ("b", "a"):  # A's bits may differ (TransposedRead.a_bits)
