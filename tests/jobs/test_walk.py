@@ -145,10 +145,11 @@ def test_sm90_measured_stack_frame_exclusions():
     assert all(d.limits_for(t).exclude == () for t in ("gfx1250", "gfx942", "gfx950"))
     specs = list(_gemm(walk("sm_90")))
     # 2026-12-06: sm_90's own ladder (256-wide tiles, 128 accumulators, dynamic shared)
-    assert len(specs) + 132 + 28 == sum(sum(v.values()) for v in count("sm_90").values()) == 3226
+    # 2026-12-08: - 16 async kernels of the two exclude_async entries
+    assert len(specs) + 132 + 28 == sum(sum(v.values()) for v in count("sm_90").values()) == 3210
     # + 360 grouped (cta_orders), + 320 deeper async rings (stages)
     row_major = [s for s in specs if s.cta_group == 1 and s.stages == 2]
-    assert len(row_major) == 2386 and sum(s.k_loop == "sync" for s in row_major) == 2034
+    assert len(row_major) == 2370 and sum(s.k_loop == "sync" for s in row_major) == 2034
     got = {(*s.geometry, s.vec_a, s.vec_b) for s in specs}
     assert not got & ex
     # the neighbours that compile clean are walked, the three re-admitted ones among them
@@ -162,6 +163,34 @@ def test_sm90_measured_stack_frame_exclusions():
         False, "sm_90 keeps a stack frame for this geometry with vec pair (8, 1) (measured; "
                "geometries.yaml filters exclude it)")
     assert validate(bad, limits=None) == (True, "")  # a budget, not correctness
+    assert validate(s, limits=d.limits_for("sm_90")) == (True, "")
+
+
+def test_sm90_measured_async_stack_frame_exclusions():
+    """The async (geometry, chunk pair)s whose kernels keep a stack frame (2026-12-08, A read
+    in the MMA's register order): every variant and dtype of them left out (16 jobs), their
+    other chunk pair and the sync kernels of the same geometries walked, an excluded spec
+    refused by the validator with the reason, and no other target excludes any."""
+    import dataclasses
+
+    d = default_jobdata()
+    ex = {(64, 32, 32, 2, 1, 4, 4), (32, 64, 64, 2, 2, 4, 4)}
+    assert set(d.limits_for("sm_90").exclude_async) == ex
+    assert all(d.limits_for(t).exclude_async == () for t in kernel_target_names()
+               if t != "sm_90")
+    specs = list(_gemm(walk("sm_90")))
+    asyncs = {(*s.geometry, s.chunk_a, s.chunk_b) for s in specs if s.k_loop == "async"}
+    assert not asyncs & ex
+    geos = {g[:5] for g in ex}
+    assert {(*g, 16, 16) for g in geos} <= asyncs
+    assert geos <= {s.geometry for s in specs if s.k_loop == "sync"}
+    s = next(s for s in specs if (*s.geometry, s.chunk_a, s.chunk_b) == (64, 32, 32, 2, 1, 16, 16)
+             and s.dtype == "fp16" and s.variant == "async.default.none")
+    bad = dataclasses.replace(s, chunk_a=4, chunk_b=4)
+    assert validate(bad, limits=d.limits_for("sm_90")) == (
+        False, "sm_90 keeps a stack frame for this geometry with async chunk pair (4, 4) "
+               "(measured; geometries.yaml filters exclude_async it)")
+    assert validate(bad, limits=None) == (True, "")
     assert validate(s, limits=d.limits_for("sm_90")) == (True, "")
 
 
@@ -198,7 +227,7 @@ def test_grouped_orders_are_the_wide_tiles_of_the_targets_named():
     # two-stage, 64 accumulators; 14 on gfx1151: no 16-bit atomic, 32 accumulators, no
     # two-stage) and 28 small-C (16 on gfx1201: 64 accumulators; 4 on gfx1151)
     assert totals == {"gfx1250": (2672, 0), "gfx1201": (816, 0), "gfx1151": (282, 0),
-                      "gfx950": (1452, 0), "gfx942": (1032, 0), "sm_90": (3226, 520)}
+                      "gfx950": (1452, 0), "gfx942": (1032, 0), "sm_90": (3210, 520)}
 
 
 def test_deeper_rings_are_the_wide_async_jobs_of_the_targets_named():

@@ -153,8 +153,12 @@ _SMALL_C_RANGES = (DEPTHWISE_TAPS, SMALL_C_CHANNELS, TILE_RANGE, (1, 64), _VEC_R
 # Optional ladders per wave size: the key and the wave size its targets have.
 _WAVE_LADDERS = {"ladder_wave64": 64}
 _LIMIT_FIELDS = tuple(LIMIT_RANGES)
-# A target's measured exclusions: [tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b].
+# A target's measured exclusions: [tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b]
+# of the sync loop, and [.., chunk_a, chunk_b] (bytes) of the async one.
 _EXCLUDE = "exclude"
+_EXCLUDE_ASYNC = "exclude_async"
+_EXCLUDES = {_EXCLUDE: ("vec_a", "vec_b", _VEC_RANGE),
+             _EXCLUDE_ASYNC: ("chunk_a", "chunk_b", _CHUNK_RANGE)}
 MAX_EXCLUDE = 64
 # Grouped CTA orders per target: tile-rows per group (1 is the row-major order every job
 # has), at most MAX_CTA_GROUPS of them, each adding one job per job of the tiles it covers.
@@ -251,13 +255,15 @@ def _ladder(r: NodeReader, node: yaml.Node, key: str = "ladder"
             for a in _LADDER_AXES}
 
 
-def _exclude(r: NodeReader, node: yaml.Node, field: str
+def _exclude(r: NodeReader, node: yaml.Node, field: str, key: str = _EXCLUDE
              ) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
-    """Geometry + sync vec pair entries, each axis in its range, none repeated."""
-    rngs = (*(_axis_range(a) for a in _LADDER_AXES), _VEC_RANGE, _VEC_RANGE)
+    """Geometry + load-width pair entries (``_EXCLUDES[key]``: the sync loop's vec pair,
+    the async loop's chunk pair), each axis in its range, none repeated."""
+    a, b, width = _EXCLUDES[key]
+    rngs = (*(_axis_range(x) for x in _LADDER_AXES), width, width)
     out: list[tuple[int, ...]] = []
     for i, item in enumerate(r.seq(node, field, max_len=MAX_EXCLUDE)):
-        e = _int_row(r, item, f"{field}[{i}]", rngs, (*_LADDER_AXES, "vec_a", "vec_b"))
+        e = _int_row(r, item, f"{field}[{i}]", rngs, (*_LADDER_AXES, a, b))
         if e in out:
             raise r.fail(item, f"{field}[{i}]", f"repeated entry {list(e)}")
         out.append(e)
@@ -266,9 +272,10 @@ def _exclude(r: NodeReader, node: yaml.Node, field: str
 
 def _limits(r: NodeReader, over: dict[str, yaml.Node], field: str, base: Limits) -> Limits:
     vals: dict = {k: r.int_(v, f"{field}.{k}", *LIMIT_RANGES[k]) for k, v in over.items()
-                  if k != _EXCLUDE}
-    if _EXCLUDE in over:
-        vals[_EXCLUDE] = _exclude(r, over[_EXCLUDE], f"{field}.{_EXCLUDE}")
+                  if k not in _EXCLUDES}
+    for key in _EXCLUDES:
+        if key in over:
+            vals[key] = _exclude(r, over[key], f"{field}.{key}", key)
     out = replace(base, **vals)
     if out.min_block_size > out.max_block_size:
         where = over.get("min_block_size") or over.get("max_block_size")
@@ -288,7 +295,7 @@ def _filters(r: NodeReader, node: yaml.Node) -> tuple[Limits, tuple[tuple[str, L
     out = []
     for t, t_node in r.mapping(fl["targets"], "filters.targets",
                                allowed=tuple(kernel_target_names()), what="target").items():
-        over = r.mapping(t_node, f"filters.targets.{t}", allowed=(*_LIMIT_FIELDS, _EXCLUDE),
+        over = r.mapping(t_node, f"filters.targets.{t}", allowed=(*_LIMIT_FIELDS, *_EXCLUDES),
                          what="filter")
         out.append((t, _limits(r, over, f"filters.targets.{t}", limits)))
     return limits, tuple(out)

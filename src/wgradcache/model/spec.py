@@ -96,6 +96,9 @@ class Limits:
     # (tile_m, tile_n, tile_k, warp_m, warp_n, vec_a, vec_b) a full build measured to keep
     # a stack frame, where no budget separates them from their neighbours (geometries.yaml)
     exclude: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
+    # (tile_m, tile_n, tile_k, warp_m, warp_n, chunk_a, chunk_b) alike, of the async loop
+    # (chunks in bytes)
+    exclude_async: tuple[tuple[int, int, int, int, int, int, int], ...] = ()
     # grouped CTA orders (tile-rows per group) the walk adds beside the row-major one, on
     # the geometries whose tile_m and tile_n are both at least cta_group_min_tile
     # (geometries.yaml's cta_orders; none by default)
@@ -568,9 +571,12 @@ def loads_fit(tile: Tile, widths: LoadWidths, limits: Limits | None) -> tuple[bo
     if limits is None:
         return True, ""
     a, b = widths.a, widths.b
-    if widths.k_loop == "sync" and (*tile.geometry, a, b) in limits.exclude:
-        return False, (f"{tile.target.name} keeps a stack frame for this geometry with vec "
-                       f"pair ({a}, {b}) (measured; geometries.yaml filters exclude it)")
+    excluded = limits.exclude if widths.k_loop == "sync" else limits.exclude_async
+    if (*tile.geometry, a, b) in excluded:
+        pair = "vec pair" if widths.k_loop == "sync" else "async chunk pair"
+        key = "exclude" if widths.k_loop == "sync" else "exclude_async"
+        return False, (f"{tile.target.name} keeps a stack frame for this geometry with "
+                       f"{pair} ({a}, {b}) (measured; geometries.yaml filters {key} it)")
     n = loads_per_thread(tile, widths)
     if n > limits.max_loads_per_thread:
         return False, (f"{n:g} global loads per thread per K tile exceed the budget "

@@ -32,7 +32,8 @@ Fragment reads, per loop:
   lane l addresses k row 8·((l >> 3) & 1) + l % 8 at columns 8·(l >> 4) ..; A's swaps the
   two bits, so its four registers land in the order HMMA takes its A quad: no move per
   fragment, ``mma.TransposedRead.a_bits``; rows of tile_mn + 8 elements, an odd multiple
-  of 16 bytes, so each 8x8 matrix's 8 rows hit 8 distinct 4-bank groups). Why not the K-contiguous route there: its register transpose stores each
+  of 16 bytes, so each 8x8 matrix's 8 rows hit 8 distinct 4-bank groups). Why not the
+  K-contiguous route there: its register transpose stores each
   lane's k run into rows ``width`` apart, a multiple of 128 bytes across a warp, and on the
   H200 those stores took 24 wavefronts each (Nsight Compute on l3.conv2: 10.9 M store
   wavefronts against 2.7 M for the reads; benchmarks/README.md); and the K-outer stage is
