@@ -8,6 +8,12 @@ Choices (see ``shared/reference/llvm22-amdgpu-facts.md``):
 
 * ``amdgpu_kernel``, ``"amdgpu-flat-work-group-size"="B,B"`` (B = block size) and
   ``"uniform-work-group-size"="true"`` (HIP launches whole workgroups);
+* on the MFMA targets ``"amdgpu-agpr-alloc"="0"``: the MFMAs take and give their
+  accumulators in VGPRs. With AGPRs allowed, LLVM 22 held the loop-carried accumulators in
+  AGPRs but wrote most MFMAs' results into others and copied them back every iteration
+  (gfx942 t128x128x32-w2x2-v8x8: 64 ``v_accvgpr_mov_b32`` a K tile for 32 MFMAs, 210
+  main-loop instructions and 200 registers; without AGPRs 147 and 122). Past 256 VGPRs
+  (the 128-accumulator tiles) LLVM still spills into AGPRs, without scratch;
 * one ``addrspace(3)`` global per LDS allocation, sized exactly, undef, align 16: the code
   object's LDS is the sum of the allocations;
 * pointer arguments ``noalias`` (when the KernelArg says so), ``nonnull`` (the launcher never
@@ -93,7 +99,8 @@ class AmdgpuLowering(Lowering):
 
     def kernel_prototype(self, ref: str, params: str) -> str:
         b = self.kd.block_size
-        return (f'define amdgpu_kernel void {ref}({params}) '
+        agprs = '"amdgpu-agpr-alloc"="0" ' if self.target.family == "mfma" else ""
+        return (f'define amdgpu_kernel void {ref}({params}) {agprs}'
                 f'"amdgpu-flat-work-group-size"="{b},{b}" "uniform-work-group-size"="true"')
 
     def atomic_add(self, v: Value, name: str) -> None:
