@@ -12,8 +12,9 @@
 # files at most).
 # The tarballs are built here, not committed: sm90-tuned = a full sm_90 build of the
 # commit before the change (e5b977d: `wgradcache build --target sm_90 --cache-dir D`) with
-# results/sm90-h100-2026-12-07h-wide-dw/tune-*.json.xz imported (timings live under
-# D/sm_90/timings/), `tar -C <parent of D as cache> -cJf devcache/sm90-tuned.tar.xz cache`;
+# results/sm90-h100-2026-12-07h-wide-dw/tune-{fp16,bf16}.json.xz imported (unxz, then
+# `wgradcache tune --target sm_90 --import FILE --cache-dir D`), packed as
+# `tar -C <parent of D, D named cache> -cJf devcache/sm90-tuned.tar.xz cache`;
 # sm90-aorder = a full build of this commit, packed the same way (no tune rows needed).
 . benchmarks/device_env.sh
 unpack after sm90-aorder
