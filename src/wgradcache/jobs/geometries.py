@@ -255,7 +255,7 @@ def _ladder(r: NodeReader, node: yaml.Node, key: str = "ladder"
             for a in _LADDER_AXES}
 
 
-def _exclude(r: NodeReader, node: yaml.Node, field: str, key: str = _EXCLUDE
+def _exclude(r: NodeReader, node: yaml.Node, field: str, key: str
              ) -> tuple[tuple[int, int, int, int, int, int, int], ...]:
     """Geometry + load-width pair entries (``_EXCLUDES[key]``: the sync loop's vec pair,
     the async loop's chunk pair), each axis in its range, none repeated."""

@@ -571,10 +571,9 @@ def loads_fit(tile: Tile, widths: LoadWidths, limits: Limits | None) -> tuple[bo
     if limits is None:
         return True, ""
     a, b = widths.a, widths.b
-    excluded = limits.exclude if widths.k_loop == "sync" else limits.exclude_async
+    excluded, pair, key = ((limits.exclude, "vec pair", "exclude") if widths.k_loop == "sync"
+                           else (limits.exclude_async, "async chunk pair", "exclude_async"))
     if (*tile.geometry, a, b) in excluded:
-        pair = "vec pair" if widths.k_loop == "sync" else "async chunk pair"
-        key = "exclude" if widths.k_loop == "sync" else "exclude_async"
         return False, (f"{tile.target.name} keeps a stack frame for this geometry with "
                        f"{pair} ({a}, {b}) (measured; geometries.yaml filters {key} it)")
     n = loads_per_thread(tile, widths)

@@ -127,14 +127,14 @@ def _tr_lane_bases(ctx: WgradContext, read: mma.TransposedRead) -> tuple[Value, 
     the other way round for A). Each distinct (row_bit, col_bit) is computed once, so a
     target whose A and B agree emits the IR it did before A could differ."""
     kb = ctx.kb
-    addressed: dict[tuple[int, int], tuple[Value, Value]] = {}
-    for operand in ("b", "a"):  # A's bits may differ (TransposedRead.a_bits)
-        bits = read.bits(operand)
-        if bits not in addressed:
-            addressed[bits] = (kb.add(kb.mul(kb.and_(kb.lshr(ctx.lane, bits[0]), 1), 8),
-                                      kb.and_(ctx.lane, 7)),
-                               kb.mul(kb.and_(kb.lshr(ctx.lane, bits[1]), 1), 8))
-    (a_row, a_col), (b_row, b_col) = addressed[read.bits("a")], addressed[read.bits("b")]
+
+    def addressed(row_bit: int, col_bit: int) -> tuple[Value, Value]:
+        return (kb.add(kb.mul(kb.and_(kb.lshr(ctx.lane, row_bit), 1), 8), kb.and_(ctx.lane, 7)),
+                kb.mul(kb.and_(kb.lshr(ctx.lane, col_bit), 1), 8))
+
+    b_row, b_col = addressed(*read.bits("b"))
+    a_row, a_col = (b_row, b_col) if read.bits("a") == read.bits("b") \
+        else addressed(*read.bits("a"))  # A's may differ (TransposedRead.a_bits)
     a = kb.add(kb.mul(a_row, ctx.row_a), kb.add(kb.mul(ctx.wave_m, ctx.sub_m), a_col))
     b = kb.add(kb.mul(b_row, ctx.row_b), kb.add(kb.mul(ctx.wave_n, ctx.sub_n), b_col))
     return a, kb.add(b, ctx.b_offset)
